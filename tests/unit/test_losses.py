@@ -1,0 +1,86 @@
+"""Losses of the DPO family against values worked out by hand.
+
+sigma(1) = 0.7310586, sigma(2) = 0.8807971, sigma(3) = 0.9525741; -log sigma(1) = log(1 + e^-1) = 0.3132617,
+-log sigma(-1) = 1.3132617, ln 2 = 0.6931472.
+"""
+import math
+
+import pytest
+import torch
+
+from training.losses import LOSSES, diff_token_masks, sequence_logps
+
+
+def t(*v):
+    return torch.tensor(v, dtype=torch.float64)
+
+
+def test_map_has_the_five_seed_losses():
+    assert set(LOSSES) == {"sigmoid", "hinge", "ipo", "kto_pair", "ddpo"}
+    assert LOSSES["ipo"].average_logps and LOSSES["ddpo"].diff_mask
+    assert not LOSSES["sigmoid"].average_logps and not LOSSES["sigmoid"].diff_mask
+
+
+def test_sigmoid():
+    """c - r = 1, beta = 1: -log sigma(1) = 0.3132617; c = r: ln 2.
+    Label smoothing 0.1: 0.9 * 0.3132617 + 0.1 * 1.3132617 = 0.4132617."""
+    fn = LOSSES["sigmoid"].fn
+    assert fn(t(1.0, 0.5), t(0.0, 0.5), beta=1.0).tolist() == pytest.approx([0.3132617, math.log(2)], abs=1e-6)
+    assert fn(t(1.0), t(0.0), beta=1.0, label_smoothing=0.1).item() == pytest.approx(0.4132617, abs=1e-6)
+    # beta scales the margin: beta 0.1, c - r = 10 is the same point as beta 1, c - r = 1.
+    assert fn(t(10.0), t(0.0), beta=0.1).item() == pytest.approx(0.3132617, abs=1e-6)
+
+
+def test_hinge():
+    """beta 0.5: c - r = 1 -> max(0, 1 - 0.5) = 0.5; c - r = 4 -> max(0, 1 - 2) = 0; c = r -> 1."""
+    fn = LOSSES["hinge"].fn
+    assert fn(t(1.0, 4.0, 2.0), t(0.0, 0.0, 2.0), beta=0.5).tolist() == pytest.approx([0.5, 0.0, 1.0])
+
+
+def test_ipo():
+    """beta 0.5 -> target margin 1/(2 beta) = 1: c - r = 3 -> (3 - 1)^2 = 4; c - r = 1 -> 0; c = r -> 1.
+    beta 0.1 at c = r: (0 - 5)^2 = 25."""
+    fn = LOSSES["ipo"].fn
+    assert fn(t(3.0, 1.0, 0.0), t(0.0, 0.0, 0.0), beta=0.5).tolist() == pytest.approx([4.0, 0.0, 1.0])
+    assert fn(t(0.0), t(0.0), beta=0.1).item() == pytest.approx(25.0)
+
+
+def test_kto_pair():
+    """c = [1, 3], r = [-1, 0], beta 1. KL_c = max(mean c, 0) = 2, KL_r = max(-0.5, 0) = 0.
+    chosen terms:   1 - sigma(1 - 0) = 0.2689414,  1 - sigma(3 - 0) = 0.0474259
+    rejected terms: 1 - sigma(2 + 1) = 0.0474259,  1 - sigma(2 - 0) = 0.1192029
+    per pair (mean of its two terms): 0.1581837, 0.0833144. At c = r = 0: 1 - sigma(0) = 0.5."""
+    fn = LOSSES["kto_pair"].fn
+    assert fn(t(1.0, 3.0), t(-1.0, 0.0), beta=1.0).tolist() == pytest.approx([0.1581837, 0.0833144], abs=1e-6)
+    assert fn(t(0.0, 0.0), t(0.0, 0.0), beta=0.1).tolist() == pytest.approx([0.5, 0.5])
+
+
+def test_ddpo_is_sigmoid_on_masked_logps():
+    """Same formula as sigmoid (the difference is in which tokens enter the log-probs)."""
+    assert LOSSES["ddpo"].fn(t(1.0), t(0.0), beta=1.0).item() == pytest.approx(0.3132617, abs=1e-6)
+
+
+def test_step0_all_losses_at_zero_logratios():
+    """Adapter B = 0 means policy == reference, so c = r = 0: sigmoid/ddpo ln 2, hinge 1, ipo 25 (beta .1), kto .5."""
+    z = t(0.0, 0.0)
+    want = {"sigmoid": math.log(2), "ddpo": math.log(2), "hinge": 1.0, "ipo": 25.0, "kto_pair": 0.5}
+    for name, value in want.items():
+        assert LOSSES[name].fn(z, z, beta=0.1).mean().item() == pytest.approx(value), name
+
+
+def test_sequence_logps_sum_and_mean():
+    """[-1, -2, -3] with mask [1, 0, 1]: sum -4, mean over 2 tokens -2; an empty mask gives 0 (clamped count)."""
+    lp = t(-1.0, -2.0, -3.0).unsqueeze(0)
+    m = t(1.0, 0.0, 1.0).unsqueeze(0)
+    assert sequence_logps(lp, m).item() == -4.0
+    assert sequence_logps(lp, m, average=True).item() == -2.0
+    assert sequence_logps(lp, torch.zeros_like(m), average=True).item() == 0.0
+
+
+def test_diff_token_masks():
+    """[1,2,3,4,5,6] vs [1,2,3,9,5,6]: the block [1,2,3] (3 tokens) is shared; [5,6] is only 2 long, so it
+    counts as different: both masks [0,0,0,1,1,1]. [7,1,2,3,8] vs [1,2,3]: [1,0,0,0,1] and [0,0,0]."""
+    assert diff_token_masks([1, 2, 3, 4, 5, 6], [1, 2, 3, 9, 5, 6]) == ([0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 1])
+    assert diff_token_masks([7, 1, 2, 3, 8], [1, 2, 3]) == ([1, 0, 0, 0, 1], [0, 0, 0])
+    assert diff_token_masks([1, 2], [3, 4]) == ([1, 1], [1, 1])
+    assert diff_token_masks([5, 5, 5], [5, 5, 5]) == ([0, 0, 0], [0, 0, 0])

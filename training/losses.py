@@ -1,0 +1,91 @@
+"""Preference losses of the DPO family as pure functions, looked up by name (no if-chain).
+
+Every loss takes the per-pair log-ratios of policy vs reference,
+    c = log pi(y_w|x) - log pi_ref(y_w|x),   r = log pi(y_l|x) - log pi_ref(y_l|x),
+plus `beta` and `label_smoothing`, and returns the per-pair loss (shape [B]). How the sequence
+log-probs are formed (token sum, token mean, sum over differing tokens only) is declared by the
+`LossSpec`, so the trainer computes them once for any loss.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+
+def sigmoid_loss(c: torch.Tensor, r: torch.Tensor, beta: float, label_smoothing: float = 0.0) -> torch.Tensor:
+    """DPO: -log sigmoid(beta (c - r)); with label smoothing eps, the conservative (cDPO) mix."""
+    z = beta * (c - r)
+    return -(1.0 - label_smoothing) * F.logsigmoid(z) - label_smoothing * F.logsigmoid(-z)
+
+
+def hinge_loss(c: torch.Tensor, r: torch.Tensor, beta: float, label_smoothing: float = 0.0) -> torch.Tensor:
+    """SLiC hinge: max(0, 1 - beta (c - r))."""
+    return torch.relu(1.0 - beta * (c - r))
+
+
+def ipo_loss(c: torch.Tensor, r: torch.Tensor, beta: float, label_smoothing: float = 0.0) -> torch.Tensor:
+    """IPO: (c - r - 1/(2 beta))^2, on token-mean log-probs (see LOSSES['ipo'].average_logps)."""
+    return (c - r - 1.0 / (2.0 * beta)) ** 2
+
+
+def kto_pair_loss(c: torch.Tensor, r: torch.Tensor, beta: float, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Paired KTO (HALOs eq. 7), as in TRL <= 0.8 / VL-RLHF.
+
+    The KL reference point of each side is the *other* side's batch-mean log-ratio, clamped at 0:
+        chosen term   1 - sigmoid(beta (c - KL_r)),   KL_r = max(mean(r), 0)
+        rejected term 1 - sigmoid(beta (KL_c - r)),   KL_c = max(mean(c), 0)
+    The original returns the 2B terms and averages them; returning their per-pair mean gives the
+    same batch mean with the [B] shape every loss here has.
+    """
+    kl_c = c.mean().clamp(min=0)
+    kl_r = r.mean().clamp(min=0)
+    chosen_term = 1.0 - torch.sigmoid(beta * (c - kl_r))
+    rejected_term = 1.0 - torch.sigmoid(beta * (kl_c - r))
+    return 0.5 * (chosen_term + rejected_term)
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """A loss plus how its sequence log-probs are built from per-token log-probs."""
+
+    fn: Callable[..., torch.Tensor]
+    average_logps: bool = False  # IPO: mean over completion tokens instead of the sum
+    diff_mask: bool = False  # DDPO: sum only over tokens where chosen and rejected differ
+
+
+LOSSES: dict[str, LossSpec] = {
+    "sigmoid": LossSpec(sigmoid_loss),
+    "hinge": LossSpec(hinge_loss),
+    "ipo": LossSpec(ipo_loss, average_logps=True),
+    "kto_pair": LossSpec(kto_pair_loss),
+    # Dense DPO (RLHF-V naming, VL-RLHF semantics): the sigmoid loss on diff-masked log-probs.
+    "ddpo": LossSpec(sigmoid_loss, diff_mask=True),
+}
+
+
+def sequence_logps(per_token_logps: torch.Tensor, mask: torch.Tensor, average: bool = False) -> torch.Tensor:
+    """Sum (or mean) of per-token log-probs over positions where mask is 1. Shapes [B, T] -> [B]."""
+    total = (per_token_logps * mask).sum(dim=-1)
+    if average:
+        return total / mask.sum(dim=-1).clamp(min=1)
+    return total
+
+
+def diff_token_masks(chosen: Sequence[int], rejected: Sequence[int], min_match: int = 3) -> tuple[list[int], list[int]]:
+    """Token-level diff of two completions: 1 marks a token that differs, 0 a shared one.
+
+    Matching blocks from difflib shorter than `min_match` tokens count as different, because a
+    one- or two-token coincidence ("the", ".") inside rewritten text is not a shared span.
+    """
+    mask_c, mask_r = [1] * len(chosen), [1] * len(rejected)
+    matcher = difflib.SequenceMatcher(None, list(chosen), list(rejected), autojunk=False)
+    for a, b, size in matcher.get_matching_blocks():
+        if size < min_match:
+            continue
+        mask_c[a : a + size] = [0] * size
+        mask_r[b : b + size] = [0] * size
+    return mask_c, mask_r

@@ -1,0 +1,59 @@
+"""`evalsuite` command line. Each subcommand lives in `evalsuite.commands.<module>`.
+
+Only argparse is imported here and in the command modules' top level, so `evalsuite --help` and
+`evalsuite tasks` return at once; a command's heavy imports happen inside its `main(args)`.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from evalsuite import __version__
+from evalsuite.errors import UserError
+
+# subcommand modules, in the order `--help` lists them
+COMMANDS = [
+    "run", "tasks", "table", "report",
+    "chair", "chair_gt", "pope", "relevance",
+    "world", "tiny_ckpt",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="evalsuite",
+        description="Evaluate VLM checkpoints (lmms-eval tasks, CHAIR, CLIP relevance), keep versioned "
+                    "results, and write HTML reports across training iterations.",
+    )
+    parser.add_argument("--version", action="version", version=f"evalsuite {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"evalsuite.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", stream=sys.stderr,
+    )
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"evalsuite: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("evalsuite: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per `evalsuite` subcommand: `register(subparsers)` (argparse only) + `main(args) -> int`."""

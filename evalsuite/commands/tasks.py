@@ -1,0 +1,20 @@
+"""`evalsuite tasks`: list the registered task names (no heavy imports)."""
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("tasks", help="list the available tasks",
+                       description="List evalsuite's own tasks and the lmms-eval tasks shipped with local-data "
+                                   "yamls. Any other lmms-eval task name is also accepted by `run`.")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from evalsuite.tasks.registry import LMMS_LOCAL_TASKS, TASKS
+
+    for name, target in TASKS.items():
+        print(f"{name:12s} evalsuite  {target}")
+    for name, local in LMMS_LOCAL_TASKS.items():
+        print(f"{name:12s} lmms-eval  {local} (local data from --data-root)")
+    print("(any other lmms-eval task name runs through lmms-eval's evaluator)")
+    return 0

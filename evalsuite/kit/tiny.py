@@ -1,0 +1,187 @@
+"""Tiny, real HF checkpoints built offline and deterministically by seed.
+
+`build_tiny_vlm` writes a random-init `LlavaForConditionalGeneration` (tiny CLIP vision tower + tiny
+Llama) with a word-level tokenizer trained on the synthetic world's vocabulary, a `LlavaProcessor`
+and a LLaVA-1.5 chat template; `build_tiny_clip` writes a tiny `CLIPModel` + `CLIPProcessor`.
+Both are saved with `save_pretrained` (safetensors) and reload from the directory alone, so tests
+exercise exactly the loading code real users run on llava-hf / openai CLIP directories.
+
+    evalsuite tiny-ckpt --out /tmp/tiny --kind vlm --seed 0
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Iterable
+
+log = logging.getLogger(__name__)
+
+VLM_SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<image>"]
+# CLIP's text tower pools at the EOS position, except that eos_token_id == 2 selects a legacy
+# argmax(input_ids) pooling: keep </s> away from id 2 in the CLIP tokenizer.
+CLIP_SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]
+
+# LLaVA-1.5 style: "USER: <image>\n{q} ASSISTANT: {a}</s>". Accepts plain string content and the
+# structured content TRL builds ([{"type": "image"}, {"type": "text", "text": ...}]).
+CHAT_TEMPLATE = (
+    "{%- for m in messages -%}"
+    "{%- if not loop.first %} {% endif -%}"
+    "{%- if m['role'] == 'user' %}USER: {% if m['content'] is string %}{{ m['content'] }}"
+    "{%- else -%}{%- for c in m['content'] -%}"
+    "{%- if c['type'] == 'image' %}<image>\n{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- elif m['role'] == 'assistant' %}ASSISTANT: {% if m['content'] is string %}{{ m['content'] }}"
+    "{%- else -%}{%- for c in m['content'] -%}{%- if c['type'] == 'text' %}{{ c['text'] }}{% endif -%}{%- endfor -%}"
+    "{%- endif -%}</s>"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt %} ASSISTANT:{% endif -%}"
+)
+
+TEMPLATE_TEXT = ["USER: ASSISTANT:", ". , ! ? ' : ; ( ) -"]
+
+
+def default_corpus() -> list[str]:
+    from evalsuite.world.vocab import corpus
+
+    return list(corpus()) + TEMPLATE_TEXT
+
+
+def build_word_tokenizer(corpus: Iterable[str], specials: list[str], append_eos: bool = False):
+    """Word-level `tokenizers` model over `corpus` (lower-cased, punctuation split off)."""
+    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers.models import WordLevel
+    from tokenizers.trainers import WordLevelTrainer
+
+    tok = Tokenizer(WordLevel(unk_token="<unk>"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(sorted(set(corpus)), WordLevelTrainer(special_tokens=specials, min_frequency=1))
+    # WordLevel has no decoder of its own; WordPiece's joins with spaces and glues punctuation.
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)
+    if append_eos:
+        eos = tok.token_to_id("</s>")
+        tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", eos)])
+    return tok
+
+
+def _fast_tokenizer(tok, **kwargs):
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", bos_token="<s>", eos_token="</s>", **kwargs
+    )
+
+
+def build_tiny_vlm(
+    out: str | Path,
+    seed: int = 0,
+    hidden: int = 64,
+    layers: int = 2,
+    image_size: int = 32,
+    patch_size: int = 16,
+    corpus: Iterable[str] | None = None,
+) -> Path:
+    """Write a tiny LLaVA checkpoint to `out`; the same seed gives bit-identical weights.
+
+    The default 32 px input with 16 px patches gives 4 image tokens, one per cell of the world's
+    2x2 scene grid: measured here, that is what lets a tiny model ground objects at all.
+    """
+    import torch
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
+
+    out = Path(out)
+    torch.manual_seed(seed)
+    tok = _fast_tokenizer(
+        build_word_tokenizer(corpus if corpus is not None else default_corpus(), VLM_SPECIALS),
+        extra_special_tokens={"image_token": "<image>"},
+        padding_side="left",
+        model_max_length=512,
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    image_proc = CLIPImageProcessor(
+        size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+    )
+    processor = LlavaProcessor(
+        image_processor=image_proc, tokenizer=tok, patch_size=patch_size,
+        vision_feature_select_strategy="default", num_additional_image_tokens=1,
+        image_token="<image>", chat_template=CHAT_TEMPLATE,
+    )
+    n_image_tokens = (image_size // patch_size) ** 2
+    config = LlavaConfig(
+        vision_config=CLIPVisionConfig(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+            image_size=image_size, patch_size=patch_size,
+        ),
+        text_config=LlamaConfig(
+            vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+            pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        ),
+        image_token_index=tok.convert_tokens_to_ids("<image>"),
+        image_seq_length=n_image_tokens,
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+        pad_token_id=tok.pad_token_id,
+    )
+    model = LlavaForConditionalGeneration(config).eval()
+    gc = model.generation_config
+    gc.pad_token_id, gc.eos_token_id, gc.bos_token_id = tok.pad_token_id, tok.eos_token_id, tok.bos_token_id
+    model.save_pretrained(out, safe_serialization=True)
+    processor.save_pretrained(out)
+    _write_kit_manifest(out, kind="tiny-vlm", seed=seed, config={"hidden": hidden, "layers": layers,
+                        "image_size": image_size, "patch_size": patch_size})
+    log.info("tiny VLM (%d params, vocab %d) -> %s", model.num_parameters(), len(tok), out)
+    return out
+
+
+def build_tiny_clip(
+    out: str | Path, seed: int = 0, hidden: int = 64, image_size: int = 32, patch_size: int = 4,
+    corpus: Iterable[str] | None = None,
+) -> Path:
+    """Write a tiny CLIPModel + CLIPProcessor to `out` (text max length 32 tokens)."""
+    import torch
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTextConfig, CLIPVisionConfig
+
+    out = Path(out)
+    torch.manual_seed(seed)
+    max_len = 32
+    tok = _fast_tokenizer(
+        build_word_tokenizer(corpus if corpus is not None else default_corpus(), CLIP_SPECIALS, append_eos=True),
+        model_max_length=max_len, padding_side="right",
+    )
+    config = CLIPConfig(
+        text_config=CLIPTextConfig(
+            vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+            num_attention_heads=2, max_position_embeddings=max_len, pad_token_id=tok.pad_token_id,
+            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        ),
+        vision_config=CLIPVisionConfig(
+            hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2, num_attention_heads=2,
+            image_size=image_size, patch_size=patch_size,
+        ),
+        projection_dim=hidden,
+    )
+    model = CLIPModel(config).eval()
+    image_proc = CLIPImageProcessor(
+        size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+    )
+    model.save_pretrained(out, safe_serialization=True)
+    CLIPProcessor(image_processor=image_proc, tokenizer=tok).save_pretrained(out)
+    _write_kit_manifest(out, kind="tiny-clip", seed=seed, config={"hidden": hidden, "image_size": image_size,
+                        "patch_size": patch_size})
+    log.info("tiny CLIP (%d params) -> %s", model.num_parameters(), out)
+    return out
+
+
+def _write_kit_manifest(out: Path, kind: str, seed: int, config: dict) -> None:
+    from evalsuite.manifest import write_manifest
+
+    write_manifest(out, iteration=0, parent=None, method=kind, config={"seed": seed, **config})

@@ -1,0 +1,175 @@
+"""Load any local HF vision-language checkpoint directory and answer (image, prompt) requests.
+
+Loading is `from_pretrained` on a local directory only (no hub), safetensors only, and
+`trust_remote_code` off unless the caller asks. Every way a directory can be wrong is reported as a
+one-line `UserError` naming the path.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evalsuite.errors import UserError
+from evalsuite.types import GenConfig, GenRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class VLM:
+    model: Any
+    processor: Any
+    path: Path
+    device: str
+
+    @property
+    def tokenizer(self):
+        return self.processor.tokenizer
+
+
+def _check_dir(path: Path) -> dict:
+    if not path.exists():
+        raise UserError(f"{path}: checkpoint directory does not exist")
+    if not path.is_dir():
+        raise UserError(f"{path}: not a directory (a checkpoint is a directory with config.json + weights)")
+    cfg_path = path / "config.json"
+    if not cfg_path.exists():
+        raise UserError(f"{path}: no config.json (not a Hugging Face checkpoint directory)")
+    try:
+        config = json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{cfg_path}: not valid JSON ({exc.msg})") from None
+    shards = sorted(path.glob("*.safetensors"))
+    if not shards:
+        if any(path.glob("*.bin")) or any(path.glob("*.pt")):
+            raise UserError(f"{path}: only pickle weights (*.bin/*.pt) found; evalsuite loads safetensors only "
+                            "(convert with `save_pretrained(..., safe_serialization=True)`)")
+        raise UserError(f"{path}: no *.safetensors weight files")
+    for shard in shards:
+        _check_safetensors(shard)
+    return config
+
+
+def _check_safetensors(path: Path) -> None:
+    """Read the header and compare the declared tensor extent with the file size (catches truncation)."""
+    import struct
+
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        raw = fh.read(8)
+        if len(raw) < 8:
+            raise UserError(f"{path}: truncated safetensors file (no header)")
+        (n,) = struct.unpack("<Q", raw)
+        if n > size - 8:
+            raise UserError(f"{path}: truncated or corrupt safetensors file (header length {n} > file size)")
+        try:
+            header = json.loads(fh.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise UserError(f"{path}: corrupt safetensors header") from None
+    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    if 8 + n + end > size:
+        raise UserError(f"{path}: truncated safetensors file ({size} bytes, header needs {8 + n + end})")
+
+
+def _pick_device(device: str | None) -> str:
+    if device:
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_vlm(
+    path: str | Path, trust_remote_code: bool = False, device: str | None = None, dtype: str | None = None
+) -> VLM:
+    """Load model + processor from `path`; raise UserError for a dir that is not a local VLM."""
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+
+    path = Path(path)
+    _check_dir(path)
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
+    except (ValueError, OSError, KeyError) as exc:
+        raise UserError(f"{path}: cannot read config ({str(exc).splitlines()[0]})") from None
+    if getattr(config, "vision_config", None) is None:
+        raise UserError(f"{path}: model_type {config.model_type!r} is not a vision-language model "
+                        "(no vision_config)")
+    device = _pick_device(device)
+    torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+    try:
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, local_files_only=True, trust_remote_code=trust_remote_code, use_safetensors=True, dtype=torch_dtype,
+        )
+        processor = AutoProcessor.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
+    except ValueError as exc:
+        raise UserError(f"{path}: not a loadable vision-language checkpoint ({str(exc).splitlines()[0]})") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot load ({str(exc).splitlines()[0]})") from None
+    model.to(device).eval()
+    log.info("loaded %s (%s, %d params) on %s", path, config.model_type, model.num_parameters(), device)
+    return VLM(model=model, processor=processor, path=path, device=device)
+
+
+def load_image(image: Any):
+    """A PIL RGB image from a path or a PIL image; unreadable files are a UserError naming the path."""
+    from PIL import Image, UnidentifiedImageError
+
+    if isinstance(image, Image.Image):
+        return image.convert("RGB")
+    try:
+        with Image.open(image) as im:
+            return im.convert("RGB")
+    except FileNotFoundError:
+        raise UserError(f"{image}: image file not found") from None
+    except (UnidentifiedImageError, OSError) as exc:
+        raise UserError(f"{image}: unreadable image ({exc})") from None
+
+
+def build_prompt(vlm: VLM, question: str) -> str:
+    """The checkpoint's own chat template around one image + question, ready for generation."""
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+    template_owner = vlm.processor if getattr(vlm.processor, "chat_template", None) else vlm.tokenizer
+    if getattr(template_owner, "chat_template", None):
+        return template_owner.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    # No template shipped: the LLaVA-1.5 (Vicuna v1) convention.
+    return f"USER: <image>\n{question} ASSISTANT:"
+
+
+def suppressed_token_ids(vlm: VLM) -> list[int]:
+    """Tokens a generated answer must never contain: the image placeholder, pad and bos."""
+    tok = vlm.tokenizer
+    ids = {getattr(vlm.model.config, "image_token_id", None), tok.pad_token_id, tok.bos_token_id}
+    return sorted(i for i in ids if i is not None)
+
+
+def encode_batch(vlm: VLM, requests: list[GenRequest]):
+    """Processor inputs for a batch of requests, left-padded for generation."""
+    images = [load_image(r.image) for r in requests]
+    prompts = [build_prompt(vlm, r.prompt) for r in requests]
+    inputs = vlm.processor(images=images, text=prompts, return_tensors="pt", padding=True, padding_side="left")
+    return inputs.to(vlm.device)
+
+
+def generate(vlm: VLM, requests: list[GenRequest], gen: GenConfig, batch_size: int = 8, progress: bool = True) -> list[str]:
+    """Answers to `requests`, in order, generated in batches with the checkpoint's chat template."""
+    import torch
+    from tqdm.auto import tqdm
+
+    torch.manual_seed(gen.seed)
+    answers: list[str] = []
+    batches = range(0, len(requests), batch_size)
+    for start in tqdm(batches, desc="generate", unit="batch", disable=not progress or len(batches) < 2):
+        batch = requests[start:start + batch_size]
+        inputs = encode_batch(vlm, batch)
+        with torch.inference_mode():
+            out = vlm.model.generate(
+                **inputs, **gen.as_kwargs(), suppress_tokens=suppressed_token_ids(vlm),
+                pad_token_id=vlm.tokenizer.pad_token_id,
+            )
+        new = out[:, inputs["input_ids"].shape[1]:]
+        answers.extend(t.strip() for t in vlm.tokenizer.batch_decode(new, skip_special_tokens=True))
+    return answers

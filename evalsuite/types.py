@@ -1,0 +1,78 @@
+"""The small typed records through which models, tasks, the store and the report meet.
+
+Models never see tasks: a task turns its documents into `GenRequest`s, a model wrapper answers them,
+and the task turns answers into `MetricValue`s and per-sample records.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GenRequest:
+    """One (image, prompt) to answer. `image` is a path or a PIL image; `key` identifies the doc."""
+
+    key: str
+    image: Any
+    prompt: str
+
+
+@dataclass(frozen=True)
+class GenConfig:
+    """Decoding settings; `as_kwargs()` gives the `generate()` keyword arguments."""
+
+    max_new_tokens: int = 512
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    num_beams: int = 1
+    seed: int = 0
+
+    def as_kwargs(self) -> dict:
+        kw: dict = {"max_new_tokens": self.max_new_tokens, "do_sample": self.do_sample, "num_beams": self.num_beams}
+        if self.do_sample:
+            kw.update(temperature=self.temperature, top_p=self.top_p)
+        return kw
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class MetricValue:
+    """One number of one task: what lands as a row of the results store."""
+
+    metric: str
+    value: float
+    higher_is_better: bool
+    n: int | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    stderr: float | None = None
+    variant: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class TaskResult:
+    """What a task returns: its metrics, its per-sample records and the config that produced them."""
+
+    task: str
+    version: str
+    metrics: list[MetricValue]
+    samples: list[dict] = field(default_factory=list)
+    config: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # e.g. lmms_eval_version, nltk resource checksums
+
+    def to_dict(self) -> dict:
+        return {
+            "task": self.task,
+            "version": self.version,
+            "metrics": [m.to_dict() for m in self.metrics],
+            "config": self.config,
+            "extra": self.extra,
+            "num_samples": len(self.samples),
+        }

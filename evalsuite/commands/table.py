@@ -1,0 +1,44 @@
+"""`evalsuite table`: checkpoints x metrics from the results store, with delta vs base and CIs.
+
+    evalsuite table --store results --metric 'chair/*' --format md
+    evalsuite table --store results --list-versions      # the store's writes, numbered
+    evalsuite table --store results --version 3          # the table as it was after write 3
+"""
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "table", help="print checkpoints x metrics from the results store",
+        description="Checkpoints (rows, ordered by iteration) x metrics (columns): the latest value per "
+                    "checkpoint with its CI, and the difference to the base checkpoint (iteration 0, else "
+                    "the first) with a CI. Metrics are named TASK/METRIC[VARIANT].")
+    p.add_argument("--store", default="results", help="results store directory (default: results)")
+    p.add_argument("--metric", action="append", metavar="M",
+                   help="metric to show: TASK/METRIC, METRIC or a glob ('chair/*'); repeatable")
+    p.add_argument("--format", choices=["md", "csv", "json"], default="md")
+    p.add_argument("--version", dest="as_of", metavar="V",
+                   help="show the table as of store version V (a number from --list-versions, negative "
+                        "counts back from the latest, or a run id)")
+    p.add_argument("--run", action="append", metavar="RUN_ID", help="only these runs; repeatable")
+    p.add_argument("--list-versions", action="store_true", help="list the store's writes and exit")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from evalsuite.errors import UserError
+    from evalsuite.store import Store
+    from evalsuite.store.table import to_csv, to_json, to_markdown, tidy_table
+
+    store = Store(args.store)
+    if not store.metrics_dir.is_dir():
+        raise UserError(f"--store {args.store}: no results store there (no metrics/ folder)")
+    if args.list_versions:
+        runs = store.runs()
+        cols = ["version", "run_id", "written_at", "iteration", "method", "ckpt", "tasks"]
+        print(runs[cols].to_string(index=False))
+        return 0
+    df = store.metrics(as_of=args.as_of, runs=args.run)
+    tidy = tidy_table(df, args.metric)
+    print({"md": to_markdown, "csv": to_csv, "json": to_json}[args.format](tidy).rstrip("\n"))
+    return 0

@@ -1,0 +1,321 @@
+"""Append-only results store: one Parquet file per write, published by an atomic no-clobber link.
+
+Layout of a store directory (default `results/`):
+
+    STORE/store.json                         {"format": "evalsuite-store", "schema": N}
+    STORE/metrics/<run_id>.parquet           long-format metric rows of one run (see schema.py);
+                                             the run's metadata (config, versions, task configs) sits
+                                             in the Parquet footer under `evalsuite.run`
+    STORE/samples/<run_id>-<token>.parquet   per-sample records of that run: run_id, task, key,
+                                             image_id, image, prompt, answer, record (JSON text)
+
+Why Parquet files and not SQLite (both lost no rows in the concurrency test the issue reports): with
+one file per write, a corrupt file spoils one run and nothing else, a writer needs no lock at all,
+and the whole store reads with one pandas call:
+
+    pandas.read_parquet("results/metrics")      # every metric row (files of one schema version)
+    pandas.read_parquet("results/samples")      # every per-sample record
+
+`Store.metrics()` does the same but also upgrades files of older schema versions and names a corrupt
+file in a `UserError`. A write is committed when its metrics file appears; the samples file is written
+first, so a killed writer leaves at most an unreferenced samples file (ignored) and never a partial row.
+Temp files start with "." so pandas/pyarrow directory reads skip them.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+import os
+import re
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Iterable
+
+from evalsuite.errors import UserError
+from evalsuite.store import schema
+from evalsuite.types import TaskResult
+
+log = logging.getLogger(__name__)
+
+META_KEY = b"evalsuite.run"
+SCHEMA_KEY = b"evalsuite.schema"
+_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SAMPLE_COLUMNS = ["run_id", "task", "key", "image_id", "image", "prompt", "answer", "record"]
+
+
+def new_run_id(now: _dt.datetime | None = None) -> str:
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+
+
+def config_hash(config: dict | None) -> str:
+    """sha256 (first 16 hex) of the config as canonical JSON: equal configs, equal hashes."""
+    text = json.dumps(config or {}, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _publish(path: Path, data: bytes) -> None:
+    """Write `data` to a temp file beside `path`, fsync, then hard-link it into place.
+
+    `os.link` fails if `path` exists, so two writers with one run id cannot overwrite each other, and
+    the file appears whole or not at all."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise UserError(f"{path}: run id already in the store; pick another run_id") from None
+    finally:
+        os.unlink(tmp)
+
+
+def _parquet_bytes(table) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def _opt_str(v) -> str | None:
+    return None if v is None else str(v)
+
+
+class Store:
+    """A results store at `path` (created on first write)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.metrics_dir = self.path / "metrics"
+        self.samples_dir = self.path / "samples"
+
+    # ---- writing -------------------------------------------------------------------------------
+    def write_run(self, meta: dict, results: Iterable[TaskResult]) -> str:
+        """Append one run: a row per MetricValue of every result, and its per-sample records."""
+        import pyarrow as pa
+
+        results = list(results)
+        meta = dict(meta)
+        run_id = str(meta.get("run_id") or new_run_id())
+        if not _RUN_ID_RE.match(run_id):
+            raise UserError(f"run_id {run_id!r}: use letters, digits, '.', '_' and '-' only")
+        iteration = meta.get("iteration")
+        if iteration is not None and (isinstance(iteration, bool) or not isinstance(iteration, int)):
+            raise UserError(f"meta.iteration: expected an int or None, got {iteration!r}")
+        written_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+        meta.update(run_id=run_id, written_at=written_at, config_hash=config_hash(meta.get("config")))
+        meta.setdefault("created_at", written_at)
+        self.metrics_dir.mkdir(parents=True, exist_ok=True)
+        self.samples_dir.mkdir(parents=True, exist_ok=True)
+        target = self.metrics_dir / f"{run_id}.parquet"
+        if target.exists():
+            raise UserError(f"{target}: run id already in the store; pick another run_id")
+        self._write_marker()
+
+        meta["samples_file"] = self._write_samples(run_id, results)
+        meta["tasks"] = {r.task: {"version": str(r.version), "config": r.config, "extra": r.extra,
+                                  "num_samples": len(r.samples)} for r in results}
+        rows = self._rows(meta, results)
+        table = pa.Table.from_pylist(rows, schema=schema.arrow_schema())
+        table = table.replace_schema_metadata({
+            META_KEY: json.dumps(meta, default=str).encode("utf-8"),
+            SCHEMA_KEY: str(schema.SCHEMA_VERSION).encode(),
+        })
+        _publish(target, _parquet_bytes(table))
+        log.info("store %s: wrote run %s (%d metric rows)", self.path, run_id, len(rows))
+        return run_id
+
+    def _write_marker(self) -> None:
+        from evalsuite.files import write_json_atomic
+
+        marker = self.path / "store.json"
+        if not marker.exists():
+            write_json_atomic(marker, {"format": "evalsuite-store", "schema": schema.SCHEMA_VERSION})
+
+    @staticmethod
+    def _rows(meta: dict, results: list[TaskResult]) -> list[dict]:
+        from evalsuite.version import code_version
+
+        base = {
+            "schema_version": schema.SCHEMA_VERSION, "run_id": meta["run_id"],
+            "written_at": meta["written_at"], "created_at": _opt_str(meta["created_at"]),
+            "label": _opt_str(meta.get("label")), "ckpt": _opt_str(meta.get("ckpt")),
+            "ckpt_hash": _opt_str(meta.get("ckpt_hash")), "iteration": meta.get("iteration"),
+            "method": _opt_str(meta.get("method")), "parent": _opt_str(meta.get("parent")),
+            "config_hash": meta["config_hash"],
+            "evalsuite_version": _opt_str(meta.get("code_version")) or code_version(),
+            "lmms_eval_version": _opt_str(meta.get("lmms_eval_version")),
+        }
+        rows = []
+        for r in results:
+            for m in r.metrics:
+                rows.append({**base, "task": r.task, "task_version": str(r.version), "metric": m.metric,
+                             "variant": m.variant, "value": float(m.value), "ci_low": m.ci_low,
+                             "ci_high": m.ci_high, "n": m.n, "stderr": m.stderr,
+                             "higher_is_better": bool(m.higher_is_better)})
+        return rows
+
+    def _write_samples(self, run_id: str, results: list[TaskResult]) -> str | None:
+        import pyarrow as pa
+
+        from evalsuite.files import write_bytes_atomic
+
+        rows = []
+        for r in results:
+            for s in r.samples:
+                rows.append({"run_id": run_id, "task": r.task, "key": _opt_str(s.get("key")),
+                             "image_id": _opt_str(s.get("image_id", s.get("id"))),
+                             "image": _opt_str(s.get("image")), "prompt": _opt_str(s.get("prompt")),
+                             "answer": _opt_str(s.get("answer")),
+                             "record": json.dumps(s, default=str)})
+        if not rows:
+            return None
+        name = f"{run_id}-{uuid.uuid4().hex[:8]}.parquet"
+        table = pa.Table.from_pylist(rows, schema=pa.schema([(c, pa.string()) for c in SAMPLE_COLUMNS]))
+        write_bytes_atomic(self.samples_dir / name, _parquet_bytes(table))
+        return name
+
+    # ---- reading -------------------------------------------------------------------------------
+    def _metric_files(self) -> list[Path]:
+        if not self.metrics_dir.is_dir():
+            return []
+        return sorted(p for p in self.metrics_dir.glob("*.parquet") if not p.name.startswith("."))
+
+    @staticmethod
+    def _read(path: Path):
+        """(table, meta, schema version) of one metrics file; a damaged file is a UserError naming it."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(path)
+        except (pa.ArrowException, OSError, ValueError) as e:
+            raise UserError(f"{path}: not a readable store file ({e}); move it out of the store "
+                            "to read the other runs (they are untouched)") from None
+        md = table.schema.metadata or {}
+        try:
+            meta = json.loads(md.get(META_KEY, b"{}"))
+            version = int(md.get(SCHEMA_KEY, b"0"))
+        except ValueError as e:
+            raise UserError(f"{path}: damaged run metadata in the Parquet footer ({e})") from None
+        if not version and "schema_version" in table.column_names and table.num_rows:
+            version = int(table.column("schema_version")[0].as_py())
+        if not version:
+            raise UserError(f"{path}: no store schema version in the file")
+        return table, meta, version
+
+    def _load(self) -> list[tuple[Path, object, dict]]:
+        """Every committed run: (file, upgraded metrics frame, meta), in store (write) order."""
+        out = []
+        for path in self._metric_files():
+            table, meta, version = self._read(path)
+            df = schema.upgrade(table.to_pandas(), version, str(path))
+            meta = dict(meta)
+            meta.setdefault("run_id", path.stem)
+            meta.setdefault("written_at", meta.get("created_at"))
+            out.append((path, df, meta))
+        out.sort(key=lambda t: (str(t[2].get("written_at") or ""), str(t[2]["run_id"])))
+        return out
+
+    def runs(self):
+        """One row per write, in store order: `version` (1, 2, ...) selects the table as of that write."""
+        import pandas as pd
+
+        rows = []
+        for i, (_, df, meta) in enumerate(self._load(), start=1):
+            rows.append({
+                "version": i, "run_id": meta["run_id"], "written_at": meta.get("written_at"),
+                "created_at": meta.get("created_at"), "label": meta.get("label"),
+                "ckpt": meta.get("ckpt") or meta.get("checkpoint"), "ckpt_hash": meta.get("ckpt_hash"),
+                "iteration": meta.get("iteration"), "method": meta.get("method"),
+                "tasks": ",".join(sorted(set(df["task"]))), "num_rows": len(df),
+            })
+        cols = ["version", "run_id", "written_at", "created_at", "label", "ckpt", "ckpt_hash",
+                "iteration", "method", "tasks", "num_rows"]
+        out = pd.DataFrame(rows, columns=cols)
+        out["iteration"] = out["iteration"].astype("Int64")
+        return out
+
+    def run_meta(self, run_id: str | None = None) -> dict | list[dict]:
+        """The stored metadata (config, versions, task configs) of `run_id`, or of every run."""
+        metas = [m for _, _, m in self._load()]
+        if run_id is None:
+            return metas
+        for m in metas:
+            if m["run_id"] == run_id:
+                return m
+        raise UserError(f"run {run_id!r}: not in store {self.path}")
+
+    def select_runs(self, as_of: int | str | None = None, runs: Iterable[str] | None = None) -> list[str]:
+        """Run ids visible in store version `as_of` (a version number or a run id), limited to `runs`."""
+        ids = [m["run_id"] for _, _, m in self._load()]
+        if as_of is not None:
+            if isinstance(as_of, int) or str(as_of).lstrip("-").isdigit():
+                v = int(as_of)
+                if v < 0:
+                    v = len(ids) + v      # -1: the version before the latest write
+                if not 1 <= v <= len(ids):
+                    raise UserError(f"--version {as_of}: the store has versions 1..{len(ids)}")
+                ids = ids[:v]
+            elif as_of in ids:
+                ids = ids[: ids.index(as_of) + 1]
+            else:
+                raise UserError(f"--version {as_of!r}: neither a version number nor a run id in the store")
+        if runs:
+            wanted = list(runs)
+            unknown = [r for r in wanted if r not in ids]
+            if unknown:
+                raise UserError(f"--run {unknown[0]!r}: not in store {self.path} (at this version)")
+            ids = [r for r in ids if r in wanted]
+        return ids
+
+    def metrics(self, as_of: int | str | None = None, runs: Iterable[str] | None = None):
+        """Every metric row (long format, current schema), in store order; see `select_runs`."""
+        import pandas as pd
+
+        loaded = self._load()
+        keep = set(self.select_runs(as_of, runs)) if (as_of is not None or runs) else None
+        frames = [df for _, df, m in loaded if keep is None or m["run_id"] in keep]
+        frames = [f for f in frames if len(f)]
+        if not frames:
+            return pd.DataFrame({c: pd.Series(dtype="object") for c in schema.COLUMN_NAMES})
+        df = pd.concat(frames, ignore_index=True)
+        df["iteration"] = df["iteration"].astype("Int64")
+        df["n"] = df["n"].astype("Int64")
+        return df
+
+    def samples(self, task: str | None = None, run_id: str | Iterable[str] | None = None):
+        """Per-sample records as a frame: run_id, task, then every field of the records (they vary by
+        task; absent fields are NaN). Records come from committed runs only."""
+        import pandas as pd
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        wanted = {run_id} if isinstance(run_id, str) else (set(run_id) if run_id is not None else None)
+        records = []
+        for _, _, meta in self._load():
+            name = meta.get("samples_file")
+            if not name or (wanted is not None and meta["run_id"] not in wanted):
+                continue
+            path = self.samples_dir / name
+            try:
+                table = pq.read_table(path, columns=["run_id", "task", "record"],
+                                      filters=[("task", "=", task)] if task else None)
+            except (pa.ArrowException, OSError, ValueError) as e:
+                raise UserError(f"{path}: per-sample file of run {meta['run_id']} unreadable ({e}); "
+                                "move it away to read the rest") from None
+            for rid, t, rec in zip(*(table.column(c).to_pylist() for c in ("run_id", "task", "record"))):
+                records.append({**json.loads(rec), "run_id": rid, "task": t})
+        if not records:
+            return pd.DataFrame(columns=["run_id", "task", "key", "image_id", "image", "prompt", "answer"])
+        df = pd.DataFrame.from_records(records)
+        front = ["run_id", "task"]
+        return df[front + [c for c in df.columns if c not in front]]

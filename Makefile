@@ -1,0 +1,46 @@
+# evalsuite: `make demo` (set up + run the built-in demo), `make test` (set up + run the tests).
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+SHARED  ?= $(abspath ../shared)
+NLTK    := $(abspath .cache/nltk_data)
+export OMP_NUM_THREADS ?= 1
+
+.PHONY: setup system-deps nltk-data demo test test-fast bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+# Python packages (torch/torchvision resolve to the CPU/CUDA wheels the machine's pip offers).
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e ".[test]"
+	touch $@
+
+setup: system-deps $(VENV)/.installed nltk-data
+
+# Debian packages: WordNet 3.0 (CHAIR opera variants) and Chromium (report browser test).
+system-deps:
+	@if [ ! -f /usr/share/wordnet/index.noun ] || ! command -v chromium >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    wordnet-base wordnet-sense-index chromium >/dev/null; \
+	  else echo "note: install wordnet-base wordnet-sense-index chromium (apt) for the CHAIR opera variants and the browser test"; fi; \
+	fi
+
+# NLTK data dir from Debian's WordNet (+ the official tagger/punkt from ../shared for tests, when present).
+nltk-data: $(VENV)/.installed
+	$(BIN)/python -m evalsuite.metrics.nltk_setup --out $(NLTK) $(if $(wildcard $(SHARED)/golden/nltk_data),--tagger-from $(SHARED)/golden/nltk_data)
+
+demo: setup
+	$(BIN)/python training/train.py
+
+test: setup
+	NLTK_DATA=$(NLTK) $(BIN)/python -m pytest -q
+
+test-fast: $(VENV)/.installed
+	NLTK_DATA=$(NLTK) $(BIN)/python -m pytest -q -m "not slow"
+
+bench: $(VENV)/.installed
+	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf .cache results runs reports/*/ test-artifacts

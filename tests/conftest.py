@@ -1,0 +1,72 @@
+"""Session fixtures: the tiny-model kit and the synthetic world, built once per test session.
+
+Everything is built offline into a session temp dir by the project's own public builders, so the
+tests exercise the same loading code (from_pretrained on a directory, pycocotools on COCO json)
+that real checkpoints and real COCO go through.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+# Tiny models are fastest with one thread per process on these 2-core machines.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+for _k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ.setdefault(_k, "1")
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+GOLDEN = SHARED / "golden"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _torch_threads():
+    import torch
+
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def golden_dir() -> Path:
+    if not GOLDEN.is_dir():
+        pytest.skip(f"reference data {GOLDEN} not present")
+    return GOLDEN
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(tmp_path_factory) -> Path:
+    from evalsuite.kit.tiny import build_tiny_vlm
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("kit") / "tiny-vlm", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_clip_dir(tmp_path_factory) -> Path:
+    from evalsuite.kit.tiny import build_tiny_clip
+
+    return build_tiny_clip(tmp_path_factory.mktemp("kit") / "tiny-clip", seed=0)
+
+
+@pytest.fixture(scope="session")
+def world_dir(tmp_path_factory) -> Path:
+    """A small synthetic COCO-format world (train + val splits, question sets)."""
+    from evalsuite.world.build import build_world
+
+    return build_world(tmp_path_factory.mktemp("world") / "w", images=60, seed=0)
+
+
+def run_cli(*argv: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 600):
+    """Run `python -m evalsuite.cli ...` in a subprocess (the real entry point); returns CompletedProcess."""
+    import subprocess
+
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "evalsuite.cli", *argv], cwd=cwd or REPO, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)

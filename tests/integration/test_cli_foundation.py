@@ -1,0 +1,52 @@
+"""The CLI as a user runs it: instant --help, task listing, world + tiny-ckpt + run caption, errors."""
+import json
+import subprocess
+import sys
+import time
+
+from tests.conftest import REPO, run_cli
+
+
+def test_help_is_fast_and_imports_no_torch():
+    code = ("import sys, time; t=time.time(); from evalsuite.cli import build_parser; build_parser(); "
+            "print(time.time()-t); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    elapsed, torch_loaded = out.stdout.split()
+    assert torch_loaded == "False"
+    assert float(elapsed) < 1.0
+    t = time.time()
+    res = run_cli("--help")
+    assert res.returncode == 0 and "run" in res.stdout
+    assert time.time() - t < 5  # includes interpreter start-up on a loaded 2-core box
+
+
+def test_tasks_lists_registered():
+    res = run_cli("tasks")
+    assert res.returncode == 0
+    names = [line.split()[0] for line in res.stdout.splitlines() if line and not line.startswith("(")]
+    assert {"caption", "chair", "relevance", "mme", "pope"} <= set(names)
+
+
+def test_world_tinyckpt_run_caption(tmp_path):
+    world, ckpt, out = tmp_path / "world", tmp_path / "tiny", tmp_path / "out"
+    assert run_cli("world", "build", "--out", str(world), "--images", "24", "--seed", "3").returncode == 0
+    assert run_cli("tiny-ckpt", "--out", str(ckpt), "--seed", "0").returncode == 0
+    res = run_cli("run", "--ckpt", str(ckpt), "--tasks", "caption", "--data-root", str(world),
+                  "--output", str(out), "--store", str(tmp_path / "store"), "--limit", "5",
+                  "--max-new-tokens", "8", "--batch-size", "4")
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["caption"]["task"] == "caption" and summary["caption"]["version"] == "1"
+    rows = [json.loads(line) for line in (out / "caption" / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 5 and all({"key", "image_id", "image", "prompt", "answer"} <= r.keys() for r in rows)
+    run = json.loads((out / "run.json").read_text())
+    assert run["ckpt_hash"] and run["config"]["tasks"] == ["caption"] and run["iteration"] == 0
+
+
+def test_run_errors(tmp_path, tiny_vlm_dir):
+    res = run_cli("run", "--ckpt", str(tmp_path / "missing"), "--tasks", "caption")
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and "does not exist" in res.stderr
+    res = run_cli("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "caption,no_such_task_xyz",
+                  "--data-root", str(tmp_path))
+    assert res.returncode == 2 and "no_such_task_xyz" in res.stderr and "caption" in res.stderr

@@ -1,0 +1,93 @@
+"""Training data from local files: `load_examples(cfg)` -> (train, eval | None, info).
+
+Formats (`--dataset_name`, converters in formats.py): vlquery_json (SFT conversations), plain_dpo,
+csr_pairs (LLaVA-style conversations / rejected_conversations), vlfeedback_paired and rlhfv (a local
+copy of the public dataset: json/jsonl/parquet file or snapshot directory). Image paths are joined
+under `--image_root` (default: the data file's directory) and may not escape it.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import random
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from evalsuite.errors import UserError
+from evalsuite.files import safe_join, sha256_file
+
+log = logging.getLogger(__name__)
+
+
+def read_examples(dataset_name: str, data_path: str | Path, image_root: str | None = None,
+                  score_margin: float = -1.0) -> tuple[list[dict], list[Path]]:
+    """Convert every record of every file under data_path; image paths resolved but not yet checked."""
+    from training.data.formats import CONVERTERS
+    from training.data.readers import data_files, read_records
+
+    if dataset_name not in CONVERTERS:
+        raise UserError(f"dataset_name: unknown dataset {dataset_name!r} (known: {', '.join(CONVERTERS)})")
+    convert = CONVERTERS[dataset_name]
+    files = data_files(data_path)
+    examples = []
+    for path in files:
+        root = Path(image_root) if image_root else path.parent
+        for i, row in enumerate(read_records(path)):
+            where = f"{path}[{i}]"
+            for ex in convert(row, where, score_margin=score_margin):
+                if ex["image"] is not None and ex["image_bytes"] is None:
+                    ex["image"] = str(safe_join(root, ex["image"], field=f"{where} image"))
+                ex["source"] = where
+                examples.append(ex)
+    return examples, files
+
+
+def drop_missing_images(examples: list[dict], skip: bool, workers: int = 1) -> tuple[list[dict], int]:
+    """Error on the first example whose image file is missing, or drop and count them when `skip`."""
+    paths = [ex["image"] if ex["image"] and ex["image_bytes"] is None else None for ex in examples]
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:  # stat() of many files on slow storage
+        present = list(pool.map(lambda p: p is None or os.path.isfile(p), paths))
+    kept = [ex for ex, ok in zip(examples, present) if ok]
+    missing = len(examples) - len(kept)
+    if missing and not skip:
+        first = next(ex for ex, ok in zip(examples, present) if not ok)
+        raise UserError(f"{first['source']}: image {first['image']!r} not found "
+                        f"({missing} missing in all; --skip_missing_images true drops them)")
+    if missing:
+        log.warning("skipped %d example(s) whose image is missing", missing)
+    return kept, missing
+
+
+def split_train_eval(examples: list[Any], ratio: float, seed: int) -> tuple[list[Any], list[Any]]:
+    """A seeded random `ratio` of the examples for training (original order kept), the rest for eval."""
+    order = list(range(len(examples)))
+    random.Random(seed).shuffle(order)
+    n_train = max(1, round(ratio * len(examples)))
+    train_idx = sorted(order[:n_train])
+    eval_idx = sorted(order[n_train:])
+    return [examples[i] for i in train_idx], [examples[i] for i in eval_idx]
+
+
+def data_hash(files: list[Path]) -> str:
+    h = hashlib.sha256()
+    for f in sorted(files):
+        h.update(f"{f.name}:{sha256_file(f)}\n".encode())
+    return h.hexdigest()
+
+
+def load_examples(cfg) -> tuple[Any, Any, dict]:
+    """cfg (TrainConfig) -> (train Dataset, eval Dataset or None, info with counts and data_hash)."""
+    from datasets import Dataset
+
+    examples, files = read_examples(cfg.resolved_dataset, cfg.data_path, cfg.image_root, cfg.score_margin)
+    examples, missing = drop_missing_images(examples, cfg.skip_missing_images, cfg.dataset_num_proc)
+    if not examples:
+        raise UserError(f"data_path: no training examples in {cfg.data_path!r}")
+    train, held = split_train_eval(examples, cfg.data_ratio, cfg.seed)
+    info = {"dataset_name": cfg.resolved_dataset, "examples": len(examples), "train": len(train),
+            "eval": len(held), "missing_images": missing, "data_hash": data_hash(files)}
+    log.info("data: %s", info)
+    to_ds = lambda rows: Dataset.from_list([{k: v for k, v in r.items() if k != "source"} for r in rows])  # noqa: E731
+    return to_ds(train), (to_ds(held) if held else None), info

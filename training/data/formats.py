@@ -1,0 +1,163 @@
+"""Record converters, one per dataset format: a raw record -> zero or more training examples.
+
+Pair examples:  {"image": str|None, "image_bytes": bytes|None, "prompt": str, "chosen": str, "rejected": str}
+SFT examples:   {"image": str|None, "image_bytes": bytes|None, "messages": [{"role", "content"}, ...]}
+`prompt` and user turns are bare questions: the `<image>` placeholder is stripped here and the
+chat template puts the image back in one place. `image` is still relative to `--image_root`.
+"""
+from __future__ import annotations
+
+import json
+from itertools import combinations
+from typing import Any, Callable
+
+from evalsuite.errors import UserError
+
+IMAGE_TOKEN = "<image>"
+USER_ROLES = {"user", "human"}
+ASSISTANT_ROLES = {"assistant", "gpt"}
+
+
+def _text(row: dict, key: str, where: str) -> str:
+    value = row.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"{where}: field {key!r} must be a non-empty string")
+    return value
+
+
+def _bare(question: str) -> str:
+    return question.replace(IMAGE_TOKEN, "").strip()
+
+
+def _image(row: dict, where: str, key: str = "image") -> dict[str, Any]:
+    value = row.get(key)
+    if value is None or value == "":
+        return {"image": None, "image_bytes": None}
+    if isinstance(value, str):
+        return {"image": value, "image_bytes": None}
+    if isinstance(value, dict) and (value.get("bytes") or value.get("path")):  # parquet Image feature
+        return {"image": value.get("path") if not value.get("bytes") else None, "image_bytes": value.get("bytes")}
+    raise UserError(f"{where}: field {key!r} must be a path string or an image struct")
+
+
+def plain_dpo(row: dict, where: str, **_) -> list[dict]:
+    """{"image"?: "x.jpg", "prompt": "...", "chosen": "...", "rejected": "..."} -> one pair."""
+    return [{**_image(row, where), "prompt": _bare(_text(row, "prompt", where)),
+             "chosen": _text(row, "chosen", where), "rejected": _text(row, "rejected", where)}]
+
+
+def _turns(conv: Any, where: str, key: str) -> list[dict[str, str]]:
+    """LLaVA/VL-RLHF turns [{"from", "value"}] -> [{"role", "content"}], user/assistant alternating."""
+    if not isinstance(conv, list) or len(conv) < 2:
+        raise UserError(f"{where}: {key!r} must be a list of at least 2 turns")
+    out = []
+    for t, turn in enumerate(conv):
+        if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
+            raise UserError(f"{where}: {key}[{t}] must be an object with a string 'value'")
+        role = turn.get("from", turn.get("role"))
+        want = USER_ROLES if t % 2 == 0 else ASSISTANT_ROLES
+        if role not in want:
+            raise UserError(f"{where}: {key}[{t}] role {role!r}, expected one of {sorted(want)}")
+        text = _bare(turn["value"]) if t % 2 == 0 else turn["value"].strip()
+        out.append({"role": "user" if t % 2 == 0 else "assistant", "content": text})
+    if out[-1]["role"] != "assistant":
+        raise UserError(f"{where}: {key!r} must end with an assistant turn")
+    return out
+
+
+def vlquery_json(row: dict, where: str, **_) -> list[dict]:
+    """{"image"?: "x.jpg", "conversations": [{"from": "user", "value"}, {"from": "assistant", ...}, ...]}."""
+    return [{**_image(row, where), "messages": _turns(row.get("conversations"), where, "conversations")}]
+
+
+def csr_pairs(row: dict, where: str, **_) -> list[dict]:
+    """CSR's LLaVA-style pair: conversations / rejected_conversations, one human + one gpt turn each."""
+    chosen = _turns(row.get("conversations"), where, "conversations")
+    rejected = _turns(row.get("rejected_conversations"), where, "rejected_conversations")
+    if len(chosen) != 2 or len(rejected) != 2:
+        raise UserError(f"{where}: CSR pairs have exactly one question and one answer per side")
+    if chosen[0]["content"] != rejected[0]["content"]:
+        raise UserError(f"{where}: conversations and rejected_conversations ask different questions")
+    return [{**_image(row, where), "prompt": chosen[0]["content"],
+             "chosen": chosen[1]["content"], "rejected": rejected[1]["content"]}]
+
+
+def _mean_rating(annotation: Any, where: str) -> float | None:
+    if not isinstance(annotation, dict):
+        raise UserError(f"{where}: each completion annotation must be an object of aspect -> {{'Rating': ...}}")
+    scores = []
+    for aspect, value in annotation.items():
+        rating = value.get("Rating") if isinstance(value, dict) else None
+        if rating in (None, "N/A", ""):
+            continue
+        try:
+            scores.append(float(rating))
+        except (TypeError, ValueError):
+            raise UserError(f"{where}: aspect {aspect!r} rating {rating!r} is not a number") from None
+    return sum(scores) / len(scores) if scores else None
+
+
+def _completions(row: dict, where: str) -> list[tuple[str, float]]:
+    comps = row.get("completions")
+    if isinstance(comps, dict):  # HF struct-of-lists form
+        keys = ("annotations", "response")
+        if not all(isinstance(comps.get(k), list) for k in keys):
+            raise UserError(f"{where}: completions must hold 'annotations' and 'response' lists")
+        comps = [{"annotations": a, "response": r} for a, r in zip(comps["annotations"], comps["response"])]
+    if not isinstance(comps, list):
+        raise UserError(f"{where}: field 'completions' must be a list")
+    out = []
+    for c, comp in enumerate(comps):
+        if not isinstance(comp, dict) or not isinstance(comp.get("response"), str):
+            raise UserError(f"{where}: completions[{c}] needs a string 'response'")
+        score = _mean_rating(comp.get("annotations"), f"{where}: completions[{c}]")
+        if score is not None:
+            out.append((comp["response"], score))
+    return out
+
+
+def select_pairs(scored: list[tuple[str, float]], score_margin: float) -> list[tuple[str, str]]:
+    """All (chosen, rejected) pairs ordered by score, ties dropped; margin -1 keeps the largest gap(s)."""
+    pairs = []
+    for (ra, sa), (rb, sb) in combinations(scored, 2):
+        if sa != sb:
+            pairs.append((ra, rb, sa - sb) if sa > sb else (rb, ra, sb - sa))
+    if not pairs:
+        return []
+    if score_margin == -1:
+        best = max(gap for _, _, gap in pairs)
+        return [(c, r) for c, r, gap in pairs if gap == best]
+    return [(c, r) for c, r, gap in pairs if gap >= score_margin]
+
+
+def vlfeedback_paired(row: dict, where: str, score_margin: float = -1.0, **_) -> list[dict]:
+    """MMInstruction/VLFeedback row: prompt + rated completions -> the pairs `select_pairs` keeps."""
+    prompt, image = _bare(_text(row, "prompt", where)), _image(row, where)
+    return [{**image, "prompt": prompt, "chosen": c, "rejected": r}
+            for c, r in select_pairs(_completions(row, where), score_margin)]
+
+
+def rlhfv(row: dict, where: str, **_) -> list[dict]:
+    """HaoyeZhang/RLHF-V-Dataset row: `text` is JSON {question, chosen, rejected}; image or image_path."""
+    text = row.get("text")
+    if isinstance(text, str):
+        try:
+            text = json.loads(text)
+        except json.JSONDecodeError:
+            raise UserError(f"{where}: field 'text' is not valid JSON") from None
+    if not isinstance(text, dict):
+        raise UserError(f"{where}: field 'text' must be a JSON object with question/chosen/rejected")
+    image = _image(row, where)
+    if image["image_bytes"] is None and row.get("image_path"):
+        image = _image(row, where, key="image_path")
+    return [{**image, "prompt": _bare(_text(text, "question", where)),
+             "chosen": _text(text, "chosen", where), "rejected": _text(text, "rejected", where)}]
+
+
+CONVERTERS: dict[str, Callable[..., list[dict]]] = {
+    "vlquery_json": vlquery_json,
+    "plain_dpo": plain_dpo,
+    "csr_pairs": csr_pairs,
+    "vlfeedback_paired": vlfeedback_paired,
+    "rlhfv": rlhfv,
+}

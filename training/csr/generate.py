@@ -1,0 +1,228 @@
+"""Sentence-level search trees of candidate responses (csr-method.md §2), built in batches.
+
+A tree per (image, question). The root is the prompt; every other node is one sentence, stored as
+token ids (never decoded and re-encoded: the original's string offsets broke across versions):
+
+    prefix_ids    response tokens before this sentence     sentence_ids  this sentence's tokens
+    text          the sentence decoded (special tokens out) lm_score      cumulative search score
+    depth, parent, children, is_final, status ("active" | "expanded" | "pruned" | "end" |
+                  "dropped:<rule>")
+
+Growth is depth-synchronous over a batch of prompts: every active node of every prompt in the batch
+is expanded in chunks of `batch_nodes` nodes by ONE batched search (`search.py`), each candidate
+sentence becomes a child, junk children are dropped (`clean.py`), and per prompt the live children
+are pruned to the `keep_top` best and `keep_bottom` worst by cumulative LM score (the worst are kept
+on purpose: they become the rejected side). A child is final when its sentence ends with EOS or the
+response reaches `max_response_tokens` / `max_depth`. A candidate that is only EOS ends the response
+where its parent ends: it is kept as an empty final node with status "end" (not scored itself).
+
+With `batch_nodes=1, prompt_batch=1` the same code runs one prompt and one node per call, as the
+released sampler does; both modes give the same trees (tests/unit/test_csr_generate.py).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from training.csr.clean import junk_reason
+from training.csr.config import TreeConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Node:
+    id: int
+    parent: int | None
+    depth: int
+    prefix_ids: list[int]
+    sentence_ids: list[int]
+    text: str
+    sentence_score: float
+    lm_score: float
+    is_final: bool = False
+    ends_with_eos: bool = False
+    status: str = "active"
+    children: list[int] = field(default_factory=list)
+
+    @property
+    def response_ids(self) -> list[int]:
+        """The whole response up to and including this sentence (EOS stripped)."""
+        ids = self.prefix_ids + self.sentence_ids
+        return ids[:-1] if self.ends_with_eos else ids
+
+    @property
+    def usable(self) -> bool:
+        return not self.status.startswith("dropped")
+
+
+@dataclass
+class Tree:
+    id: str
+    image: str
+    question: str
+    prompt_ids: list[int]
+    nodes: list[Node]
+
+    def complete_paths(self) -> list[list[int]]:
+        """Node ids root -> final leaf for every complete, undropped response."""
+        paths = []
+        for node in self.nodes:
+            if node.is_final and node.usable:
+                path, cur = [], node
+                while cur is not None:
+                    path.append(cur.id)
+                    cur = self.nodes[cur.parent] if cur.parent is not None else None
+                paths.append(path[::-1])
+        return paths
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Tree":
+        return cls(id=d["id"], image=d["image"], question=d["question"], prompt_ids=d["prompt_ids"],
+                   nodes=[Node(**n) for n in d["nodes"]])
+
+
+def sentence_end_ids(tokenizer, marks: Sequence[str]) -> list[int]:
+    """Ids of every vocabulary token that decodes to just a sentence mark ('.', ' .', ...)."""
+    wanted = set(marks)
+    ids = []
+    for token_id in range(len(tokenizer)):
+        if token_id in tokenizer.all_special_ids:
+            continue
+        if tokenizer.decode([token_id]).strip() in wanted:
+            ids.append(token_id)
+    return ids
+
+
+@dataclass
+class _Prompt:
+    tree: Tree
+    pixel_values: Any
+    active: list[int]
+
+
+class TreeGenerator:
+    """Grows trees for prompt records {id, image, question} with one loaded `evalsuite` VLM."""
+
+    def __init__(self, vlm, cfg: TreeConfig, image_root: str | Path):
+        from evalsuite.models.vlm import suppressed_token_ids
+        from training.csr.search import SearchSpec
+
+        self.vlm, self.cfg, self.image_root = vlm, cfg, Path(image_root)
+        tok = vlm.tokenizer
+        self.eos_id = tok.eos_token_id
+        stops = sentence_end_ids(tok, cfg.sentence_end) + [self.eos_id]
+        suppress = [i for i in suppressed_token_ids(vlm) if i != self.eos_id]
+        pad = tok.pad_token_id if tok.pad_token_id is not None else self.eos_id
+        self.spec = SearchSpec(num_beams=cfg.num_beams, num_groups=cfg.num_beam_groups,
+                               diversity_penalty=cfg.diversity_penalty, length_penalty=cfg.length_penalty,
+                               max_new_tokens=cfg.max_new_tokens, stop_ids=tuple(stops),
+                               suppress_ids=tuple(suppress), pad_id=pad)
+        self.sentences_generated = 0  # candidate sentences produced (the bench's unit of work)
+
+    def generate(self, records: Sequence[dict], progress: bool = True) -> list[Tree]:
+        from tqdm.auto import tqdm
+
+        trees: list[Tree] = []
+        step = self.cfg.prompt_batch
+        batches = range(0, len(records), step)
+        for start in tqdm(batches, desc="csr trees", unit="batch", disable=not progress or len(batches) < 2):
+            trees.extend(self._grow([self._start(r) for r in records[start:start + step]]))
+        return trees
+
+    def _start(self, record: dict) -> _Prompt:
+        from evalsuite.files import safe_join
+        from evalsuite.models.vlm import build_prompt, load_image
+
+        image = load_image(safe_join(self.image_root, record["image"]))
+        text = build_prompt(self.vlm, record["question"])
+        enc = self.vlm.processor(images=[image], text=[text], return_tensors="pt")
+        root = Node(id=0, parent=None, depth=0, prefix_ids=[], sentence_ids=[], text="",
+                    sentence_score=0.0, lm_score=0.0)
+        tree = Tree(id=str(record["id"]), image=record["image"], question=record["question"],
+                    prompt_ids=enc["input_ids"][0].tolist(), nodes=[root])
+        return _Prompt(tree=tree, pixel_values=enc["pixel_values"], active=[0])
+
+    def _grow(self, prompts: list[_Prompt]) -> list[Tree]:
+        while any(p.active for p in prompts):
+            work = [(p, nid) for p in prompts for nid in p.active]
+            for lo in range(0, len(work), self.cfg.batch_nodes):
+                chunk = work[lo:lo + self.cfg.batch_nodes]
+                for (p, nid), hyps in zip(chunk, self._expand(chunk)):
+                    self._add_children(p.tree, nid, hyps)
+            for p in prompts:
+                p.active = self._prune(p.tree, p.active)
+        return [p.tree for p in prompts]
+
+    def _expand(self, chunk: list[tuple[_Prompt, int]]):
+        import torch
+
+        from training.csr.search import group_beam_search, sample_search
+
+        contexts = [p.tree.prompt_ids + p.tree.nodes[nid].response_ids for p, nid in chunk]
+        pixels = torch.cat([p.pixel_values for p, _ in chunk], 0)
+        cfg = self.cfg
+        if cfg.expander == "group_beam":
+            out = group_beam_search(self.vlm.model, contexts, pixels, self.spec)
+        else:
+            keys = [f"{p.tree.id}/{nid}" for p, nid in chunk]
+            out = sample_search(self.vlm.model, contexts, pixels, self.spec, cfg.num_samples, keys,
+                                seed=cfg.seed, temperature=cfg.temperature, top_p=cfg.top_p)
+        self.sentences_generated += sum(len(h) for h in out)
+        return out
+
+    def _add_children(self, tree: Tree, nid: int, hyps) -> None:
+        parent = tree.nodes[nid]
+        parent.status = "expanded"
+        seen: set[tuple[int, ...]] = set()
+        for h in hyps:  # best first, so a duplicate keeps the better score
+            if self.cfg.dedupe_siblings and h.ids in seen:
+                continue
+            seen.add(h.ids)
+            ids = list(h.ids)
+            eos = bool(ids) and ids[-1] == self.eos_id
+            text = self.vlm.tokenizer.decode(ids[:-1] if eos else ids, skip_special_tokens=True).strip()
+            child = Node(id=len(tree.nodes), parent=nid, depth=parent.depth + 1,
+                         prefix_ids=parent.response_ids, sentence_ids=ids, text=text,
+                         sentence_score=h.score, lm_score=parent.lm_score + h.score, ends_with_eos=eos)
+            n_tokens = len(child.prefix_ids) + len(ids)
+            if eos and not text:
+                child.is_final, child.status = True, "end"
+            elif (reason := junk_reason(text, self.cfg.min_sentence_chars)) is not None:
+                child.status = f"dropped:{reason}"
+            elif eos or n_tokens >= self.cfg.max_response_tokens or child.depth >= self.cfg.max_depth:
+                child.is_final, child.status = True, "final"
+            tree.nodes.append(child)
+            parent.children.append(child.id)
+
+    def _prune(self, tree: Tree, expanded: Iterable[int]) -> list[int]:
+        """Next active nodes: live children of this depth, pruned to the best/worst by lm_score."""
+        live = [c for nid in expanded for c in tree.nodes[nid].children if tree.nodes[c].status == "active"]
+        top, bottom, threshold = self.cfg.pruning()
+        if len(live) < max(threshold, 1) or top + bottom >= len(live):
+            return live
+        # Stable order on ties (node id) keeps batched and one-at-a-time runs identical.
+        ranked = sorted(live, key=lambda c: (-tree.nodes[c].lm_score, c))
+        keep = set(ranked[:top]) | set(ranked[len(ranked) - bottom:] if bottom else [])
+        for c in live:
+            if c not in keep:
+                tree.nodes[c].status = "pruned"
+        return [c for c in live if c in keep]
+
+
+def write_trees(path: str | Path, trees: Iterable[Tree]) -> Path:
+    from evalsuite.files import write_jsonl_atomic
+
+    return write_jsonl_atomic(path, (t.to_dict() for t in trees))
+
+
+def read_trees(path: str | Path) -> list[Tree]:
+    import json
+
+    with open(path) as fh:
+        return [Tree.from_dict(json.loads(line)) for line in fh if line.strip()]

@@ -1,0 +1,235 @@
+"""Token-level expanders over the model's own forward + KV cache: diverse group beam search and sampling.
+
+transformers 5 moved group ("diverse") beam search out of the core library (offline it is not
+available), so it lives here. One call expands MANY contexts at once: rows are left-padded, with an
+attention mask and explicit position ids, and each row carries its own image (`pixel_values`).
+
+Group beam search follows the released CSR settings on top of HF semantics (the old
+`_group_beam_search` + the current vectorised `_beam_search`), so that with one group it returns
+exactly what `model.generate(num_beams=B, num_return_sequences=B)` returns:
+  * per step, groups are processed in order; group g's log-probs are lowered by
+    `diversity_penalty * (how often each token was just chosen by groups < g)` (Hamming diversity);
+  * each group keeps `S = B / G` running beams and `S` finished hypotheses; the top
+    `max(2, 1 + #stop ids) * S` continuations are considered, finished ones score
+    `sum(log p) / len ** length_penalty` (HF `sequences_scores`, penalty deductions included);
+  * a group stops adding hypotheses when no running beam can beat its worst finished one (HF's
+    `early_stopping=False` heuristic); a context stops at that point or at `max_new_tokens`.
+Finished contexts are dropped from the batch (their cache rows too), so long sentences of one node do
+not keep the others' rows alive.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+NEG = -1.0e9
+
+
+@dataclass(frozen=True)
+class Hyp:
+    """One generated continuation: its token ids (the stop token included) and search score."""
+
+    ids: tuple[int, ...]
+    score: float
+    group: int
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    num_beams: int = 5
+    num_groups: int = 5
+    diversity_penalty: float = 3.0
+    length_penalty: float = 1.0
+    max_new_tokens: int = 70
+    stop_ids: tuple[int, ...] = ()
+    suppress_ids: tuple[int, ...] = ()
+    pad_id: int = 0
+
+
+class _Batch:
+    """Rows of the running batch: KV cache, attention mask and next positions, grouped by context."""
+
+    def __init__(self, model, contexts: Sequence[Sequence[int]], pixel_values, pad_id: int, width: int):
+        device = next(model.parameters()).device
+        longest = max(len(c) for c in contexts)
+        ids = torch.full((len(contexts), longest), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(contexts), longest), dtype=torch.long)
+        for i, c in enumerate(contexts):
+            ids[i, longest - len(c):] = torch.tensor(list(c), dtype=torch.long)
+            mask[i, longest - len(c):] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        # Left padding: positions count real tokens only, so a row's logits do not depend on its padding.
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=ids, pixel_values=pixel_values.to(device=device, dtype=model.dtype),
+                    attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+        self.model, self.width, self.device = model, width, device
+        self.cache = out.cache if hasattr(out, "cache") else out.past_key_values
+        # Every context is prefilled once, then copied into `width` rows (beams or samples).
+        self.cache.batch_repeat_interleave(width)
+        self.mask = mask.repeat_interleave(width, 0)
+        self.next_pos = (pos[:, -1] + 1).repeat_interleave(width, 0)
+        self.logits = out.logits[:, -1].float().repeat_interleave(width, 0)
+
+    def step(self, rows: torch.Tensor, tokens: torch.Tensor) -> None:
+        """Keep cache rows `rows` (reorder + drop), feed one token per row, refresh `self.logits`."""
+        rows = rows.to(self.device)
+        self.cache.reorder_cache(rows)
+        self.mask = torch.cat([self.mask[rows], torch.ones((len(rows), 1), dtype=torch.long, device=self.device)], 1)
+        self.next_pos = self.next_pos[rows]
+        out = self.model(input_ids=tokens.view(-1, 1).to(self.device), attention_mask=self.mask,
+                         position_ids=self.next_pos.view(-1, 1), cache=self.cache, use_cache=True)
+        self.cache = out.cache if hasattr(out, "cache") else out.past_key_values
+        self.next_pos = self.next_pos + 1
+        self.logits = out.logits[:, -1].float()
+
+
+def _log_probs(logits: torch.Tensor, suppress: torch.Tensor) -> torch.Tensor:
+    lp = torch.log_softmax(logits, dim=-1)
+    if suppress.numel():
+        lp[:, suppress] = float("-inf")
+    return lp
+
+
+@torch.inference_mode()
+def group_beam_search(model, contexts: Sequence[Sequence[int]], pixel_values: torch.Tensor,
+                      spec: SearchSpec) -> list[list[Hyp]]:
+    """For each context, its `num_beams` finished hypotheses, best first (module docstring)."""
+    n, G, B = len(contexts), spec.num_groups, spec.num_beams
+    S = B // G
+    batch = _Batch(model, contexts, pixel_values, spec.pad_id, B)
+    stop = torch.tensor(spec.stop_ids, dtype=torch.long)
+    suppress = torch.tensor(spec.suppress_ids, dtype=torch.long)
+    K = max(2, 1 + len(spec.stop_ids)) * S
+    T = spec.max_new_tokens
+    run_score = torch.zeros((n, G, S))
+    run_score[:, :, 1:] = NEG  # every group starts from its first beam only
+    run_tok = torch.zeros((n, G, S, T), dtype=torch.long)
+    fin_score = torch.full((n, G, S), NEG)
+    fin_tok = torch.zeros((n, G, S, T), dtype=torch.long)
+    fin_len = torch.zeros((n, G, S), dtype=torch.long)
+    fin_set = torch.zeros((n, G, S), dtype=torch.bool)
+    open_ = torch.ones((n, G), dtype=torch.bool)  # HF: is_early_stop_heuristic_unsatisfied
+    alive = torch.arange(n)  # contexts whose rows are still in `batch`
+    for t in range(T):
+        m = len(alive)
+        lp = _log_probs(batch.logits, suppress).view(m, G, S, -1).cpu()
+        V = lp.shape[-1]
+        chosen = torch.zeros((m, V))  # token counts picked by earlier groups at this step
+        src = torch.zeros((m, G, S), dtype=torch.long)
+        tok = torch.zeros((m, G, S), dtype=torch.long)
+        for g in range(G):
+            scores = lp[:, g]
+            if spec.diversity_penalty and g:
+                scores = scores - spec.diversity_penalty * chosen[:, None, :]
+            acc = (scores + run_score[alive, g, :, None]).reshape(m, S * V)
+            top_s, top_i = acc.topk(K, dim=-1)
+            beam, token = top_i // V, top_i % V
+            hit = torch.isin(token, stop) | (t + 1 >= T)
+            seqs = torch.take_along_dim(run_tok[alive, g], beam[..., None], dim=1)
+            seqs[:, :, t] = token
+            _finish(fin_score, fin_tok, fin_len, fin_set, alive, g, top_s, seqs, hit, open_[alive, g],
+                    S, t + 1, spec.length_penalty)
+            keep = (top_s + hit.float() * NEG).topk(S, dim=-1).indices
+            run_score[alive, g] = torch.take_along_dim(top_s + hit.float() * NEG, keep, 1)
+            src[:, g] = g * S + torch.take_along_dim(beam, keep, 1)
+            tok[:, g] = torch.take_along_dim(token, keep, 1)
+            run_tok[alive, g] = torch.take_along_dim(seqs, keep[..., None], 1)
+            chosen.scatter_add_(1, tok[:, g], torch.ones((m, S)))
+        best_running = run_score[alive, :, 0] / float(t + 1) ** spec.length_penalty
+        worst = torch.where(fin_set[alive].all(-1), fin_score[alive].min(-1).values, torch.full((m, G), NEG))
+        open_[alive] &= best_running > worst
+        still = open_[alive].any(-1) if t + 1 < T else torch.zeros(m, dtype=torch.bool)
+        if not still.any():
+            break
+        rows = (torch.arange(m)[:, None] * B + src.view(m, B))[still].reshape(-1)
+        batch.step(rows, tok.view(m, B)[still].reshape(-1))
+        alive = alive[still]
+    return [_collect(fin_score[i], fin_tok[i], fin_len[i]) for i in range(n)]
+
+
+def _finish(fin_score, fin_tok, fin_len, fin_set, alive, g, top_s, seqs, hit, open_g, S, length, lp_pow):
+    """Merge this step's finished candidates of group g into its S best hypotheses (HF semantics:
+    only the top S continuations may finish, and only while the group is still open)."""
+    m, K = top_s.shape
+    first = torch.zeros(K, dtype=torch.bool)
+    first[:S] = True
+    ok = hit & first[None, :] & open_g[:, None]
+    cand = torch.where(ok, top_s / float(length) ** lp_pow, torch.full_like(top_s, NEG))
+    merged_s = torch.cat([fin_score[alive, g], cand], 1)
+    merged_t = torch.cat([fin_tok[alive, g], seqs], 1)
+    merged_l = torch.cat([fin_len[alive, g], torch.full((m, K), length, dtype=torch.long)], 1)
+    merged_f = torch.cat([fin_set[alive, g], ok], 1)
+    idx = merged_s.topk(S, dim=-1).indices
+    fin_score[alive, g] = torch.take_along_dim(merged_s, idx, 1)
+    fin_tok[alive, g] = torch.take_along_dim(merged_t, idx[..., None], 1)
+    fin_len[alive, g] = torch.take_along_dim(merged_l, idx, 1)
+    fin_set[alive, g] = torch.take_along_dim(merged_f, idx, 1)
+
+
+def _collect(score: torch.Tensor, toks: torch.Tensor, lens: torch.Tensor) -> list[Hyp]:
+    G, S = score.shape
+    hyps = [Hyp(tuple(toks[g, s, :lens[g, s]].tolist()), float(score[g, s]), g)
+            for g in range(G) for s in range(S) if score[g, s] > NEG / 2]
+    # Stable sort: equal scores keep group order, as HF's finalize does.
+    return sorted(hyps, key=lambda h: -h.score)
+
+
+def row_seed(seed: int, key: str) -> int:
+    """A per-context seed independent of batch composition (batched == one-at-a-time draws)."""
+    return zlib.crc32(f"{seed}:{key}".encode()) & 0x7FFFFFFF
+
+
+@torch.inference_mode()
+def sample_search(model, contexts: Sequence[Sequence[int]], pixel_values: torch.Tensor, spec: SearchSpec,
+                  num_samples: int, keys: Sequence[str], seed: int = 0, temperature: float = 1.0,
+                  top_p: float = 1.0) -> list[list[Hyp]]:
+    """`num_samples` sampled continuations per context, each scored by its mean token log-prob.
+
+    Each row draws from its own generator seeded by (seed, context key, sample index), so a context
+    gets the same samples whatever else is in the batch."""
+    n, k, T = len(contexts), num_samples, spec.max_new_tokens
+    batch = _Batch(model, contexts, pixel_values, spec.pad_id, k)
+    stop = torch.tensor(spec.stop_ids, dtype=torch.long)
+    suppress = torch.tensor(spec.suppress_ids, dtype=torch.long)
+    gens = [torch.Generator().manual_seed(row_seed(seed, f"{key}#{j}")) for key in keys for j in range(k)]
+    toks = torch.zeros((n * k, T), dtype=torch.long)
+    lens = torch.zeros(n * k, dtype=torch.long)
+    logp = torch.zeros(n * k)
+    done = torch.zeros(n * k, dtype=torch.bool)
+    alive = torch.arange(n * k)  # rows still in `batch`, in batch order
+    for t in range(T):
+        lp = _log_probs(batch.logits, suppress).cpu()
+        probs = _filtered_probs(lp, temperature, top_p)
+        u = torch.tensor([torch.rand(1, generator=gens[r]).item() for r in alive.tolist()])
+        cdf = probs.cumsum(-1)
+        token = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None]).squeeze(1).clamp(max=lp.shape[-1] - 1)
+        toks[alive, t] = token
+        lens[alive] = t + 1
+        logp[alive] += lp.gather(1, token[:, None]).squeeze(1)
+        finished = torch.isin(token, stop) | (t + 1 >= T)
+        done[alive] |= finished
+        keep = ~finished
+        if not keep.any():
+            break
+        batch.step(torch.arange(len(alive))[keep], token[keep])
+        alive = alive[keep]
+    out = []
+    for i in range(n):
+        rows = range(i * k, (i + 1) * k)
+        hyps = [Hyp(tuple(toks[r, :lens[r]].tolist()), float(logp[r] / lens[r]), j) for j, r in enumerate(rows)]
+        out.append(sorted(hyps, key=lambda h: -h.score))
+    return out
+
+
+def _filtered_probs(lp: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    probs = torch.softmax(lp / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(-1, descending=True)
+        # drop a token when the mass before it already reaches top_p (the first token always stays)
+        drop = (sorted_p.cumsum(-1) - sorted_p) >= top_p
+        sorted_p[drop] = 0.0
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    return probs

@@ -1,0 +1,44 @@
+"""Log-likelihood of a continuation given (image, prompt), for lmms-eval's loglikelihood requests.
+
+`evalsuite.models.vlm` answers generation requests; multiple-choice / loglikelihood tasks need the
+summed log-probability of a given continuation after the checkpoint's own chat prompt, and whether
+greedy decoding would have produced exactly it. One request per forward pass: these tasks are rare
+in the MME/POPE family and the prompt-prefix bookkeeping stays obvious.
+"""
+from __future__ import annotations
+
+from evalsuite.types import GenRequest
+
+
+def _continuation_ids(vlm, req: GenRequest, continuation: str):
+    """Token ids of prompt+continuation and the index where the continuation starts."""
+    from evalsuite.models.vlm import build_prompt, load_image
+
+    image = load_image(req.image) if req.image is not None else None
+    prompt = build_prompt(vlm, req.prompt)
+    kwargs = {"images": [image]} if image is not None else {}
+    full = vlm.processor(text=[prompt + continuation], return_tensors="pt", **kwargs)
+    n_prompt = vlm.processor(text=[prompt], return_tensors="pt", **kwargs)["input_ids"].shape[1]
+    return full.to(vlm.device), n_prompt
+
+
+def loglikelihood(vlm, requests: list[tuple[GenRequest, str]]) -> list[tuple[float, bool]]:
+    """[(sum of log p(continuation tokens), continuation == greedy argmax)] in request order."""
+    import torch
+
+    out: list[tuple[float, bool]] = []
+    for req, continuation in requests:
+        inputs, start = _continuation_ids(vlm, req, continuation)
+        ids = inputs["input_ids"][0]
+        if start >= ids.shape[0]:  # empty continuation (or one the tokenizer merged into the prompt)
+            out.append((0.0, True))
+            continue
+        with torch.inference_mode():
+            logits = vlm.model(**inputs).logits[0].float()
+        # logits at position t predict token t+1, so the continuation [start:] is read from [start-1:-1]
+        logp = torch.log_softmax(logits[start - 1:-1], dim=-1)
+        target = ids[start:]
+        picked = logp.gather(1, target.unsqueeze(1)).squeeze(1)
+        greedy = bool((logp.argmax(dim=-1) == target).all())
+        out.append((float(picked.sum()), greedy))
+    return out

@@ -90,7 +90,8 @@ class ResponseScore:
 
 
 # ---------------------------------------------------------------- loading
-def _clip_family(clip_dir: Path) -> str:
+def clip_family(clip_dir: Path) -> str:
+    """The model family ("clip" | "siglip") of a local checkpoint dir; UserError for anything else."""
     cfg_path = clip_dir / "config.json"
     if not clip_dir.is_dir():
         raise UserError(f"--clip {clip_dir}: not a directory")
@@ -116,7 +117,7 @@ def load_clip(clip_dir: str | Path, device: str | None = None, dtype: Any = None
     from transformers import AutoProcessor
 
     clip_dir = Path(clip_dir)
-    family = _clip_family(clip_dir)
+    family = clip_family(clip_dir)
     model_cls = getattr(transformers, CLIP_FAMILIES[family])
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = dtype or torch.float32

@@ -10,22 +10,13 @@ import pytest
 from evalsuite.errors import UserError
 from evalsuite.metrics import relevance as rel
 
-CORPUS = ["a red cube on the left of a blue ball", "the green cone is small and big . , ! ?",
-          "there is one two three dog cat sky grass"]
 TEXTS = ["a red cube.", "a blue ball on the left", "the green cone is small", "there is a dog",
          "two cat", "sky", "grass and a cube", "big big ball"]
 
 
 @pytest.fixture(scope="module")
-def clip_dir(request, tmp_path_factory):
-    """The kit's tiny CLIP (session fixture) once its default corpus exists, else the kit with ours."""
-    try:
-        import evalsuite.world.vocab  # noqa: F401
-    except ImportError:
-        from evalsuite.kit.tiny import build_tiny_clip
-
-        return build_tiny_clip(tmp_path_factory.mktemp("clip") / "clip", seed=0, corpus=CORPUS)
-    return request.getfixturevalue("tiny_clip_dir")
+def clip_dir(tiny_clip_dir):
+    return tiny_clip_dir
 
 
 @pytest.fixture(scope="module")

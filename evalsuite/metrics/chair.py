@@ -174,3 +174,9 @@ def score_captions(scorer: ChairScorer, items: list[tuple[int, str]], gt: Mappin
         rec = scorer.score(caption, gt.get(image_id, empty))
         records.append({"index": index, "image_id": image_id, **rec})
     return records
+
+
+def summarize(records: list[dict], variant: str, n_boot: int = 1000, seed: int = 0) -> dict:
+    """The summary of a scored caption set: variant, integer counts, metrics and bootstrap CIs."""
+    return {"variant": variant, **aggregate(records), "ci": chair_cis(records, n_boot=n_boot, seed=seed),
+            "ci_level": 0.95, "n_boot": n_boot, "seed": seed}

@@ -1,0 +1,63 @@
+"""`evalsuite chair`: score existing captions with CHAIR (object hallucination).
+
+    evalsuite chair --captions answers.jsonl --gt gt_objects_coco2014_pattern.json.gz --output runs/chair/x
+    evalsuite chair --captions answers.jsonl --gt /data/coco --variant opera
+
+Lines are `{"image_id": int, "caption": str}` or LLaVA answers `{"image_id": int or "COCO_..._000000002239.jpg",
+"text": str}`. Writes OUT/summary.json (variant, integer counts, CHAIRs, CHAIRi, Recall, Len, ci, NLTK
+resource checksums) and OUT/per_caption.jsonl, and prints a one-line table.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+VARIANT_NAMES = ("original", "opera", "opera_lemma")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("chair", help="CHAIR object hallucination of a captions file",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--captions", required=True, type=Path, help="captions .jsonl")
+    p.add_argument("--gt", default=None,
+                   help="GT cache (.json/.json.gz from `evalsuite chair-gt`) or a COCO folder with "
+                        "instances*/captions* json (GT is built once and cached)")
+    p.add_argument("--variant", default="original",
+                   help=f"one of {', '.join(VARIANT_NAMES)} (default original: the CHAIR/CSR script)")
+    p.add_argument("--output", type=Path, default=None, help="output folder (default runs/chair/<stem>-<variant>)")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="score images absent from the GT with an empty GT (the reference's silent behaviour)")
+    p.add_argument("--nltk-data", type=Path, default=None, help="NLTK data folder (else NLTK_DATA)")
+    p.add_argument("--cache-dir", type=Path, default=None, help="GT cache folder (default ~/.cache/evalsuite)")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the CIs (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from evalsuite.errors import UserError
+    from evalsuite.files import sha256_file, write_json_atomic, write_jsonl_atomic
+    from evalsuite.metrics import chair, chair_io, nltk_resources
+
+    variant = chair.get_variant(args.variant)  # unknown variant fails before anything loads
+    if args.gt is None:
+        raise UserError("--gt: required (a GT cache .json[.gz] or a COCO annotations folder)")
+    items = chair_io.read_captions(args.captions)
+    nltk_resources.add_data_dir(args.nltk_data)
+    scorer = chair.ChairScorer(variant.name)
+    gt, gt_meta = chair_io.resolve_gt(args.gt, variant.gt, args.cache_dir)
+    records = chair.score_captions(scorer, items, gt, allow_missing=args.allow_missing, source=str(args.captions))
+    summary = chair.summarize(records, variant.name, n_boot=args.n_boot, seed=args.seed)
+    summary.update(
+        captions=str(args.captions), captions_sha256=sha256_file(args.captions), gt=gt_meta,
+        normalizer=variant.normalizer, gt_normalizer=variant.gt,
+        nltk_resources=nltk_resources.resource_checksums(scorer.resources),
+        missing_gt=sum(1 for i, _ in items if i not in gt),
+    )
+    out = args.output or Path("runs") / "chair" / f"{args.captions.stem}-{variant.name}"
+    write_jsonl_atomic(out / "per_caption.jsonl", records)
+    write_json_atomic(out / "summary.json", summary)
+    print(f"{'variant':<12} {'caps':>5} {'CHAIRs':>7} {'CHAIRi':>7} {'Recall':>7} {'Len':>7}   -> {out}")
+    print(f"{variant.name:<12} {summary['num_caps']:>5} {summary['CHAIRs'] * 100:>7.1f} {summary['CHAIRi'] * 100:>7.1f}"
+          f" {summary['Recall'] * 100:>7.1f} {summary['Len']:>7.1f}")
+    return 0

@@ -1,0 +1,155 @@
+"""Sentence rewards of a search tree and their aggregation over complete responses (csr-method.md §3).
+
+Per scorable node (a usable, non-empty sentence):
+  * `lm`  language self-reward: the mean token log-prob of the sentence's ids given prompt + prefix, by
+          one teacher-forced pass over the kept ids. Unlike the beam's `sequences_scores` (kept as
+          `Node.sentence_score` and used only for pruning) it has no diversity-penalty deductions.
+  * `clip` visual reward R_I = max(s * cos, 0) of (image, sentence) from the shared
+          `evalsuite.metrics.relevance.RelevanceScorer` (s = exp(logit_scale), ~100); `cos` is kept.
+
+Aggregation (`path_rewards`), lambda = `RewardConfig.lam`:
+  * `rank` (default, the released code): among the n scorable children of one parent,
+        rank_lm = (position by descending lm + 1) / n,  rank_clip likewise by descending cosine
+        (the unclipped logit order, as released), cost = (1 - lam) rank_lm + lam rank_clip;
+    path score = sum(cost) / (#sentences + 1) (lower is better). Its `reward` is 1 - score.
+  * `value` (the paper): R(s) = lam R_I(s) + (1 - lam) R_T(s) with R_T = 100 exp(lm), the geometric
+    mean token probability on CLIP's 0-100 scale; path reward = sum of R(s) (higher is better).
+A node with status "end" (a bare EOS) closes its path and contributes no sentence.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from training.csr.config import RewardConfig
+from training.csr.generate import Tree
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------- pure aggregation (hand-checkable)
+def sibling_ranks(values: Sequence[float]) -> list[float]:
+    """(position in descending order + 1) / n for each value; ties keep input order."""
+    n = len(values)
+    order = sorted(range(n), key=lambda i: (-values[i], i))
+    ranks = [0.0] * n
+    for pos, i in enumerate(order):
+        ranks[i] = (pos + 1) / n
+    return ranks
+
+
+def rank_path_score(costs: Sequence[float]) -> float:
+    """The released code's length-normalised cost: sum / (#sentences + 1)."""
+    return sum(costs) / (len(costs) + 1)
+
+
+def value_sentence_reward(clip: float, lm: float, lam: float) -> float:
+    return lam * clip + (1.0 - lam) * 100.0 * math.exp(lm)
+
+
+def scorable(tree: Tree) -> list[int]:
+    return [n.id for n in tree.nodes if n.parent is not None and n.usable and n.status != "end" and n.text]
+
+
+@dataclass
+class PathReward:
+    path: list[int]          # node ids root -> final
+    sentences: list[int]     # the scorable node ids on it
+    score: float             # rank: mean cost (lower better); value: summed reward (higher better)
+    reward: float            # higher is better in both modes
+    response_ids: list[int]
+
+
+def node_costs(tree: Tree, lm: dict[int, float], cos: dict[int, float], lam: float) -> dict[int, float]:
+    """cost = (1 - lam) rank_lm + lam rank_clip over each parent's scorable children."""
+    ok = set(scorable(tree))
+    costs: dict[int, float] = {}
+    for node in tree.nodes:
+        kids = [c for c in node.children if c in ok]
+        if not kids:
+            continue
+        r_lm = sibling_ranks([lm[c] for c in kids])
+        r_clip = sibling_ranks([cos[c] for c in kids])
+        for c, a, b in zip(kids, r_lm, r_clip):
+            costs[c] = (1.0 - lam) * a + lam * b
+    return costs
+
+
+def path_rewards(tree: Tree, scores: dict[int, dict], cfg: RewardConfig) -> list[PathReward]:
+    """Every complete path of `tree` with its aggregated score, one entry per distinct response."""
+    ok = set(scorable(tree))
+    if cfg.mode == "rank":
+        costs = node_costs(tree, {k: v["lm"] for k, v in scores.items()},
+                           {k: v["cos"] for k, v in scores.items()}, cfg.lam)
+    out: list[PathReward] = []
+    seen: set[tuple[int, ...]] = set()
+    for path in tree.complete_paths():
+        sents = [nid for nid in path if nid in ok]
+        if not sents:
+            continue  # a response with no usable sentence (a bare EOS at the root) has nothing to judge
+        response = tree.nodes[path[-1]].response_ids
+        if tuple(response) in seen:
+            continue
+        seen.add(tuple(response))
+        if cfg.mode == "rank":
+            score = rank_path_score([costs[s] for s in sents])
+            reward = 1.0 - score
+        else:
+            score = sum(value_sentence_reward(scores[s]["clip"], scores[s]["lm"], cfg.lam) for s in sents)
+            reward = score
+        out.append(PathReward(path=path, sentences=sents, score=score, reward=reward, response_ids=response))
+    return out
+
+
+# ---------------------------------------------------------------- model passes
+def language_scores(vlm, trees: Sequence[Tree], pixel_values: Sequence, batch: int = 32) -> list[dict[int, float]]:
+    """Teacher-forced mean token log-prob of every scorable sentence, batched across trees."""
+    import torch
+
+    items = [(ti, nid) for ti, t in enumerate(trees) for nid in scorable(t)]
+    out: list[dict[int, float]] = [{} for _ in trees]
+    model = vlm.model
+    device = next(model.parameters()).device
+    pad = vlm.tokenizer.pad_token_id if vlm.tokenizer.pad_token_id is not None else vlm.tokenizer.eos_token_id
+    for lo in range(0, len(items), batch):
+        chunk = items[lo:lo + batch]
+        rows = [trees[ti].prompt_ids + trees[ti].nodes[nid].prefix_ids + trees[ti].nodes[nid].sentence_ids
+                for ti, nid in chunk]
+        targets = [len(trees[ti].nodes[nid].sentence_ids) for ti, nid in chunk]
+        width, keep = max(map(len, rows)), max(targets) + 1
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, r in enumerate(rows):  # left padding: every row's sentence ends at the last position
+            ids[i, width - len(r):] = torch.tensor(r)
+            mask[i, width - len(r):] = 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        px = torch.cat([pixel_values[ti] for ti, _ in chunk], 0).to(device=device, dtype=model.dtype)
+        with torch.inference_mode():
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
+                           pixel_values=px, logits_to_keep=keep).logits.float()
+        lp = torch.log_softmax(logits[:, :-1], -1).cpu()  # window position j predicts kept token j + 1
+        for i, ((ti, nid), n_t) in enumerate(zip(chunk, targets)):
+            tgt = ids[i, width - n_t:]
+            tok_lp = lp[i, keep - 1 - n_t:].gather(1, tgt[:, None]).squeeze(1)
+            out[ti][nid] = float(tok_lp.mean())
+    return out
+
+
+def score_trees(vlm, scorer, trees: Sequence[Tree], image_root: str | Path, cfg: RewardConfig) -> list[dict]:
+    """Per tree {"id", "nodes": {node id: {"lm", "clip", "cos"}}} for every scorable node."""
+    from evalsuite.files import safe_join
+    from evalsuite.models.vlm import load_image
+
+    images = [load_image(safe_join(image_root, t.image)) for t in trees]
+    pixels = [vlm.processor.image_processor(images=[im], return_tensors="pt")["pixel_values"] for im in images]
+    lm = language_scores(vlm, trees, pixels, cfg.lm_batch)
+    items = [(ti, nid) for ti, t in enumerate(trees) for nid in scorable(t)]
+    # PIL images are hashed by content in the scorer's cache, so each image is encoded once.
+    clip, cos = scorer.score_texts([(images[ti], trees[ti].nodes[nid].text) for ti, nid in items])
+    out = [{"id": t.id, "nodes": {}} for t in trees]
+    for (ti, nid), r, c in zip(items, clip, cos):
+        out[ti]["nodes"][nid] = {"lm": lm[ti][nid], "clip": float(r), "cos": float(c)}
+    return out

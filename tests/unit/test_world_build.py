@@ -200,3 +200,23 @@ def test_mme_scores_with_lmms_eval_functions(world_dir):
         scores[name] = {k: mme.mme_aggregate_results(v) for k, v in per.items()}
     assert scores["yes"] == {"mme_perception_score": 200.0, "mme_cognition_score": 50.0}
     assert scores["oracle"] == {"mme_perception_score": 800.0, "mme_cognition_score": 200.0}
+
+
+def test_objects_from_annotations_round_trip(world_dir):
+    """Objects read back from the instances json equal the scene the builder sampled (same rng stream),
+    so the demo can write SFT captions from the json alone."""
+    import random
+
+    from evalsuite.errors import UserError
+    from evalsuite.world.captions import describe
+    from evalsuite.world.scene import objects_from_annotations, sample_scene
+
+    coco = _coco(world_dir / "annotations" / "instances_val.json")
+    for image_id in coco.getImgIds():
+        back = objects_from_annotations(coco.loadAnns(coco.getAnnIds(imgIds=image_id)), 64, 64)
+        orig = sample_scene(random.Random(f"0:{image_id}"), 64)
+        assert [(o.category_id, o.cell) for o in back] == [(o.category_id, o.cell) for o in orig]
+        assert [o.bbox for o in back] == [o.bbox for o in orig]
+        assert describe(back) == describe(orig)
+    with pytest.raises(UserError, match="category_id 5 is not a world category"):
+        objects_from_annotations([{"id": 1, "category_id": 5, "bbox": [0, 0, 1, 1]}], 64, 64)

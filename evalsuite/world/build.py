@@ -19,7 +19,12 @@ import tempfile
 from pathlib import Path
 
 from evalsuite.world.captions import (  # noqa: F401  (re-exported: the demo writes SFT captions)
-    caption_for, describe, pick_absent, reference_captions, sft_captions)
+    caption_for,
+    describe,
+    pick_absent,
+    reference_captions,
+    sft_captions,
+)
 from evalsuite.world.categories import BACKGROUND, CATEGORIES, CELLS, COLOURS
 from evalsuite.world.draw import render_png
 from evalsuite.world.scene import WorldObject, objects_from_annotations, sample_scene  # noqa: F401
@@ -126,9 +131,9 @@ def build_world(out: str | os.PathLike, images: int = 600, seed: int = 0, val_fr
         raise UserError(f"--images {images}: need at least 1 image")
     if not 0.0 <= val_fraction <= 1.0:
         raise UserError(f"val_fraction {val_fraction}: must lie in [0, 1]")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        if not (overwrite and (out / "world.json").is_file()):
-            raise UserError(f"{out}: exists and is not empty (pass overwrite for a previous world)")
+    occupied = out.exists() and (not out.is_dir() or any(out.iterdir()))
+    if occupied and not (overwrite and (out / "world.json").is_file()):
+        raise UserError(f"{out}: exists and is not empty (--overwrite replaces a previous world)")
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.building-"))
     try:

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import random
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
-from evalsuite.world.categories import BY_ID, CATEGORIES, CELLS, NUMBER_WORDS, Category, article
+from evalsuite.world.categories import (
+    BY_ID,
+    CATEGORIES,
+    CELLS,
+    NUMBER_WORDS,
+    Category,
+    article,
+)
 
 Mention = tuple[Category, int]       # (category, cell)
 
@@ -16,17 +23,17 @@ def _join(parts: Sequence[str]) -> str:
     return ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
-def _noun(cat: Category, rng: Optional[random.Random]) -> str:
+def _noun(cat: Category, rng: random.Random | None) -> str:
     return rng.choice(cat.words) if rng is not None else cat.words[0]
 
 
-def _np(cat: Category, rng: Optional[random.Random], colour: bool) -> str:
+def _np(cat: Category, rng: random.Random | None, colour: bool) -> str:
     """'a puppy', or with colour 'a brown puppy'."""
     words = ([cat.colour] if colour else []) + [_noun(cat, rng)]
     return f"{article(words[0])} {' '.join(words)}"
 
 
-def _counted(mentions: Sequence[Mention], rng: Optional[random.Random]) -> list[str]:
+def _counted(mentions: Sequence[Mention], rng: random.Random | None) -> list[str]:
     """Group by category in first-seen order: 'two dogs', 'a kitten'."""
     counts: dict[int, int] = {}
     for cat, _ in mentions:
@@ -38,7 +45,7 @@ def _counted(mentions: Sequence[Mention], rng: Optional[random.Random]) -> list[
     return out
 
 
-def _placed(mentions: Sequence[Mention], rng: Optional[random.Random]) -> list[str]:
+def _placed(mentions: Sequence[Mention], rng: random.Random | None) -> list[str]:
     return [f"{_np(cat, rng, True)} in the {CELLS[cell]}" for cat, cell in mentions]
 
 
@@ -80,13 +87,13 @@ def t_relation(m: Sequence[Mention], rng) -> str:
     return text + "."
 
 
-TEMPLATES: dict[str, Callable[[Sequence[Mention], Optional[random.Random]], str]] = {
+TEMPLATES: dict[str, Callable[[Sequence[Mention], random.Random | None], str]] = {
     "list": t_list, "picture": t_picture, "shows": t_shows, "positions": t_positions,
     "colours": t_colours, "relation": t_relation,
 }
 
 
-def _mentions(objects, absent: Optional[int], rng: Optional[random.Random]) -> list[Mention]:
+def _mentions(objects, absent: int | None, rng: random.Random | None) -> list[Mention]:
     m = [(BY_ID[o.category_id], o.cell) for o in objects]
     if absent is not None:
         if absent in {o.category_id for o in objects}:
@@ -96,8 +103,8 @@ def _mentions(objects, absent: Optional[int], rng: Optional[random.Random]) -> l
     return m
 
 
-def caption_for(objects, rng: Optional[random.Random] = None, template: Optional[str] = None,
-                absent: Optional[int] = None) -> str:
+def caption_for(objects, rng: random.Random | None = None, template: str | None = None,
+                absent: int | None = None) -> str:
     """One caption of `objects` (WorldObjects). rng picks the template and synonyms (None: the first
     of each). `absent`: a world category id NOT in the image, mentioned anyway: a hallucinated caption
     for training data with a controlled hallucination rate."""
@@ -122,7 +129,7 @@ def pick_absent(objects, rng: random.Random) -> int:
     return rng.choice([c.id for c in CATEGORIES if c.id not in present])
 
 
-def sft_captions(objects, rng: random.Random, hallucination_rate: float) -> tuple[str, Optional[int]]:
+def sft_captions(objects, rng: random.Random, hallucination_rate: float) -> tuple[str, int | None]:
     """A training caption; with probability `hallucination_rate` it also mentions one absent object.
     Returns (caption, the absent category id mentioned or None)."""
     absent = pick_absent(objects, rng) if rng.random() < hallucination_rate else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 Point = tuple[float, float]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 from evalsuite.errors import UserError
 
@@ -40,7 +39,7 @@ class CocoLayout:
     def image_dir_candidates(self) -> list[Path]:
         return [self.root / "images" / self.split, self.root / self.split]
 
-    def find_image_dir(self) -> Optional[Path]:
+    def find_image_dir(self) -> Path | None:
         """The image directory, or None when the split has no images here (annotations only)."""
         return next((d for d in self.image_dir_candidates() if d.is_dir()), None)
 

@@ -23,7 +23,6 @@ import os
 import random
 from collections import Counter
 from pathlib import Path
-from typing import Optional
 
 from evalsuite.world.categories import article
 
@@ -47,7 +46,7 @@ def ground_truth(coco) -> dict[int, set[int]]:
 
 
 def sample_pope(gt: dict[int, set[int]], categories: list[int], seed: int,
-                n_images: Optional[int] = None, per_side: int = PER_SIDE) -> dict[str, list[tuple]]:
+                n_images: int | None = None, per_side: int = PER_SIDE) -> dict[str, list[tuple]]:
     """{setting: [(image_id, category_id, "yes"|"no"), ...]}; pure given its inputs."""
     from evalsuite.errors import UserError
 
@@ -83,8 +82,8 @@ def sample_pope(gt: dict[int, set[int]], categories: list[int], seed: int,
 
 
 def build_pope(coco_root: str | os.PathLike, split: str, out: str | os.PathLike, seed: int = 0,
-               n_images: Optional[int] = None, instances: Optional[str | os.PathLike] = None,
-               image_dir: Optional[str | os.PathLike] = None) -> dict[str, dict[str, Path]]:
+               n_images: int | None = None, instances: str | os.PathLike | None = None,
+               image_dir: str | os.PathLike | None = None) -> dict[str, dict[str, Path]]:
     """Write the three POPE sets of `split`; returns {"json": {setting: path}, "parquet": {...}}.
 
     `instances` / `image_dir` override what CocoLayout(coco_root, split) finds."""

@@ -17,10 +17,17 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from evalsuite.world.categories import BY_ID, CATEGORIES, CELLS, COLOURS, NUMBER_WORDS, article
+from evalsuite.world.categories import (
+    BY_ID,
+    CATEGORIES,
+    CELLS,
+    COLOURS,
+    NUMBER_WORDS,
+    article,
+)
 
 SUFFIX = " Please answer yes or no."
 MME_CATEGORIES = ("existence", "count", "color", "position", "numerical_calculation")

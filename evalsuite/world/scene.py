@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from evalsuite.world.categories import BY_ID, CATEGORIES, CELLS
 from evalsuite.world.draw import glyph_polygon, polygon_area, polygon_bbox

@@ -6,7 +6,14 @@ from __future__ import annotations
 import random
 from functools import lru_cache
 
-from evalsuite.world.categories import CATEGORIES, CELLS, COCO80, COLOURS, NUMBER_WORDS, article
+from evalsuite.world.categories import (
+    CATEGORIES,
+    CELLS,
+    COCO80,
+    COLOURS,
+    NUMBER_WORDS,
+    article,
+)
 
 DEFAULT_PROMPT = "Please describe this image in detail."
 # lmms-eval 0.7.3 `mme` / `pope` default post_prompt (appended after a newline).
@@ -66,7 +73,13 @@ def _random_captions(n_scenes: int = 400, seed: int = 12345) -> list[str]:
 
 def _question_sweep() -> list[str]:
     from evalsuite.world.pope import pope_question
-    from evalsuite.world.questions import color_q, count_q, existence_q, numerical_q, position_q
+    from evalsuite.world.questions import (
+        color_q,
+        count_q,
+        existence_q,
+        numerical_q,
+        position_q,
+    )
 
     out = [existence_q(c.name) for c in CATEGORIES]
     for c in CATEGORIES:

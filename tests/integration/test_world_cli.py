@@ -22,8 +22,8 @@ def test_world_build_cli(tmp_path):
 
     again = run_cli("world", "build", "--out", str(out))
     assert again.returncode == 2
-    assert again.stderr.strip().splitlines() == [f"evalsuite: error: {out}: exists and is not empty "
-                                                 "(pass overwrite for a previous world)"]
+    msg = f"evalsuite: error: {out}: exists and is not empty (--overwrite replaces a previous world)"
+    assert again.stderr.strip().splitlines() == [msg]
     bad = run_cli("world", "build", "--out", str(tmp_path / "z"), "--images", "0")
     assert bad.returncode == 2 and "--images 0" in bad.stderr
 

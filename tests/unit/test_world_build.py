@@ -18,7 +18,6 @@ from evalsuite.world.build import build_world
 from evalsuite.world.categories import BY_ID, BY_NAME, CELLS, COLOURS, NUMBER_WORDS
 from evalsuite.world.questions import MME_COLUMNS
 from evalsuite.world.scene import cell_of_bbox
-
 from tests.unit.test_world_chairmap import chair_ref  # noqa: F401  (fixture)
 
 SPLITS = ("train", "val")

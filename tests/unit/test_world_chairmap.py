@@ -15,8 +15,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from evalsuite.world.categories import (BY_ID, CATEGORIES, CELLS, COCO80, COLOURS, NUMBER_WORDS)
 from evalsuite.world.captions import TEMPLATES, caption_for, pick_absent, sft_captions
+from evalsuite.world.categories import (
+    BY_ID,
+    CATEGORIES,
+    CELLS,
+    COCO80,
+    COLOURS,
+    NUMBER_WORDS,
+)
 from evalsuite.world.scene import sample_scene
 
 NORMALISERS = ("pattern", "lemma")

@@ -12,7 +12,6 @@ import pytest
 from evalsuite.errors import UserError
 from evalsuite.world.layout import CocoLayout
 from evalsuite.world.pope import POPE_COLUMNS, SETTINGS, build_pope, sample_pope
-
 from tests.unit.test_world_build import lmms_task_utils
 
 # Hand-worked example (9 categories, 7 images):
@@ -156,12 +155,12 @@ def test_layout_world_and_coco(world_dir, tmp_path):
     assert coco.instances_json == tmp_path / "annotations/instances_val2014.json"
     assert coco.image_path("COCO_val2014_000000000001.jpg") == tmp_path / "val2014/COCO_val2014_000000000001.jpg"
     with pytest.raises(UserError, match="captions_val2014.json: missing captions"):
-        coco.captions_json
+        _ = coco.captions_json
     with pytest.raises(UserError, match="escapes"):
         coco.image_path("../annotations/instances_val2014.json")
     with pytest.raises(UserError, match="COCO_val2014_000000000002.jpg: image file missing"):
         coco.image_path("COCO_val2014_000000000002.jpg")
     with pytest.raises(UserError, match="no image directory for split 'train2014'"):
-        CocoLayout(tmp_path, "train2014").image_dir
+        _ = CocoLayout(tmp_path, "train2014").image_dir
     with pytest.raises(UserError, match="not a directory"):
         CocoLayout(tmp_path / "nope", "val")

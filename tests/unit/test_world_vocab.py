@@ -8,7 +8,12 @@ import re
 
 from evalsuite.world.captions import TEMPLATES, caption_for, pick_absent
 from evalsuite.world.scene import sample_scene
-from evalsuite.world.vocab import DEFAULT_PROMPT, LLAVA_DETAIL_PROMPTS, LMMS_POST_PROMPT, corpus
+from evalsuite.world.vocab import (
+    DEFAULT_PROMPT,
+    LLAVA_DETAIL_PROMPTS,
+    LMMS_POST_PROMPT,
+    corpus,
+)
 
 
 def _words(texts) -> set[str]:

@@ -141,17 +141,13 @@ def _base(ckpts) -> str:
 
 
 def fmt(x, signed: bool = False) -> str:
-    """Compact number: 3 decimals below 10, 2 below 1000, none above."""
+    """Compact number: 3 decimals below 10, 2 below 1000, none above or for whole counts >= 10."""
     x = _num(x)
     if x is None:
         return "-"
     a = abs(x)
-    s = f"{x:+.3f}" if signed else f"{x:.3f}"
-    if a >= 1000:
-        s = f"{x:+.0f}" if signed else f"{x:.0f}"
-    elif a >= 10:
-        s = f"{x:+.2f}" if signed else f"{x:.2f}"
-    return s
+    places = 0 if a >= 1000 or (a >= 10 and x.is_integer()) else 2 if a >= 10 else 3
+    return f"{x:+.{places}f}" if signed else f"{x:.{places}f}"
 
 
 def cell_text(r) -> str:

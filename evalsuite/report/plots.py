@@ -1,0 +1,154 @@
+"""Matplotlib figures as inline SVG text that follows the page's light/dark colours.
+
+Text, axes and grid are drawn in a sentinel colour that is then replaced by `currentColor`, so an
+inline <svg> takes the colour of the surrounding text in either colour scheme. Each figure gets its
+own `svg.hashsalt`, so the clip-path ids of several inline SVGs in one page never collide.
+"""
+from __future__ import annotations
+
+import io
+import itertools
+import math
+import re
+
+_INK = "#010203"           # sentinel for "the page's text colour"
+_salt = itertools.count()
+PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#eeca3b", "#9d755d"]
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _style() -> dict:
+    return {
+        "svg.fonttype": "none", "font.size": 9, "font.family": "sans-serif",
+        "text.color": _INK, "axes.labelcolor": _INK, "axes.edgecolor": _INK, "xtick.color": _INK,
+        "ytick.color": _INK, "axes.facecolor": "none", "figure.facecolor": "none",
+        "savefig.facecolor": "none", "axes.grid": True, "grid.color": _INK, "grid.alpha": 0.15,
+        "axes.spines.top": False, "axes.spines.right": False, "legend.frameon": False,
+        "axes.prop_cycle": __import__("cycler").cycler(color=PALETTE),
+    }
+
+
+def to_svg(fig) -> str:
+    """Figure -> <svg> element text (no XML prolog), sentinel colour -> currentColor."""
+    plt = _plt()
+    buf = io.StringIO()
+    with plt.rc_context({"svg.hashsalt": f"evalsuite-{next(_salt)}"}):
+        fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    svg = buf.getvalue()
+    svg = svg[svg.index("<svg"):]
+    svg = svg.replace(_INK, "currentColor")
+    # let CSS size it: drop the fixed width/height, keep the viewBox
+    return re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1 class="plot"', svg, count=1)
+
+
+def _x(points: list[dict]) -> tuple[list[float], list[str]]:
+    """x positions: the iteration when every point has one, else the checkpoint order."""
+    if all(p.get("iteration") is not None for p in points):
+        return [float(p["iteration"]) for p in points], [str(p["iteration"]) for p in points]
+    return list(range(len(points))), [p["name"] for p in points]
+
+
+def metric_plot(title: str, points: list[dict], higher_is_better: bool) -> str:
+    """One metric across checkpoints: line + markers, CI band where the points have CIs."""
+    plt = _plt()
+    with plt.rc_context(_style()):
+        fig, ax = plt.subplots(figsize=(3.4, 2.3))
+        xs, labels = _x(points)
+        ys = [p["value"] for p in points]
+        ax.plot(xs, ys, marker="o", ms=4, lw=1.6, color=PALETTE[0])
+        if all(p.get("ci_low") is not None for p in points):
+            ax.fill_between(xs, [p["ci_low"] for p in points], [p["ci_high"] for p in points],
+                            color=PALETTE[0], alpha=0.2, lw=0)
+        ax.set_xticks(xs, labels, rotation=30 if not points or points[0].get("iteration") is None else 0)
+        ax.set_xlabel("iteration")
+        ax.set_title(f"{title}  {'↑' if higher_is_better else '↓'}", fontsize=9, loc="left")
+        return to_svg(fig)
+
+
+def csr_plots(series: dict[str, list[dict]]) -> list[str]:
+    """Chosen vs rejected reward per iteration (with CI bands), and the reward gap as bars."""
+    plt = _plt()
+    out = []
+    with plt.rc_context(_style()):
+        fig, ax = plt.subplots(figsize=(4.6, 2.8))
+        for name, color in (("chosen_reward_mean", PALETTE[2]), ("rejected_reward_mean", PALETTE[3])):
+            pts = series.get(name) or []
+            if not pts:
+                continue
+            xs, labels = _x(pts)
+            ax.plot(xs, [p["value"] for p in pts], marker="o", ms=4, color=color,
+                    label=name.replace("_reward_mean", ""))
+            if all(p.get("ci_low") is not None for p in pts):
+                ax.fill_between(xs, [p["ci_low"] for p in pts], [p["ci_high"] for p in pts],
+                                color=color, alpha=0.18, lw=0)
+            ax.set_xticks(xs, labels)
+        ax.set_xlabel("iteration")
+        ax.set_title("mean reward of chosen vs rejected", fontsize=9, loc="left")
+        ax.legend()
+        out.append(to_svg(fig))
+        gap = series.get("reward_gap") or []
+        if gap:
+            fig, ax = plt.subplots(figsize=(4.6, 2.8))
+            xs, labels = _x(gap)
+            vals = [p["value"] for p in gap]
+            err = None
+            if all(p.get("ci_low") is not None for p in gap):
+                err = [[v - p["ci_low"] for v, p in zip(vals, gap)], [p["ci_high"] - v for v, p in zip(vals, gap)]]
+            ax.bar(xs, vals, width=0.6, color=PALETTE[0], yerr=err, ecolor=_INK, capsize=3)
+            ax.axhline(0, color=_INK, lw=0.8)
+            ax.set_xticks(xs, labels)
+            ax.set_xlabel("iteration")
+            ax.set_title("reward gap (chosen - rejected)", fontsize=9, loc="left")
+            out.append(to_svg(fig))
+    return out
+
+
+def kde(values, grid) -> list[float]:
+    """Gaussian KDE with Silverman's bandwidth (a constant sample gets a narrow bump, not a NaN)."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    spread = min(v.std(ddof=1) if len(v) > 1 else 0.0,
+                 (np.subtract(*np.percentile(v, [75, 25])) / 1.34) if len(v) > 1 else 0.0)
+    if spread <= 0:
+        spread = max(v.std(ddof=1) if len(v) > 1 else 0.0, 1e-3 * max(1.0, abs(float(v.mean()))))
+    h = 0.9 * spread * len(v) ** -0.2
+    z = (np.asarray(grid)[:, None] - v[None, :]) / h
+    return list(np.exp(-0.5 * z * z).sum(axis=1) / (len(v) * h * math.sqrt(2 * math.pi)))
+
+
+def density_plot(title: str, sets: dict[str, list[float]], dashed: set[str] = frozenset()) -> str:
+    """KDE curves of several value sets on one axis (sets with < 2 values are skipped)."""
+    import numpy as np
+
+    plt = _plt()
+    sets = {k: [float(x) for x in v if x is not None and math.isfinite(float(x))] for k, v in sets.items()}
+    sets = {k: v for k, v in sets.items() if len(v) >= 2}
+    allv = np.concatenate([np.asarray(v) for v in sets.values()]) if sets else np.zeros(1)
+    lo, hi = float(allv.min()), float(allv.max())
+    pad = 0.1 * (hi - lo or 1.0)
+    grid = np.linspace(lo - pad, hi + pad, 200)
+    with plt.rc_context(_style()):
+        fig, ax = plt.subplots(figsize=(4.6, 2.8))
+        colors = {}
+        for i, (name, vals) in enumerate(sets.items()):
+            stem = name.rsplit(" ", 1)[0] if name in dashed or name.endswith(" chosen") else name
+            color = colors.setdefault(stem, PALETTE[len(colors) % len(PALETTE)])
+            ax.plot(grid, kde(vals, grid), lw=1.6, color=color, ls="--" if name in dashed else "-",
+                    label=f"{name} (n={len(vals)})")
+        ax.set_xlabel("relevance")
+        ax.set_ylabel("density")
+        ax.set_title(title, fontsize=9, loc="left")
+        # below the axes: over the curves it hides the overlap it is meant to explain
+        ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.22))
+        return to_svg(fig)

@@ -100,3 +100,29 @@ def check_hub_cached(name: str, leaf: str, cfg: dict) -> None:
             f"to a local file or directory (e.g. a `hf download --repo-type dataset {path}` snapshot)"
             + (f" and run --tasks {leaf}" if leaf != name else "")
         )
+
+
+def data_fingerprint(task: dict | str) -> str:
+    """Short hash of where a task's docs come from (paths, sizes, mtimes), so cached answers of one
+    world are never served for another world's doc with the same id and prompt."""
+    import hashlib
+    import json
+
+    if not isinstance(task, dict):
+        return hashlib.sha256(str(task).encode()).hexdigest()[:12]
+    kwargs = task.get("dataset_kwargs") or {}
+    files = kwargs.get("data_files") or {}
+    paths = [Path(p) for ps in files.values() for p in (ps if isinstance(ps, list) else [ps])]
+    for key in ("dataset_path",):
+        if isinstance(task.get(key), str) and Path(task[key]).exists():
+            paths.append(Path(task[key]))
+    if kwargs.get("data_dir"):
+        paths.append(Path(kwargs["data_dir"]))
+    stats = []
+    for p in paths:
+        for f in sorted(p.rglob("*")) if p.is_dir() else [p]:
+            if f.is_file():
+                st = f.stat()
+                stats.append([str(f.resolve()), st.st_size, st.st_mtime_ns])
+    payload = json.dumps([task.get("dataset_path"), task.get("dataset_name"), stats], default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:12]

@@ -78,6 +78,8 @@ class LMMCore:
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else 8
         self.cache_dir = cache_dir
         self._caches: dict[str, ResponseCache] = {}
+        # lmms task -> cache namespace (the bridge adds a data fingerprint: another world, other entries)
+        self.cache_tags: dict[str, str] = {}
         self.counts = {"generated": 0, "cached": 0}
 
     def _backend_from_args(self, pretrained, device, dtype, trust_remote_code):
@@ -110,9 +112,10 @@ class LMMCore:
     def _cache(self, task: str) -> ResponseCache | None:
         if self.cache_dir is None:
             return None
-        if task not in self._caches:
-            self._caches[task] = ResponseCache(self.cache_dir, self.backend.fingerprint, task, self.rank)
-        return self._caches[task]
+        tag = self.cache_tags.get(task, task)
+        if tag not in self._caches:
+            self._caches[tag] = ResponseCache(self.cache_dir, self.backend.fingerprint, tag, self.rank)
+        return self._caches[tag]
 
     def _item(self, rtype: str, context: str, visual_fn, doc_id: int, task: str, split: str, gen_args) -> _Item:
         doc = self.task_dict[task][split][doc_id]

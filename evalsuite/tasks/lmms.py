@@ -22,7 +22,7 @@ from pathlib import Path
 
 from evalsuite.errors import UserError
 from evalsuite.tasks.base import RunContext
-from evalsuite.adapters.lmms_data import check_hub_cached, data_override, world_files
+from evalsuite.adapters.lmms_data import check_hub_cached, data_fingerprint, data_override, world_files
 from evalsuite.tasks.registry import LMMS_LOCAL_TASKS
 from evalsuite.types import MetricValue, TaskResult
 
@@ -129,6 +129,7 @@ def run_lmms_tasks(ctx: RunContext, names: list[str], backend=None) -> list[Task
         lm.reset_counts()
         log.info("lmms-eval task %s (%s) on %s", spec.name, spec.lmms_task, spec.data)
         task = dict(spec.task) if isinstance(spec.task, dict) else spec.task
+        lm.cache_tags[spec.lmms_task] = f"{spec.lmms_task}.{data_fingerprint(spec.task)}"
         try:
             raw = adapter.evaluate_task(
                 lm, task, limit=ctx.limit, gen_kwargs=gen_kwargs, include_defaults=spec.builtin,

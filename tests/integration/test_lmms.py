@@ -197,7 +197,7 @@ def test_model_failure_keeps_finished_samples_and_resume_regenerates_only_the_re
     with pytest.raises(LmmsRunError, match=r"mme: lmms-eval run failed \(RuntimeError: CUDA out of memory"):
         run_lmms_tasks(ctx, ["mme"], backend=dying)
     assert len(dying.generated) == 6
-    cache_files = list((tmp_path / "out" / ".resume" / "lmms" / "yes-model").glob("evalsuite_mme.rank0.jsonl"))
+    cache_files = list((tmp_path / "out" / ".resume" / "lmms" / "yes-model").glob("evalsuite_mme.*.rank0.jsonl"))
     assert len(cache_files) == 1 and len(cache_files[0].read_text().splitlines()) == 6
 
     second = AnswerBackend()
@@ -341,3 +341,17 @@ def test_tiny_checkpoint_loglikelihood_matches_its_greedy_answer(adapter, tiny_v
     (lp_greedy, is_greedy), (lp_other, other_greedy) = loglikelihood(vlm, [(req, " " + word), (req, " " + other)])
     assert len(ids) == 1 and is_greedy and lp_greedy < 0
     assert lp_other < lp_greedy and not other_greedy
+
+
+def test_shared_cache_never_serves_another_worlds_answers(adapter, mini_world, world_dir, tmp_path):
+    """One cache dir for two worlds: the same doc ids and checkpoint, other files -> all regenerated."""
+    from evalsuite.tasks.lmms import run_lmms_tasks
+
+    shared = {"cache_dir": str(tmp_path / "shared-cache")}
+    (a,) = run_lmms_tasks(_ctx(tmp_path / "a", mini_world, options=dict(shared)), ["mme"], backend=AnswerBackend())
+    (b,) = run_lmms_tasks(_ctx(tmp_path / "b", world_dir, limit=8, options=dict(shared)), ["mme"],
+                          backend=AnswerBackend())
+    assert a.extra["responses"] == {"generated": 8, "cached": 0}
+    assert b.extra["responses"] == {"generated": 8, "cached": 0}
+    (c,) = run_lmms_tasks(_ctx(tmp_path / "c", mini_world, options=dict(shared)), ["mme"], backend=AnswerBackend())
+    assert c.extra["responses"] == {"generated": 0, "cached": 8}

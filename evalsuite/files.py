@@ -8,6 +8,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
     path = Path(path)
@@ -18,6 +21,7 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import logging
 import sys
 
@@ -32,8 +31,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        if importlib.util.find_spec(f"evalsuite.commands.{name}") is None:  # TEMP: until every command lands
-            continue
         importlib.import_module(f"evalsuite.commands.{name}").register(sub)
     return parser
 

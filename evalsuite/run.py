@@ -142,7 +142,7 @@ def run_eval(spec: EvalSpec) -> dict:
     run_id = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
     out = Path(spec.output_dir) if spec.output_dir else Path(spec.store) / "runs" / run_id
     meta = run_meta(spec, run_id)
-    meta["config"]["data_root"] = str(data_root)
+    meta["config"]["data_root"] = meta["data_root"] = str(data_root)
     write_json_atomic(out / "run.json", meta)
     ctx = RunContext(ckpt=spec.ckpt, data_root=data_root, output_dir=out, limit=spec.limit,
                      batch_size=spec.batch_size, gen=spec.gen, options=dict(spec.options),
@@ -153,7 +153,8 @@ def run_eval(spec: EvalSpec) -> dict:
 
     def finish(result: TaskResult) -> None:
         save_task(out, result)
-        store.write_run(meta, [result])
+        # one store run per task, so each lands as soon as it finishes; eval_run groups them
+        store.write_run({**meta, "run_id": f"{run_id}-{result.task}", "eval_run": run_id}, [result])
         summary[result.task] = result.to_dict()
         write_json_atomic(out / "summary.json", summary)
         log.info("%s: %s", result.task, ", ".join(f"{m.metric}={m.value:.4g}" for m in result.metrics))

@@ -148,8 +148,9 @@ def _run_csr(cfg: DemoConfig, world: Path, prompts: Path, base: Path, judge: Pat
 
 def _report(cfg: DemoConfig) -> Path:
     from evalsuite.report import build_report
+    from evalsuite.store import Store
 
-    return build_report(cfg.store, cfg.report_dir, title=f"evalsuite {cfg.name}: CSR on the synthetic world")
+    return build_report(Store(cfg.store), cfg.report_dir, title=f"evalsuite {cfg.name}: CSR on the synthetic world")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,127 @@
+"""`evalsuite table`: latest value per checkpoint, base choice, delta CIs, formats, version selector."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import pytest
+
+from evalsuite.errors import UserError
+from evalsuite.store import Store
+from evalsuite.store.table import delta_ci, fmt, tidy_table
+from evalsuite.types import MetricValue, TaskResult
+
+
+def write(store, it, chair_s, f1_se=0.01, ckpt=None, **kw):
+    results = [TaskResult("chair", "1", [MetricValue("CHAIRs", chair_s, False, n=100,
+                                                     ci_low=chair_s - 0.05, ci_high=chair_s + 0.05)]),
+               TaskResult("pope", "1", [MetricValue("f1", 0.8 + 0.01 * (it or 0), True, n=300, stderr=f1_se,
+                                                    variant="random")])]
+    return store.write_run({"ckpt": ckpt or f"/ck/iter{it}", "ckpt_hash": f"h-{ckpt or it}", "iteration": it,
+                            "method": "csr", "config": {}, **kw}, results)
+
+
+def args(store, **kw):
+    base = dict(store=str(store), metric=None, format="md", as_of=None, run=None, list_versions=False)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_mover_delta_ci_by_hand():
+    """a = 0.4 [0.35, 0.45], b = 0.5 [0.45, 0.55]: d = -0.1,
+    low = -0.1 - sqrt(0.05^2 + 0.05^2) = -0.170711, high = -0.1 + sqrt(0.05^2 + 0.05^2) = -0.029289."""
+    lo, hi = delta_ci(0.4, (0.35, 0.45), 0.5, (0.45, 0.55))
+    assert lo == pytest.approx(-0.1 - math.sqrt(0.005)) and hi == pytest.approx(-0.1 + math.sqrt(0.005))
+    assert delta_ci(0.4, (None, None), 0.5, (0.45, 0.55)) == (None, None)
+
+
+def test_base_is_iteration_zero_and_rows_follow_iteration(tmp_path):
+    """Written out of order (2, 0, 1): rows come back 0, 1, 2 and the base is iteration 0.
+    f1 has only stderr 0.01: CI = value +- 0.0196; delta CI half-width = sqrt(2) * 0.0196 = 0.027719."""
+    store = Store(tmp_path)
+    for it, cs in ((2, 0.3), (0, 0.5), (1, 0.4)):
+        write(store, it, cs)
+    t = tidy_table(store.metrics())
+    assert list(dict.fromkeys(t["checkpoint"])) == ["iter0", "iter1", "iter2"]
+    assert t.loc[t["is_base"], "checkpoint"].unique().tolist() == ["iter0"]
+    f1 = t[(t["checkpoint"] == "iter2") & (t["metric"] == "f1")].iloc[0]
+    assert f1["metric_key"] == "pope/f1[random]"
+    assert f1["ci_low"] == pytest.approx(0.82 - 0.0196) and f1["delta"] == pytest.approx(0.02)
+    assert f1["delta_high"] - f1["delta"] == pytest.approx(math.sqrt(2) * 0.0196)
+    cs = t[(t["checkpoint"] == "iter1") & (t["metric"] == "CHAIRs")].iloc[0]
+    assert cs["delta"] == pytest.approx(-0.1) and cs["delta_low"] == pytest.approx(-0.1 - math.sqrt(0.005))
+
+
+def test_base_without_iteration_zero_is_the_earliest(tmp_path):
+    store = Store(tmp_path)
+    write(store, 3, 0.3)
+    write(store, 1, 0.5)
+    t = tidy_table(store.metrics())
+    assert t.loc[t["is_base"], "checkpoint"].iloc[0] == "iter1"
+
+
+def test_reevaluation_supersedes_and_version_shows_the_old_value(tmp_path, capsys):
+    store = Store(tmp_path)
+    write(store, 0, 0.5)
+    write(store, 1, 0.4)
+    write(store, 1, 0.2)                # iteration 1 re-evaluated: the table shows 0.2 now
+    latest = tidy_table(store.metrics(), ["CHAIRs"])
+    assert latest[latest["checkpoint"] == "iter1"]["value"].tolist() == [0.2]
+    older = tidy_table(store.metrics(as_of=2), ["CHAIRs"])
+    assert older[older["checkpoint"] == "iter1"]["value"].tolist() == [0.4]
+    from evalsuite.commands import table
+
+    assert table.main(args(tmp_path, metric=["chair/*"], as_of="2")) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "| checkpoint | iter | method | chair/CHAIRs ↓ |"
+    assert out[2] == "| iter0 (base) | 0 | csr | 0.500 [0.450, 0.550] |"
+    assert out[3] == "| iter1 | 1 | csr | 0.400 [0.350, 0.450] Δ -0.100 [-0.171, -0.029] |"
+
+
+def test_metric_filter_and_unknown_metric(tmp_path):
+    store = Store(tmp_path)
+    write(store, 0, 0.5)
+    assert set(tidy_table(store.metrics(), ["f1"])["metric_key"]) == {"pope/f1[random]"}
+    assert set(tidy_table(store.metrics(), ["pope/*", "CHAIRs"])["metric_key"]) == {"pope/f1[random]", "chair/CHAIRs"}
+    with pytest.raises(UserError, match="--metric 'bleu': no such metric.*chair/CHAIRs"):
+        tidy_table(store.metrics(), ["bleu"])
+
+
+def test_csv_json_and_list_versions(tmp_path, capsys):
+    from evalsuite.commands import table
+
+    store = Store(tmp_path)
+    r0 = write(store, 0, 0.5)
+    write(store, 1, 0.4)
+    table.main(args(tmp_path, format="json"))
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["base"] == "iter0" and len(doc["rows"]) == 4
+    row = next(r for r in doc["rows"] if r["checkpoint"] == "iter1" and r["metric"] == "CHAIRs")
+    assert row["delta"] == pytest.approx(-0.1) and row["higher_is_better"] is False
+    table.main(args(tmp_path, format="csv"))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("checkpoint,iteration,method,ckpt,ckpt_hash,run_id,metric_key")
+    assert len(lines) == 5
+    table.main(args(tmp_path, list_versions=True))
+    listing = capsys.readouterr().out
+    assert r0 in listing and "/ck/iter1" in listing
+
+
+def test_same_basename_checkpoints_are_told_apart(tmp_path):
+    store = Store(tmp_path)
+    write(store, 0, 0.5, ckpt="/a/final")
+    write(store, 1, 0.4, ckpt="/b/final")
+    names = set(tidy_table(store.metrics())["checkpoint"])
+    assert len(names) == 2 and all(n.startswith("final@") for n in names)
+
+
+def test_missing_store_is_a_user_error(tmp_path):
+    from evalsuite.commands import table
+
+    with pytest.raises(UserError, match="no results store there"):
+        table.main(args(tmp_path / "nothing"))
+
+
+def test_fmt():
+    assert [fmt(0.5), fmt(-0.0123, True), fmt(12.345), fmt(666.0), fmt(1500.2), fmt(None)] == \
+        ["0.500", "-0.012", "12.35", "666", "1500", "-"]

@@ -1,0 +1,310 @@
+"""The CSR iteration driver: for t = 1..T, generate -> score -> pairs -> train + merge -> evaluate.
+
+    python training/train.py --config configs/csr.yaml                 # via the method dispatcher
+    python -m training.csr.loop --config configs/csr_tiny.yaml iterations=1 tree.max_depth=2
+    torchrun --nproc_per_node 4 -m training.csr.loop --config configs/csr.yaml   # data-parallel sampling
+
+Layout of `output_dir` (default runs/NAME/):
+    config.json                      the resolved CSRConfig of the first start
+    base_eval.done                   coupled evaluation of the base model (if eval_tasks)
+    iter_t/trees.rank{r}.jsonl       rank r's shard of search trees (prompts r, r+W, ...)
+    iter_t/trees.jsonl               all trees, prompt order (rank 0 merges the shards)
+    iter_t/scores.jsonl              per tree: node id -> {lm, clip, cos}
+    iter_t/pairs.json, plain_dpo.json, pair_stats.json
+    iter_t/train/                    trainer output (adapter, logs); iter_t/merged/ = checkpoint M_t
+    iter_t/manifest.json             iteration, parent, pairs hash, merged path, CSR config
+    iter_t/<stage>.done              stage markers, written last (JSON with what the stage produced)
+
+Every file is written atomically and a stage's marker only after its outputs, so a killed run rerun
+with the same output_dir resumes at the first unfinished stage (training restarts from its start).
+Under torchrun each rank generates a shard of the prompts; rank 0 runs the other single-process
+stages while the others wait, and every rank joins training (the trainer is accelerate-aware).
+"""
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from evalsuite.errors import UserError
+from evalsuite.files import sha256_file, write_json_atomic
+from training.csr.config import CSRConfig, load_config
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------- ranks
+def _world() -> tuple[int, int]:
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def _barrier() -> None:
+    if _world()[1] == 1:
+        return
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    dist.barrier()
+
+
+# ---------------------------------------------------------------- inputs
+def load_prompts(path: str | Path, limit: int | None = None) -> list[dict]:
+    """Records {id, image, question} from a json list or jsonl; a LLaVA-style `input` with `<image>`
+    is accepted as the question (the placeholder is stripped: the chat template adds it once)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: prompt file not found")
+    text = path.read_text()
+    try:
+        rows = json.loads(text) if text.lstrip().startswith("[") else [json.loads(x) for x in text.splitlines() if x.strip()]
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid json/jsonl ({exc.msg}, line {exc.lineno})") from None
+    out, seen = [], set()
+    for i, row in enumerate(rows[:limit] if limit else rows):
+        q = row.get("question", row.get("input")) if isinstance(row, dict) else None
+        if not isinstance(q, str) or not row.get("image") or row.get("id") is None:
+            raise UserError(f"{path}: record {i} needs 'id', 'image' and a 'question' string")
+        rid = str(row["id"])
+        if rid in seen:
+            raise UserError(f"{path}: record {i}: duplicate id {rid!r}")
+        seen.add(rid)
+        out.append({"id": rid, "image": row["image"], "question": q.replace("<image>", "").strip()})
+    if not out:
+        raise UserError(f"{path}: no prompt records")
+    return out
+
+
+def _done(d: Path, stage: str) -> dict | None:
+    p = d / f"{stage}.done"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def _mark(d: Path, stage: str, **info: Any) -> None:
+    write_json_atomic(d / f"{stage}.done", info)
+
+
+class _Models:
+    """The generator VLM and the CLIP judge, loaded on first use and released before training."""
+
+    def __init__(self, cfg: CSRConfig):
+        self.cfg, self._vlm, self._vlm_path, self._scorer = cfg, None, None, None
+
+    def vlm(self, path: str):
+        if self._vlm is None or self._vlm_path != str(path):
+            from evalsuite.models.vlm import load_vlm
+
+            self.release()
+            self._vlm, self._vlm_path = load_vlm(path, device=self.cfg.device, dtype=self.cfg.dtype), str(path)
+        return self._vlm
+
+    def scorer(self):
+        if self._scorer is None:
+            from evalsuite.metrics.relevance import RelevanceScorer
+
+            self._scorer = RelevanceScorer(self.cfg.clip, device=self.cfg.device, batch_size=self.cfg.reward.clip_batch)
+        return self._scorer
+
+    def release(self) -> None:
+        self._vlm = self._vlm_path = None
+        gc.collect()
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except ImportError:
+            pass
+
+
+# ---------------------------------------------------------------- stages
+def stage_generate(cfg: CSRConfig, models: _Models, ckpt: str, records: list[dict], d: Path) -> None:
+    from training.csr.generate import TreeGenerator, read_trees, write_trees
+
+    rank, world = _world()
+    shard = d / f"trees.rank{rank}.jsonl"
+    if not _done(d, f"generate.rank{rank}"):
+        mine = records[rank::world]
+        trees = TreeGenerator(models.vlm(ckpt), cfg.tree, cfg.image_root).generate(mine)
+        write_trees(shard, trees)
+        _mark(d, f"generate.rank{rank}", trees=len(trees))
+    _barrier()
+    if rank == 0:
+        by_id = {t.id: t for r in range(world) for t in read_trees(d / f"trees.rank{r}.jsonl")}
+        write_trees(d / "trees.jsonl", [by_id[r["id"]] for r in records])
+        _mark(d, "generate", trees=len(records), ranks=world)
+    _barrier()
+
+
+def stage_score(cfg: CSRConfig, models: _Models, ckpt: str, d: Path) -> None:
+    from evalsuite.files import write_jsonl_atomic
+    from training.csr.generate import read_trees
+    from training.csr.reward import score_trees
+
+    trees = read_trees(d / "trees.jsonl")
+    scores = score_trees(models.vlm(ckpt), models.scorer(), trees, cfg.image_root, cfg.reward)
+    write_jsonl_atomic(d / "scores.jsonl", scores)
+    _mark(d, "score", trees=len(trees))
+
+
+def stage_pairs(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> None:
+    from training.csr.generate import read_trees
+    from training.csr.pairs import add_relevance, build_pairs, pair_stats, write_pair_files
+
+    trees = read_trees(d / "trees.jsonl")
+    with open(d / "scores.jsonl") as fh:
+        scores = [json.loads(x) for x in fh if x.strip()]
+    pairs, skipped = build_pairs(trees, scores, models.vlm(ckpt).tokenizer, cfg.reward, cfg.pairs)
+    add_relevance(pairs, models.scorer(), cfg.image_root)
+    pairs_path = write_pair_files(d, pairs)
+    result = pair_stats(pairs, skipped, cfg.reward, config={"iteration": t, "generator": str(ckpt)})
+    write_json_atomic(d / "pair_stats.json", {**result.to_dict(), "skipped": dict(skipped)})
+    _write_stats(cfg, ckpt, t, result)
+    log.info("iter %d: %d pairs, %d skipped %s", t, len(pairs), sum(skipped.values()), dict(skipped))
+    _mark(d, "pairs", pairs=len(pairs), skipped=dict(skipped), pairs_hash=sha256_file(pairs_path))
+
+
+def _write_stats(cfg: CSRConfig, ckpt: str, t: int, result) -> None:
+    """One store run per iteration, with a run id derived from the run dir so a resumed run that
+    already wrote it does not write it twice."""
+    import datetime as dt
+    import hashlib
+
+    from evalsuite.manifest import checkpoint_hash, read_manifest
+    from evalsuite.store import Store
+    from evalsuite.version import code_version
+
+    tag = hashlib.sha256(str(cfg.run_dir.resolve()).encode()).hexdigest()[:8]
+    run_id = f"csr-{re.sub(r'[^A-Za-z0-9._-]', '-', cfg.name)[:60]}-{tag}-iter{t}-pairs"
+    store = Store(cfg.store)
+    if (Path(cfg.store) / "metrics" / f"{run_id}.parquet").exists():
+        return
+    manifest = read_manifest(ckpt) or {}
+    meta = {"run_id": run_id, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "ckpt": str(Path(ckpt).resolve()), "ckpt_hash": checkpoint_hash(ckpt), "iteration": t,
+            "method": "csr", "parent": manifest.get("parent"), "label": f"{cfg.name}/iter_{t}",
+            "config": cfg.to_dict(), "code_version": code_version()}
+    store.write_run(meta, [result])
+
+
+def train_config(cfg: CSRConfig, ckpt: str, t: int, d: Path):
+    """The trainer's TrainConfig for iteration t: the preset's `train:` mapping + what the loop owns."""
+    from training.config import load_config as load_train_config
+
+    owned = {"method": "csr", "model_name_or_path": str(ckpt), "output_dir": str(d / "train"),
+             "merged_dir": str(d / "merged"), "data_path": str(d / "pairs.json"), "dataset_name": "csr_pairs",
+             "image_root": str(cfg.image_root), "iteration": t, "parent": str(ckpt), "save_merged": True}
+    clash = sorted(set(owned) & set(cfg.train))
+    if clash:
+        raise UserError(f"csr.train: {', '.join(clash)} are set by the loop, remove them from the preset")
+    return load_train_config({**cfg.train, **owned})
+
+
+def stage_train(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> str:
+    from training.trainers.dpo import run_dpo
+
+    info = _done(d, "pairs")
+    if not info["pairs"]:
+        raise UserError(f"{d}: iteration {t} produced no preference pairs (skipped: {info['skipped']}); "
+                        "loosen tree caps or pairs.min_gap")
+    models.release()
+    rank, _ = _world()
+    if rank == 0:  # a killed attempt leaves partial trainer output: start training afresh
+        for sub in ("train", "merged"):
+            shutil.rmtree(d / sub, ignore_errors=True)
+    _barrier()
+    tcfg = train_config(cfg, ckpt, t, d)
+    merged = str(run_dpo(tcfg))
+    if rank == 0:
+        write_json_atomic(d / "manifest.json", {
+            "iteration": t, "parent": str(ckpt), "merged": merged, "pairs_hash": info["pairs_hash"],
+            "num_pairs": info["pairs"], "config": cfg.to_dict(), "train_config": tcfg.resolved()})
+        _mark(d, "train", merged=merged)
+    _barrier()
+    return merged
+
+
+def stage_eval(cfg: CSRConfig, ckpt: str, label: str, out: Path) -> None:
+    from evalsuite.run import EvalSpec, run_eval
+
+    run_eval(EvalSpec(ckpt=str(ckpt), tasks=list(cfg.eval_tasks), data_root=cfg.eval_data_root,
+                      output_dir=str(out), store=cfg.store, limit=cfg.eval_limit, options=dict(cfg.eval_options),
+                      device=cfg.device, label=label))
+
+
+# ---------------------------------------------------------------- driver
+def run_iteration(cfg: CSRConfig, models: _Models, records: list[dict], ckpt: str, t: int) -> str:
+    d = cfg.run_dir / f"iter_{t}"
+    d.mkdir(parents=True, exist_ok=True)
+    rank, _ = _world()
+    if not _done(d, "generate"):
+        stage_generate(cfg, models, ckpt, records, d)
+    for stage, fn in (("score", lambda: stage_score(cfg, models, ckpt, d)),
+                      ("pairs", lambda: stage_pairs(cfg, models, ckpt, t, d))):
+        if not _done(d, stage):
+            if rank == 0:
+                fn()
+            _barrier()
+    done = _done(d, "train")
+    merged = done["merged"] if done else stage_train(cfg, models, ckpt, t, d)
+    if cfg.eval_tasks and not _done(d, "eval") and rank == 0:
+        stage_eval(cfg, merged, f"{cfg.name}/iter_{t}", d / "eval")
+        _mark(d, "eval", tasks=list(cfg.eval_tasks))
+    _barrier()
+    return merged
+
+
+def run_csr(cfg: CSRConfig | dict | str | Path) -> list[str]:
+    """Run (or resume) the loop; returns the merged checkpoint dirs [M_1, ..., M_T]."""
+    if isinstance(cfg, (str, Path)):
+        cfg = load_config(cfg)
+    elif isinstance(cfg, dict):
+        cfg = CSRConfig.from_dict(cfg)
+    run_dir = cfg.run_dir
+    rank, _ = _world()
+    records = load_prompts(cfg.prompts, cfg.limit)
+    if rank == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if not (run_dir / "config.json").exists():
+            write_json_atomic(run_dir / "config.json", cfg.to_dict())
+        if cfg.eval_tasks and not (run_dir / "base_eval.done").exists():
+            stage_eval(cfg, cfg.model, f"{cfg.name}/base", run_dir / "base_eval")
+            _mark(run_dir, "base_eval", tasks=list(cfg.eval_tasks))
+    _barrier()
+    models = _Models(cfg)
+    ckpt, merged = cfg.model, []
+    for t in range(1, cfg.iterations + 1):
+        ckpt = run_iteration(cfg, models, records, ckpt, t)
+        merged.append(ckpt)
+        log.info("iteration %d done: %s", t, ckpt)
+    models.release()
+    return merged
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`--config X.yaml [key.sub=value ...]` -> run the loop; prints the final checkpoint."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="csr", description="Calibrated Self-Rewarding loop")
+    ap.add_argument("--config", required=True, help="CSR preset (configs/csr.yaml, configs/csr_tiny.yaml)")
+    ap.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. iterations=1 tree.max_depth=4")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        merged = run_csr(load_config(args.config, args.overrides))
+    except UserError as exc:
+        print(f"evalsuite: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print(merged[-1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

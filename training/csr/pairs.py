@@ -1,0 +1,143 @@
+"""Chosen/rejected pairs from scored trees, their training files and per-iteration statistics.
+
+One pair per prompt (csr-method.md §3.2(g)): the complete response with the highest reward is
+chosen, the lowest rejected (rank mode: lowest / highest mean cost). Unlike the released code a
+prompt is skipped, and counted, when it has fewer than `min_paths` distinct complete responses, when
+the two sides decode to the same text, or when the reward gap is below `min_gap`.
+
+Files (written atomically):
+  * `pairs.json`       LLaVA style, read by the trainer as dataset `csr_pairs`:
+        {"id", "image" (relative to image_root), "conversations": [{"from": "human", "value":
+        "<image>\\n{question}"}, {"from": "gpt", "value": chosen}], "rejected_conversations": [...]}
+  * `plain_dpo.json`   VL-RLHF/TRL `plain_dpo`: {"id", "image", "prompt", "chosen", "rejected"}
+Statistics: a `TaskResult(task="csr_pairs")` with the chosen/rejected reward and relevance means, the
+gap, #pairs and #skipped, plus one sample record per pair, written to the results store.
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from training.csr.config import PairConfig, RewardConfig
+from training.csr.generate import Tree
+from training.csr.reward import PathReward, path_rewards
+
+log = logging.getLogger(__name__)
+
+TASK = "csr_pairs"
+VERSION = "1"
+
+
+@dataclass
+class Pair:
+    id: str
+    image: str
+    question: str
+    chosen: str
+    rejected: str
+    chosen_reward: float
+    rejected_reward: float
+    num_paths: int
+    chosen_relevance: float | None = None
+    rejected_relevance: float | None = None
+
+
+def select_pair(paths: Sequence[PathReward], cfg: PairConfig) -> tuple[PathReward, PathReward] | str:
+    """(chosen, rejected), or the reason the prompt is skipped. Ties keep path order, so with equal
+    rewards chosen is the first path and rejected the last: never the same path."""
+    if len(paths) < cfg.min_paths:
+        return "too_few_paths"
+    order = sorted(range(len(paths)), key=lambda i: (-paths[i].reward, i))
+    chosen, rejected = paths[order[0]], paths[order[-1]]
+    if cfg.min_gap is not None and chosen.reward - rejected.reward < cfg.min_gap:
+        return "gap_below_min"
+    return chosen, rejected
+
+
+def build_pairs(trees: Sequence[Tree], scores: Sequence[dict], tokenizer, reward: RewardConfig,
+                cfg: PairConfig) -> tuple[list[Pair], Counter]:
+    """Pairs in tree order and a Counter of skip reasons."""
+    pairs: list[Pair] = []
+    skipped: Counter = Counter()
+    for tree, sc in zip(trees, scores):
+        node_scores = {int(k): v for k, v in sc["nodes"].items()}
+        paths = path_rewards(tree, node_scores, reward)
+        picked = select_pair(paths, cfg)
+        if isinstance(picked, str):
+            skipped[picked] += 1
+            continue
+        chosen, rejected = (tokenizer.decode(p.response_ids, skip_special_tokens=True).strip() for p in picked)
+        if chosen == rejected:
+            skipped["same_text"] += 1
+            continue
+        pairs.append(Pair(id=tree.id, image=tree.image, question=tree.question, chosen=chosen, rejected=rejected,
+                          chosen_reward=picked[0].reward, rejected_reward=picked[1].reward, num_paths=len(paths)))
+    return pairs, skipped
+
+
+def add_relevance(pairs: Sequence[Pair], scorer, image_root: str | Path) -> None:
+    """The relevance metric of evalsuite (sentence-mean CLIP score) of both sides of every pair."""
+    from evalsuite.files import safe_join
+
+    items = []
+    for p in pairs:
+        img = safe_join(image_root, p.image)
+        items += [(img, p.chosen), (img, p.rejected)]
+    scored = scorer.score_responses(items)
+    for i, p in enumerate(pairs):
+        p.chosen_relevance, p.rejected_relevance = scored[2 * i].score, scored[2 * i + 1].score
+
+
+def llava_record(p: Pair) -> dict:
+    human = {"from": "human", "value": f"<image>\n{p.question}"}
+    return {"id": p.id, "image": p.image,
+            "conversations": [human, {"from": "gpt", "value": p.chosen}],
+            "rejected_conversations": [human, {"from": "gpt", "value": p.rejected}]}
+
+
+def plain_dpo_record(p: Pair) -> dict:
+    return {"id": p.id, "image": p.image, "prompt": p.question, "chosen": p.chosen, "rejected": p.rejected}
+
+
+def write_pair_files(out_dir: str | Path, pairs: Sequence[Pair]) -> Path:
+    """pairs.json (csr_pairs) + plain_dpo.json; returns the pairs.json path."""
+    from evalsuite.files import write_json_atomic
+
+    out_dir = Path(out_dir)
+    write_json_atomic(out_dir / "plain_dpo.json", [plain_dpo_record(p) for p in pairs])
+    return write_json_atomic(out_dir / "pairs.json", [llava_record(p) for p in pairs])
+
+
+def _mean(xs: Sequence[float | None]) -> float:
+    vals = [x for x in xs if x is not None]
+    return sum(vals) / len(vals) if vals else float("nan")
+
+
+def pair_stats(pairs: Sequence[Pair], skipped: Counter, reward: RewardConfig, config: dict | None = None):
+    """The iteration's `TaskResult` (metrics + one sample record per pair)."""
+    from evalsuite.types import MetricValue, TaskResult
+
+    n = len(pairs)
+    c, r = _mean([p.chosen_reward for p in pairs]), _mean([p.rejected_reward for p in pairs])
+    metrics = [
+        MetricValue("chosen_reward_mean", c, True, n=n),
+        MetricValue("rejected_reward_mean", r, True, n=n),
+        MetricValue("reward_gap", c - r, True, n=n),
+        MetricValue("chosen_relevance_mean", _mean([p.chosen_relevance for p in pairs]), True, n=n),
+        MetricValue("rejected_relevance_mean", _mean([p.rejected_relevance for p in pairs]), True, n=n),
+        MetricValue("num_pairs", float(n), True),
+        MetricValue("num_skipped", float(sum(skipped.values())), False),
+    ]
+    samples = [{"id": p.id, "key": p.id, "image": p.image, "prompt": p.question, "chosen": p.chosen,
+                "rejected": p.rejected, "chosen_reward": p.chosen_reward, "rejected_reward": p.rejected_reward,
+                "chosen_relevance": p.chosen_relevance, "rejected_relevance": p.rejected_relevance,
+                "num_paths": p.num_paths} for p in pairs]
+    definition = ("1 - mean sibling-rank cost (higher is better)" if reward.mode == "rank"
+                  else "sum of lam*R_I + (1-lam)*100*exp(mean logp) over sentences")
+    return TaskResult(task=TASK, version=VERSION, metrics=metrics, samples=samples,
+                      config={**(config or {}), "reward_mode": reward.mode, "lam": reward.lam,
+                              "reward_definition": definition, "relevance": "sentence_mean CLIP score"},
+                      extra={"skipped": dict(skipped)})

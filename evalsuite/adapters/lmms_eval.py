@@ -35,7 +35,7 @@ def prepare_env() -> None:
 
 def _forward_loguru(message) -> None:
     record = message.record
-    logging.getLogger(f"lmms_eval.{record['name']}").log(
+    logging.getLogger(record["name"] or "lmms_eval").log(
         max(record["level"].no, logging.DEBUG), record["message"],
     )
 

@@ -56,6 +56,21 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", 0)) == 0
 
 
+def validate_task_names(names: list[str], known_own: list[str] | None = None) -> None:
+    """UserError for a name that is neither local nor an lmms-eval task/group/tag (data not checked yet)."""
+    from evalsuite.adapters import lmms_eval as adapter
+
+    others = [n for n in names if n not in LOCAL_TASKS]
+    if not others:
+        return
+    tm = adapter.task_manager(include_defaults=True)
+    unknown = [n for n in others if not adapter.leaf_task_configs(tm, n)]
+    if unknown:
+        own = ", ".join(sorted(set(known_own or []) | set(LOCAL_TASKS)))
+        raise UserError(f"--tasks {','.join(unknown)}: unknown task (not an evalsuite task ({own}) nor an "
+                        "lmms-eval task, group or tag)")
+
+
 def _local_spec(ctx: RunContext, name: str, data_opt) -> LmmsSpec:
     lmms_task = LOCAL_TASKS[name]
     if data_opt is not None:

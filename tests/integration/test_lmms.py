@@ -254,6 +254,10 @@ def test_errors_name_the_task_and_the_option(adapter, mini_world, tmp_path):
         run_lmms_tasks(_ctx(tmp_path, mini_world, limit=3), ["mme"], backend=AnswerBackend())
     with pytest.raises(UserError, match=r"--tasks no_such_task: unknown task"):
         run_lmms_tasks(_ctx(tmp_path, mini_world), ["mme", "no_such_task"], backend=AnswerBackend())
+    from evalsuite.tasks.lmms import validate_task_names
+
+    with pytest.raises(UserError, match=r"--tasks nosuch: unknown task \(not an evalsuite task \(caption, mme"):
+        validate_task_names(["mme", "nosuch", "ok_vqa_val2014"], known_own=["caption"])
     # a built-in task whose hub data is not cached: fails in well under lmms-eval's 8-75 s retry loop
     adapter.task_manager(include_defaults=True)  # index the ~2000 built-in yamls outside the timing
     start = time.monotonic()
@@ -355,3 +359,11 @@ def test_shared_cache_never_serves_another_worlds_answers(adapter, mini_world, w
     assert b.extra["responses"] == {"generated": 8, "cached": 0}
     (c,) = run_lmms_tasks(_ctx(tmp_path / "c", mini_world, options=dict(shared)), ["mme"], backend=AnswerBackend())
     assert c.extra["responses"] == {"generated": 0, "cached": 8}
+
+
+def test_model_args_route_of_the_lmms_eval_cli(adapter, tiny_vlm_dir, mini_world):
+    """`lmms-eval --model evalsuite --model_args pretrained=DIR` builds the model this way."""
+    lm = adapter.EvalsuiteLMM.create_from_arg_string(f"pretrained={tiny_vlm_dir}", {"batch_size": 2, "device": "cpu"})
+    assert lm.batch_size == 2 and str(lm.device) == "cpu" and lm.cache_dir is None
+    raw = adapter.evaluate_task(lm, _mme_override(mini_world))
+    assert len(raw["samples"]["evalsuite_mme"]) == 8 and lm.counts == {"generated": 8, "cached": 0}

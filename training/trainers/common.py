@@ -1,0 +1,70 @@
+"""Pieces SFT and DPO share: HF trainer arguments from a TrainConfig, the json metrics log, the finish."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+log = logging.getLogger(__name__)
+
+
+def trainer_args(cfg) -> dict:
+    """TrainingArguments fields for a DPOConfig/SFTConfig, with the settings our collators need."""
+    kw = cfg.trainer_kwargs()
+    kw["remove_unused_columns"] = False  # the collators read image/prompt/... columns themselves
+    kw["gradient_checkpointing"] = bool(kw.get("gradient_checkpointing"))  # TRL would default it on
+    kw["prediction_loss_only"] = True
+    if kw.get("ddp_find_unused_parameters") is None and cfg.use_lora:
+        kw["ddp_find_unused_parameters"] = False  # LoRA on the LLM only: every trainable param gets a grad
+    return kw
+
+
+class JsonLogCallback(TrainerCallback):
+    """Every logged row (loss, rewards/*, logps/*, lr, ...) also goes to a JSON Lines file, rewritten atomically."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.rows: list[dict] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        from evalsuite.files import write_jsonl_atomic
+
+        self.rows.append({"step": state.global_step, "epoch": state.epoch, **logs})
+        write_jsonl_atomic(self.path, self.rows)
+
+
+def _last_metrics(trainer) -> dict:
+    for cb in trainer.callback_handler.callbacks:
+        if isinstance(cb, JsonLogCallback):
+            train_rows = [r for r in cb.rows if "loss" in r]
+            return {"log": str(cb.path), "first": train_rows[0] if train_rows else None,
+                    "last": train_rows[-1] if train_rows else None}
+    return {}
+
+
+def finish_training(trainer, cfg, processor, info: dict, method: str) -> Path:
+    """Save the adapter (if any), then on the main process merge it into a full checkpoint + manifest.
+
+    Under ZeRO-3 the weights are sharded across ranks; merge from OUTPUT_DIR/adapter in a separate
+    single process instead (`--save_merged false` here).
+    """
+    from accelerate.utils import is_peft_model
+
+    from training.checkpoint import save_checkpoint
+
+    acc = trainer.accelerator
+    if is_peft_model(acc.unwrap_model(trainer.model)):
+        trainer.save_model(str(Path(cfg.output_dir) / "adapter"))
+    out = cfg.merged_path
+    acc.wait_for_everyone()
+    if cfg.save_merged and acc.is_main_process:
+        model = acc.unwrap_model(trainer.model)
+        model.eval()
+        save_checkpoint(model, processor, out, iteration=cfg.iteration,
+                        parent=cfg.parent or cfg.model_name_or_path, method=method, config=cfg.resolved(),
+                        data_hash=info.get("data_hash"), extra={"data": info, "metrics": _last_metrics(trainer)})
+    acc.wait_for_everyone()
+    return out

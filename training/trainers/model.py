@@ -1,0 +1,137 @@
+"""Model setup shared by SFT and DPO: load a local VLM, freeze the vision tower, build the LoRA config.
+
+LoRA targets are always resolved to full module names inside the language model: a bare
+`q_proj` would also match CLIP's attention, and LoRA on `lm_head` breaks TRL's fused LM head.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+from evalsuite.errors import UserError
+
+log = logging.getLogger(__name__)
+
+VISION_PARTS = ("vision_tower", "vision_model", "visual", "image_encoder")
+PROJECTOR_PARTS = ("multi_modal_projector", "mm_projector", "vision_resampler", "merger")
+
+
+def torch_dtype(cfg):
+    import torch
+
+    return torch.bfloat16 if cfg.bf16 else torch.float16 if cfg.fp16 else torch.float32
+
+
+def _quantization(cfg):
+    if not cfg.q_lora:
+        return None
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    if cfg.bits == 4:
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                  bnb_4bit_compute_dtype=torch_dtype(cfg))
+    return BitsAndBytesConfig(load_in_8bit=True)
+
+
+def load_model_and_processor(cfg):
+    """(model, processor) from cfg.model_name_or_path, local files only."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    path = Path(cfg.model_name_or_path)
+    kwargs = dict(local_files_only=True, trust_remote_code=cfg.trust_remote_code, dtype=torch_dtype(cfg))
+    if cfg.use_flash_attention_2:
+        kwargs["attn_implementation"] = "flash_attention_2"
+    quant = _quantization(cfg)
+    if quant is not None:
+        kwargs["quantization_config"] = quant
+    try:
+        processor = AutoProcessor.from_pretrained(path, local_files_only=True, trust_remote_code=cfg.trust_remote_code)
+        model = AutoModelForImageTextToText.from_pretrained(path, **kwargs)
+    except (OSError, ValueError) as e:
+        raise UserError(f"model_name_or_path: cannot load {str(path)!r} ({str(e).splitlines()[0]})") from None
+    if quant is not None:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(cfg.gradient_checkpointing))
+    if cfg.freeze_vision_tower:
+        n = freeze_vision_tower(model)
+        log.info("froze %d vision-tower parameters", n)
+    return model, processor
+
+
+def _is_part(name: str, parts: tuple[str, ...]) -> bool:
+    return any(p in name.split(".") for p in parts)
+
+
+def freeze_vision_tower(model) -> int:
+    """requires_grad=False on every vision-encoder parameter; returns how many were frozen."""
+    frozen = 0
+    for name, param in model.named_parameters():
+        if _is_part(name, VISION_PARTS):
+            param.requires_grad_(False)
+            frozen += param.numel()
+    return frozen
+
+
+def language_model_linears(model) -> list[str]:
+    """Full names of the nn.Linear (and quantised Linear) modules of the language model, lm_head excluded."""
+    import torch.nn as nn
+
+    names = []
+    for name, module in model.named_modules():
+        is_linear = isinstance(module, nn.Linear) or type(module).__name__ in ("Linear4bit", "Linear8bitLt")
+        if not is_linear or name.split(".")[-1] == "lm_head":
+            continue
+        if _is_part(name, VISION_PARTS) or _is_part(name, PROJECTOR_PARTS):
+            continue
+        names.append(name)
+    return names
+
+
+def lora_targets(model, spec: str) -> list[str]:
+    """`auto` -> every language-model Linear; else each comma-listed name/suffix, restricted to the LM."""
+    candidates = language_model_linears(model)
+    if spec.strip() == "auto":
+        if not candidates:
+            raise UserError("lora_target_modules: found no Linear layers in the language model")
+        return candidates
+    wanted = [s.strip() for s in spec.split(",") if s.strip()]
+    if "lm_head" in wanted:
+        raise UserError("lora_target_modules: lm_head cannot take LoRA (TRL's fused LM head reads its weight)")
+    chosen = []
+    for w in wanted:
+        pattern = re.compile(rf"(^|\.){re.escape(w)}$")
+        hits = [c for c in candidates if pattern.search(c)]
+        if not hits:
+            raise UserError(f"lora_target_modules: {w!r} matches no Linear layer of the language model")
+        chosen.extend(h for h in hits if h not in chosen)
+    return chosen
+
+
+def lora_config(cfg, model):
+    """A peft LoraConfig from the cfg's lora_* fields, or None without --use_lora."""
+    if not cfg.use_lora:
+        return None
+    from peft import LoraConfig
+
+    targets = lora_targets(model, cfg.lora_target_modules)
+    extra = [m.strip() for m in cfg.modules_to_save.split(",") if m.strip()] or None
+    log.info("LoRA r=%d alpha=%d on %d modules", cfg.lora_r, cfg.lora_alpha, len(targets))
+    return LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, bias=cfg.lora_bias,
+                      target_modules=targets, modules_to_save=extra, task_type="CAUSAL_LM")
+
+
+def setup_reporting(cfg) -> None:
+    """Environment for the trackers HF Trainer starts (wandb works offline by default)."""
+    import os
+
+    targets = cfg.report_to if isinstance(cfg.report_to, list) else [cfg.report_to]
+    if "wandb" in targets:
+        os.environ.setdefault("WANDB_MODE", cfg.wandb_mode)
+        os.environ.setdefault("WANDB_DIR", str(cfg.output_dir))
+        if cfg.project_name:
+            os.environ["WANDB_PROJECT"] = cfg.project_name
+        if cfg.group_name:
+            os.environ["WANDB_RUN_GROUP"] = cfg.group_name

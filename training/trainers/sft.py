@@ -1,0 +1,52 @@
+"""Supervised fine-tuning of a VLM on TRL 1.16's SFTTrainer with evalsuite's conversation collator.
+
+    python training/train.py --config configs/train/tiny_cpu.yaml --method sft --data_path sft.json
+
+Only assistant turns are labelled (`SFTCollator`). `model_name_or_path` may be any local VLM dir,
+including a freshly built random-init tiny checkpoint (the demo's SFT-from-scratch stage), in which
+case `use_lora false` trains every weight. `run_sft(cfg) -> Path` returns the full checkpoint dir.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from trl import SFTConfig, SFTTrainer
+
+from training.trainers.common import JsonLogCallback, finish_training, trainer_args
+
+log = logging.getLogger(__name__)
+
+
+def build_sft_trainer(cfg, model, processor, train_ds, eval_ds=None) -> SFTTrainer:
+    from training.trainers.collate import SFTCollator
+    from training.trainers.model import lora_config
+
+    args = SFTConfig(**trainer_args(cfg), max_length=None, dataset_num_proc=cfg.dataset_num_proc,
+                     dataset_kwargs={"skip_prepare_dataset": True})  # SFTCollator tokenises on the fly
+    collator = SFTCollator(processor, max_length=cfg.max_length, max_prompt_length=cfg.max_prompt_length,
+                           max_target_length=cfg.max_target_length, label_pad_token_id=cfg.label_pad_token_id)
+    return SFTTrainer(model=model, args=args, data_collator=collator, train_dataset=train_ds, eval_dataset=eval_ds,
+                      processing_class=processor, peft_config=lora_config(cfg, model),
+                      callbacks=[JsonLogCallback(Path(cfg.output_dir) / "metrics.jsonl")])
+
+
+def run_sft(cfg) -> Path:
+    """Train cfg (a validated TrainConfig, method sft) and return the full checkpoint directory."""
+    from training.data import load_examples
+    from training.trainers.model import load_model_and_processor, setup_reporting
+
+    setup_reporting(cfg)
+    train_ds, eval_ds, info = load_examples(cfg)
+    model, processor = load_model_and_processor(cfg)
+    trainer = build_sft_trainer(cfg, model, processor, train_ds, eval_ds)
+    trainer.train(resume_from_checkpoint=cfg.resume_from_checkpoint)
+    return finish_training(trainer, cfg, processor, info, method="sft")
+
+
+def main(argv: list[str]) -> int:
+    from training.config import load_config
+
+    cfg = load_config(argv)
+    print(run_sft(cfg))
+    return 0

@@ -41,13 +41,17 @@ def to_svg(fig) -> str:
     plt = _plt()
     buf = io.StringIO()
     with plt.rc_context({"svg.hashsalt": f"evalsuite-{next(_salt)}"}):
-        fig.savefig(buf, format="svg", bbox_inches="tight")
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     svg = buf.getvalue()
     svg = svg[svg.index("<svg"):]
+    # the Dublin Core block only names matplotlib and a date: bytes and URLs the page does not need
+    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, count=1, flags=re.S)
     svg = svg.replace(_INK, "currentColor")
     # let CSS size it: drop the fixed width/height, keep the viewBox
-    return re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1 class="plot"', svg, count=1)
+    head, rest = svg.split(">", 1)
+    head = re.sub(r'\s(width|height)="[^"]*"', "", head).replace("<svg", '<svg class="plot"', 1)
+    return head + ">" + rest
 
 
 def _x(points: list[dict]) -> tuple[list[float], list[str]]:

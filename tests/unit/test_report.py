@@ -1,0 +1,186 @@
+"""HTML report: self-contained, sections filled from the store, escaping, marks, colours, bounds."""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from evalsuite.errors import UserError
+from evalsuite.report import build_report
+from evalsuite.report.plots import kde
+from evalsuite.report.samples import mark_answer
+from evalsuite.store import Store
+from evalsuite.types import MetricValue, TaskResult
+
+PAYLOAD = '<script>document.body.dataset.pwned="1"</script><img src=x onerror="document.body.dataset.pwned=2">'
+
+
+def _image(path, color):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (64, 48), color).save(path)
+    return str(path)
+
+
+def _chair_sample(i, image, answer, words_hal):
+    mentioned, pos = [], 0
+    for w, hal in words_hal:
+        pos = answer.index(w, pos)
+        mentioned.append({"word": w, "category": w, "position": pos, "hallucinated": hal})
+    hal = [m["word"] for m in mentioned if m["hallucinated"]]
+    return {"key": f"val:{i}", "image_id": i, "image": image, "prompt": "Describe the image.", "answer": answer,
+            "mentioned": mentioned, "hallucinated": hal, "gt": ["dog"], "chair_s": int(bool(hal))}
+
+
+def make_store(tmp_path, n_images=6, payload_in=None):
+    """Three iterations: CHAIRs falls 0.5 -> 0.3 -> 0.2 (CIs +-0.05, so both deltas significant),
+    relevance rises, POPE f1 flat; csr_pairs rows for iterations 1 and 2; iteration 2 answers image 0
+    with `payload_in` when given."""
+    store = Store(tmp_path / "store")
+    imgs = [_image(tmp_path / "img" / f"{i}.png", (40 * i % 255, 120, 200)) for i in range(n_images)]
+    for it, cs in enumerate((0.5, 0.3, 0.2)):
+        chair, rel = [], []
+        for i in range(n_images):
+            hal = it == 0 or (it == 1 and i % 2 == 0)
+            answer = "A dog next to a cat." if hal else "A dog on the grass."
+            if payload_in and it == 2 and i == 0:
+                answer = f"A dog {payload_in}"
+            words = [("dog", False)] + ([("cat", True)] if hal else [])
+            chair.append(_chair_sample(i, imgs[i], answer, words))
+            rel.append({"key": f"val:{i}", "image_id": i, "image": imgs[i], "prompt": "Describe the image.",
+                        "answer": answer, "relevance": 0.4 + 0.1 * it + 0.01 * i, "relevance_sentences": [0.5]})
+        results = [
+            TaskResult("chair", "1", [MetricValue("CHAIRs", cs, False, n_images, cs - 0.05, cs + 0.05),
+                                      MetricValue("recall", 0.9, True, n_images, 0.85, 0.95)], samples=chair),
+            TaskResult("relevance", "1", [MetricValue("relevance_mean", 0.4 + 0.1 * it, True, n_images)],
+                       samples=rel),
+            TaskResult("pope", "0.0", [MetricValue("f1", 0.8, True, 300, 0.78, 0.82, variant="random")]),
+        ]
+        if it:
+            pairs = [{"id": f"p{it}-{j}", "image": imgs[j], "prompt": "Describe.", "chosen": "A dog.",
+                      "rejected": "A dog and a cat.", "chosen_reward": 1.0 + it + 0.1 * j,
+                      "rejected_reward": 0.5 + 0.05 * j, "chosen_relevance": 0.6 + 0.02 * j,
+                      "rejected_relevance": 0.4 + 0.03 * j} for j in range(4)]
+            results.append(TaskResult("csr_pairs", "1", [
+                MetricValue("chosen_reward_mean", 1.15 + it, True, 4), MetricValue("rejected_reward_mean", 0.575, True, 4),
+                MetricValue("reward_gap", 0.575 + it, True, 4), MetricValue("num_pairs", 4, True)], samples=pairs))
+        store.write_run({"ckpt": f"/ckpts/iter{it}", "ckpt_hash": f"{it:064x}", "iteration": it,
+                         "method": "base" if it == 0 else "csr", "config": {"lr": 1e-6, "note": "<b>x</b>"},
+                         "code_version": "0.1.0+test", "lmms_eval_version": "0.7.3"}, results)
+    return store
+
+
+class _Refs(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.refs, self.tags = [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        self.refs += [v for k, v in attrs if k in ("src", "href", "action", "xlink:href", "srcset") and v]
+
+
+def parse(html):
+    p = _Refs()
+    p.feed(html)
+    return p
+
+
+def test_report_is_self_contained_with_all_sections(tmp_path):
+    store = make_store(tmp_path)
+    path = build_report(store, tmp_path / "reports" / "r1")
+    assert path == tmp_path / "reports" / "r1" / "index.html"
+    assert [p.name for p in path.parent.iterdir()] == ["index.html"]
+    html = path.read_text()
+    doc = parse(html)
+    assert doc.refs and all(r.startswith(("data:", "#")) for r in doc.refs)
+    assert not [t for t, _ in doc.tags if t in ("link", "iframe", "object", "embed")]
+    assert "http://" not in html.replace("http://www.w3.org/", "") and "https://" not in html
+    for sec in ("summary", "iterations", "csr", "relevance", "samples", "provenance"):
+        assert f'<section id="{sec}">' in html
+    assert html.count("<svg class=\"plot\"") == 4 + 2 + 2     # 4 metrics x iterations, csr 2, densities 2
+    assert html.count('src="data:image/png;base64,') == 6    # one thumbnail per image
+    assert "currentColor" in html and "@media (prefers-color-scheme: dark)" in html
+    # provenance: hashes, versions and the (escaped) config
+    assert "0.1.0+test" in html and "lmms-eval 0.7.3" in html and "&lt;b&gt;x&lt;/b&gt;" in html
+
+
+def test_lower_is_better_deltas_are_coloured_as_improvements(tmp_path):
+    """CHAIRs 0.5 -> 0.3: delta -0.2, CI -0.2 +- sqrt(2)*0.05 = [-0.271, -0.129] excludes 0 -> better.
+    POPE f1 flat: delta 0 -> no colour. relevance has no CI: +0.1 is better but 'ns'."""
+    html = build_report(make_store(tmp_path), tmp_path / "r").read_text()
+    rows = re.findall(r"<tr>\s*<td data-v=\"(\w+?)\".*?</tr>", html, flags=re.S)
+    assert rows[:4] == ["CHAIRs", "recall", "relevance_mean", "f1random"]
+    chair_row = re.search(r'<td data-v="CHAIRs">.*?</tr>', html, flags=re.S).group(0)
+    assert re.findall(r'class="(better|worse)[^"]*"', chair_row) == ["better", "better"]
+    assert "Δ -0.200</span> <span class=\"ci\">[-0.271, -0.129]" in chair_row
+    rel_row = re.search(r'<td data-v="relevance_mean">.*?</tr>', html, flags=re.S).group(0)
+    assert 'class="better ns"' in rel_row
+    f1_row = re.search(r'<td data-v="f1random">.*?</tr>', html, flags=re.S).group(0)
+    assert re.findall(r'<td data-v="[^"]*" class="([^"]*)"', f1_row) == ["", "", ""]
+
+
+def test_per_sample_view_marks_objects_and_escapes_payloads(tmp_path):
+    html = build_report(make_store(tmp_path, payload_in=PAYLOAD), tmp_path / "r").read_text()
+    assert PAYLOAD not in html and "<img src=x" not in html
+    assert "&lt;script&gt;document.body.dataset.pwned=&#34;1&#34;&lt;/script&gt;" in html
+    assert not [a for t, a in parse(html).tags if any(k.startswith("on") for k in a)]
+    assert html.count("<script") == 1
+    assert '<mark class="hal">cat</mark>' in html and '<mark class="ok">dog</mark>' in html
+    assert "<span class=\"chip hal\">CHAIR_s 1</span>" in html and "relevance 0.600" in html
+
+
+def test_sample_view_is_bounded_and_paged(tmp_path):
+    html = build_report(make_store(tmp_path, n_images=9), tmp_path / "r", max_images=5, page_size=2).read_text()
+    assert html.count('<article class="sample">') == 5
+    assert "5 of 9 image/prompt groups" in html
+    assert len(re.findall(r'<div class="page" data-page="\d+"', html)) == 3
+    assert len(re.findall(r'data-page="\d+" hidden', html)) == 2
+
+
+def test_report_without_training_pairs_says_so(tmp_path):
+    store = Store(tmp_path / "s")
+    store.write_run({"ckpt": "/c/0", "iteration": 0}, [TaskResult("pope", "0", [MetricValue("f1", 0.8, True)])])
+    html = build_report(store, tmp_path / "r").read_text()
+    assert "No <code>csr_pairs</code> rows" in html and "No per-sample records" in html
+
+
+def test_report_command_and_empty_store(tmp_path, capsys):
+    from evalsuite.commands import report
+
+    make_store(tmp_path)
+    ns = argparse.Namespace(store=str(tmp_path / "store"), out=str(tmp_path / "out"), as_of="1", run=None,
+                            max_images=10, page_size=4, image_root=[], title="iter0 only")
+    assert report.main(ns) == 0
+    html = (tmp_path / "out" / "index.html").read_text()
+    assert "<title>iter0 only</title>" in html and "as of store version 1" in html
+    assert "iter1" not in html.split('<section id="provenance">')[0]
+    Store(tmp_path / "empty").metrics_dir.mkdir(parents=True)
+    with pytest.raises(UserError, match="no metric rows"):
+        build_report(Store(tmp_path / "empty"), tmp_path / "o2")
+
+
+def test_mark_answer_positions_and_fallbacks():
+    """Char offsets, merged-token indices and plain search all land on the word; unknown words are skipped."""
+    parts = mark_answer("Two dogs and a hot dog, no cat.", [
+        {"word": "dog", "position": 4, "hallucinated": False},        # char offset; plural marked
+        {"word": "hot dog", "position": 4, "hallucinated": True},     # token index 4 -> "hot"
+        {"word": "cat", "hallucinated": True},                        # no position: searched
+        {"word": "zebra", "position": 0, "hallucinated": True}])
+    assert parts == [("Two ", None), ("dogs", "ok"), (" and a ", None), ("hot dog", "hal"), (", no ", None),
+                     ("cat", "hal"), (".", None)]
+    assert mark_answer("", []) == []
+    assert mark_answer("concatenate", [{"word": "cat", "hallucinated": True}]) == [("concatenate", None)]
+
+
+def test_kde_integrates_to_one_and_peaks_at_the_mode():
+    grid = np.linspace(-2, 3, 2001)
+    dens = np.array(kde([0.0, 0.9, 1.0, 1.0, 1.1, 2.0], grid))
+    assert np.trapezoid(dens, grid) == pytest.approx(1.0, abs=1e-3)
+    assert grid[dens.argmax()] == pytest.approx(1.0, abs=0.05)
+    flat = np.array(kde([0.5, 0.5, 0.5], grid))
+    assert np.isfinite(flat).all() and not math.isclose(flat.max(), 0.0)

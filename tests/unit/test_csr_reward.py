@@ -92,7 +92,7 @@ def test_chosen_differs_from_rejected_even_on_ties_and_guards():
     assert select_pair(paths[:1], PairConfig()) == "too_few_paths"
     assert select_pair(paths, PairConfig(min_gap=0.01)) == "gap_below_min"
     paths[2].reward = 0.5
-    assert select_pair(paths, PairConfig(min_gap=0.1)) != "gap_below_min"
+    assert select_pair(paths, PairConfig(min_gap=0.05)) != "gap_below_min"
 
 
 def test_end_node_closes_a_path_without_a_sentence():

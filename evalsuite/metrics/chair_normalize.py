@@ -93,8 +93,45 @@ def pattern_singularize(word: str) -> str:
     return out
 
 
+_CLOSERS_ONLY = frozenset("])}>\"'")
+# The only all-letter words a Treebank rule changes (MacIntyre contractions: can|not, gon|na, ...).
+_SPLIT_WORDS = frozenset({"cannot", "gimme", "gonna", "gotta", "lemme", "wanna"})
+
+
+def _plain_chunk(kind: int, chunk: str) -> list[str] | None:
+    """Tokens of a chunk that is a plain word, optionally with one trailing "," or "."; else None.
+
+    No Treebank rule touches an ASCII all-letter word (bar `_SPLIT_WORDS`); a trailing comma before
+    whitespace or the end is always split off; a trailing period only at the sentence's end
+    (kind 0: the only chunk, 3: the last one), mid-sentence it stays attached ("mr.").
+    """
+    word, last = chunk[:-1], chunk[-1]
+    if last.isalpha():
+        word, last = chunk, ""
+    if not (word.isascii() and word.isalpha()) or word in _SPLIT_WORDS:
+        return None
+    if not last:
+        return [word]
+    if last == ",":
+        return [word, ","]
+    if last == ".":
+        return [word, "."] if kind in (0, 3) else [chunk]
+    return None
+
+
 class Tokenizer:
-    """`nltk.word_tokenize(text.lower())` with the Punkt model loaded once."""
+    """`nltk.word_tokenize(text.lower())`, exactly, with the Punkt model loaded once and memoised.
+
+    NLTK's own Punkt and Treebank code do the work; two memos make it fast:
+    * Punkt's break decision for a candidate ("word." + next token) depends only on that context,
+      so `text_contains_sentbreak` is cached per context string;
+    * the Treebank rules look at most one character across whitespace, and only the sentence's
+      first/last chunk see its start/end (`^"`, the final period), so each whitespace-separated
+      chunk is tokenised once per (position kind, chunk) with a sentinel word "x" standing in for
+      its neighbours. Sentences where that could differ (non-ASCII; a last chunk made only of
+      closing brackets/quotes, which the final-period rule reaches across) are tokenised whole.
+    `tests/golden/test_chair_golden.py` checks the result equals `nltk.word_tokenize` token for token.
+    """
 
     def __init__(self) -> None:
         res.find_resource(res.PUNKT)
@@ -102,11 +139,51 @@ class Tokenizer:
         from nltk.tokenize.punkt import PunktTokenizer
 
         self._punkt = PunktTokenizer("english")
+        # instance attribute shadows the method that Punkt's span search calls per candidate
+        self._punkt.text_contains_sentbreak = functools.lru_cache(maxsize=1 << 16)(
+            self._punkt.text_contains_sentbreak)
         self._words = NLTKWordTokenizer()
+        self._chunks: dict[tuple[int, str], list[str]] = {}
+
+    def _chunk(self, kind: int, chunk: str) -> list[str]:
+        toks = _plain_chunk(kind, chunk)
+        if toks is not None:
+            self._chunks[(kind, chunk)] = toks
+            return toks
+        wt = self._words.tokenize
+        if kind == 0:
+            toks = wt(chunk)
+        elif kind == 1:
+            toks = wt(chunk + " x")[:-1]
+        elif kind == 2:
+            toks = wt("x " + chunk + " x")[1:-1]
+        else:
+            toks = wt("x " + chunk)[1:]
+        self._chunks[(kind, chunk)] = toks
+        return toks
+
+    def sentence(self, sent: str) -> list[str]:
+        chunks = sent.split()
+        n = len(chunks)
+        if n == 0:
+            return []
+        if not sent.isascii() or (n > 1 and _CLOSERS_ONLY.issuperset(chunks[-1])):
+            return self._words.tokenize(sent)
+        if n == 1:
+            return self._chunks.get((0, sent)) or self._chunk(0, chunks[0])
+        memo, out = self._chunks, []
+        last = n - 1
+        for i, c in enumerate(chunks):
+            kind = 1 if i == 0 else (3 if i == last else 2)
+            toks = memo.get((kind, c))
+            out += toks if toks is not None else self._chunk(kind, c)
+        return out
 
     def __call__(self, text: str) -> list[str]:
-        wt = self._words.tokenize
-        return [tok for sent in self._punkt.tokenize(text.lower()) for tok in wt(sent)]
+        out: list[str] = []
+        for sent in self._punkt.tokenize(text.lower()):
+            out += self.sentence(sent)
+        return out
 
 
 class PatternNormalizer:

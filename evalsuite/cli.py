@@ -11,7 +11,7 @@ import logging
 import sys
 
 from evalsuite import __version__
-from evalsuite.errors import UserError
+from evalsuite.errors import RunFailure, UserError
 
 # subcommand modules, in the order `--help` lists them
 COMMANDS = [
@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except UserError as exc:
         print(f"evalsuite: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except RunFailure as exc:
+        print(f"evalsuite: failed: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("evalsuite: interrupted", file=sys.stderr)

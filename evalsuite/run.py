@@ -129,6 +129,27 @@ def save_task(out: Path, result: TaskResult) -> None:
     write_json_atomic(out / result.task / "result.json", result.to_dict())
 
 
+def is_main_process() -> bool:
+    import os
+
+    return int(os.environ.get("RANK", 0)) == 0
+
+
+def shared_run_id() -> str:
+    """A new run id; under torch.distributed every rank gets rank 0's (one output dir, one store run)."""
+    run_id = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+    import sys
+
+    if "torch" in sys.modules:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            box = [run_id]
+            dist.broadcast_object_list(box, src=0)
+            run_id = box[0]
+    return run_id
+
+
 def run_eval(spec: EvalSpec) -> dict:
     """Run every task of `spec` on its checkpoint; return the summary {task: result dict}."""
     from evalsuite.models.vlm import _check_dir
@@ -139,19 +160,29 @@ def run_eval(spec: EvalSpec) -> dict:
     data_root = Path(spec.data_root) if spec.data_root else ensure_builtin_world()
     if not data_root.is_dir():
         raise UserError(f"--data-root {data_root}: not a directory")
-    run_id = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+    run_id = shared_run_id()
     out = Path(spec.output_dir) if spec.output_dir else Path(spec.store) / "runs" / run_id
     meta = run_meta(spec, run_id)
     meta["config"]["data_root"] = meta["data_root"] = str(data_root)
-    write_json_atomic(out / "run.json", meta)
+    main_rank = is_main_process()
+    if main_rank:
+        write_json_atomic(out / "run.json", meta)
+    # the response cache lives in the store, so a rerun with a new output dir still resumes
+    options = {"resume_dir": str(Path(spec.store) / ".resume" / "lmms"), **spec.options}
     ctx = RunContext(ckpt=spec.ckpt, data_root=data_root, output_dir=out, limit=spec.limit,
-                     batch_size=spec.batch_size, gen=spec.gen, options=dict(spec.options),
+                     batch_size=spec.batch_size, gen=spec.gen, options=options,
                      trust_remote_code=spec.trust_remote_code, device=spec.device)
     store = Store(spec.store)
     summary: dict[str, dict] = {}
     own, lmms = split_tasks(spec.tasks)
+    if lmms:  # fail on missing local data before any generation
+        from evalsuite.tasks.lmms import resolve_specs
+
+        resolve_specs(ctx, lmms)
 
     def finish(result: TaskResult) -> None:
+        if not main_rank:  # under torchrun/accelerate only rank 0 writes
+            return
         save_task(out, result)
         # one store run per task, so each lands as soon as it finishes; eval_run groups them
         store.write_run({**meta, "run_id": f"{run_id}-{result.task}", "eval_run": run_id}, [result])

@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evalsuite.errors import UserError
+from evalsuite.errors import RunFailure, UserError
 from evalsuite.tasks.base import RunContext
 from evalsuite.adapters.lmms_data import check_hub_cached, data_fingerprint, data_override, world_files
 from evalsuite.tasks.registry import LMMS_LOCAL_TASKS
@@ -48,7 +48,7 @@ class LmmsSpec:
     extra: dict = field(default_factory=dict)
 
 
-class LmmsRunError(RuntimeError):
+class LmmsRunError(RunFailure):
     """An lmms-eval task failed while running (model or scoring); finished samples stay cached."""
 
 
@@ -136,7 +136,7 @@ def run_lmms_tasks(ctx: RunContext, names: list[str], backend=None) -> list[Task
     specs = resolve_specs(ctx, names)
     if backend is None:
         backend = _checkpoint_backend(ctx)
-    cache_root = ctx.options.get("cache_dir") or Path(ctx.output_dir) / ".resume" / "lmms"
+    cache_root = ctx.options.get("resume_dir") or Path(ctx.output_dir) / ".resume" / "lmms"
     lm = adapter.make_model(backend, batch_size=ctx.batch_size, cache_root=cache_root)
     gen_kwargs = _gen_kwargs_arg(ctx)
     results = []

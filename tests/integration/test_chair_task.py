@@ -1,0 +1,52 @@
+"""Task `chair` end to end on the tiny VLM and the synthetic world (val split, GT from its annotations)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+GOLDEN_NLTK = Path(__file__).resolve().parents[2].parent / "shared" / "golden" / "nltk_data"
+
+
+@pytest.fixture(scope="module")
+def punkt_dir(tmp_path_factory):
+    from evalsuite.metrics import nltk_setup
+
+    if not GOLDEN_NLTK.is_dir():
+        pytest.skip(f"{GOLDEN_NLTK} not present")
+    out = tmp_path_factory.mktemp("nltk_task")
+    nltk_setup.copy_models(out, GOLDEN_NLTK)
+    return out
+
+
+def test_chair_task_on_tiny_model(tiny_vlm_dir, world_dir, punkt_dir, tmp_path):
+    from evalsuite.metrics.chair import aggregate
+    from evalsuite.tasks.base import RunContext
+    from evalsuite.tasks.registry import load_task
+    from evalsuite.types import GenConfig
+
+    ctx = RunContext(ckpt=str(tiny_vlm_dir), data_root=Path(world_dir), output_dir=tmp_path, batch_size=4,
+                     gen=GenConfig(max_new_tokens=8),
+                     options={"n_images": 5, "seed": 0, "cache_dir": str(tmp_path / "cache"),
+                              "nltk_data": str(punkt_dir), "n_boot": 20})
+    result = load_task("chair").run(ctx)
+    assert (result.task, result.version) == ("chair", "1")
+    assert [m.metric for m in result.metrics] == ["CHAIRs", "CHAIRi", "Recall", "Len"]
+    assert [m.higher_is_better for m in result.metrics][:2] == [False, False]
+    assert all(m.n == 5 and m.variant == "original" for m in result.metrics)
+    assert len(result.samples) == 5
+    s = result.samples[0]
+    assert {"key", "image_id", "image", "prompt", "answer", "mentions", "positions", "hallucinated",
+            "gt_objects", "recalled", "n_tokens", "CHAIRs", "CHAIRi"} <= set(s)
+    # the metric values are the aggregate of the samples' own records
+    agg = aggregate(result.samples)
+    assert {m.metric: m.value for m in result.metrics} == {k: agg[k] for k in ("CHAIRs", "CHAIRi", "Recall", "Len")}
+    assert result.extra["counts"]["num_caps"] == 5
+    assert "tokenizers/punkt_tab/english" in result.extra["nltk_resources"]
+    # GT came from the world's val annotations and is cached; every sampled image has GT objects
+    assert list((tmp_path / "cache").glob("chair_gt_pattern_*.json.gz"))
+    assert all(x["gt_objects"] for x in result.samples)
+    key = ("chair", "val", "Please describe this image in detail.")
+    assert ctx.generations[key] and [g["image_id"] for g in ctx.generations[key]] == [x["image_id"] for x in result.samples]
+    json.dumps(result.to_dict())

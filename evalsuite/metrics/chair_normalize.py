@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 
 from evalsuite.metrics import nltk_resources as res
 
@@ -32,7 +33,7 @@ def _pattern_tables():
         "uncountable": tuple(tb.singular_uncountable),
         "ie": tuple(w + "s" for w in tb.singular_ie),
         "s": tuple(w + "es" for w in tb.singular_s),
-        "irregular": tuple((w, __import__("re").compile("(?i)" + w + "$"), s)
+        "irregular": tuple((w, re.compile("(?i)" + w + "$"), s)
                            for w, s in tb.singular_irregular.items()),
         "rules": tuple(tb.singular_rules),
         "prepositions": frozenset(tb.plural_prepositions),

@@ -105,3 +105,22 @@ def test_lemma_in_context_matches_opera_pipeline(chair_golden, chair_nltk_data):
     wrong = [r for r in rows if penn_to_wordnet(r["penn_tag"]) != r["wordnet_pos"]
              or lem.lemmatize(r["token"], r["wordnet_pos"]) != r["lemma"]]
     assert wrong == []
+
+
+TRICKY = ['"Hello," she said. "It\'s a dog\'s life."', "They cannot go; gonna wanna gimme 'tis fine.",
+          "1,000 dogs, 2,5 cats... and (a bus.)", "Mr. Smith's car. Dr. Who? yes! no.", "a dog. )",
+          "the dogs' bowls' lids' end'", "e.g. a cat, i.e. a dog -- or else.", "quote \"x\" and 'y' ``z''",
+          "a  \t\n b . . .", "caf\u00e9 \u201cnice\u201d dog.", "it's 3.5 m. tall. ok.", "the end.\"", "'s", "."]
+
+
+def test_memoised_tokenizer_equals_nltk_word_tokenize(chair_golden, chair_nltk_data):
+    """Every golden caption and reference caption, plus edge cases, token for token."""
+    from nltk import word_tokenize
+
+    from evalsuite.metrics.chair_normalize import Tokenizer
+
+    texts = [d["caption"] for p in sorted((chair_golden / "captions").rglob("*.jsonl")) for d in _read_jsonl(p)]
+    texts += [a["caption"] for a in json.loads((chair_golden / "coco_val2014_80/captions.json").read_text())["annotations"]]
+    tok = Tokenizer()
+    for _ in range(2):  # the second pass runs from the memos
+        assert [t for t in texts + TRICKY if tok(t) != word_tokenize(t.lower())] == []

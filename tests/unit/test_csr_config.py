@@ -1,0 +1,79 @@
+"""CSR presets and config validation: every shipped preset parses, its `train:` keys are trainer
+fields, and bad values fail with a UserError naming the field, before any model loads."""
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from evalsuite.errors import UserError
+from training.csr.config import CSRConfig, TreeConfig, load_config
+from training.csr.loop import load_prompts
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+@pytest.mark.parametrize("name", ["csr.yaml", "csr_tiny.yaml"])
+def test_presets_parse_and_train_keys_are_trainer_fields(name):
+    from training.config import TrainConfig
+
+    text = (CONFIGS / name).read_text()
+    assert text.startswith("# python ") and "--config configs/" + name in text.splitlines()[0]
+    cfg = load_config(CONFIGS / name)
+    known = {f.name for f in fields(TrainConfig)}
+    assert set(cfg.train) <= known, set(cfg.train) - known
+
+
+def test_paper_preset_values():
+    cfg = load_config(CONFIGS / "csr.yaml")
+    t = cfg.tree
+    assert (t.num_beams, t.num_beam_groups, t.diversity_penalty, t.max_new_tokens) == (5, 5, 3.0, 70)
+    assert t.pruning() == (1, 2, 5)
+    assert (cfg.reward.mode, cfg.reward.lam, cfg.iterations) == ("rank", 0.9, 3)
+    tr = cfg.train
+    assert (tr["lora_r"], tr["lora_alpha"], tr["learning_rate"], tr["beta"], tr["num_train_epochs"]) == (128, 256, 1e-7, 0.1, 1)
+
+
+def test_overrides_and_run_dir():
+    cfg = load_config(CONFIGS / "csr_tiny.yaml", ["iterations=1", "tree.max_depth=2", "name=x"])
+    assert (cfg.iterations, cfg.tree.max_depth, cfg.run_dir) == (1, 2, Path("runs/x"))
+
+
+@pytest.mark.parametrize("data,field", [
+    ({"tree": {"num_beam_groups": 2}}, "tree.num_beam_groups"),
+    ({"tree": {"expander": "greedy"}}, "tree.expander"),
+    ({"reward": {"lam": 1.5}}, "reward.lam"),
+    ({"reward": {"mode": "paper"}}, "reward.mode"),
+    ({"pairs": {"min_paths": 1}}, "pairs.min_paths"),
+    ({"iterations": 0}, "csr.iterations"),
+    ({"tree": {"beams": 5}}, "unknown field"),
+    ({"model": ""}, "csr.model"),
+])
+def test_bad_values_name_the_field(data, field):
+    base = {"model": "m", "prompts": "p", "image_root": "i", "clip": "c"}
+    merged = {**base, **data}
+    with pytest.raises(UserError, match=field.replace(".", r"\.")):
+        CSRConfig.from_dict(merged)
+
+
+def test_pruning_defaults_follow_the_width():
+    assert TreeConfig(num_beams=4, num_beam_groups=2).pruning() == (1, 2, 4)
+    assert TreeConfig(expander="sample", num_samples=8).pruning() == (3, 4, 8)
+    assert TreeConfig(keep_top=0, keep_bottom=1, prune_threshold=2).pruning() == (0, 1, 2)
+
+
+def test_load_prompts(tmp_path):
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps([{"id": 7, "image": "a.jpg", "input": "What is this?\n<image>"},
+                             {"id": "8", "image": "b.jpg", "question": "Describe."}]))
+    assert load_prompts(p) == [{"id": "7", "image": "a.jpg", "question": "What is this?"},
+                               {"id": "8", "image": "b.jpg", "question": "Describe."}]
+    assert len(load_prompts(p, limit=1)) == 1
+    p.write_text('{"id": 1, "image": "a.jpg"}\n')
+    with pytest.raises(UserError, match="record 0 needs"):
+        load_prompts(p)
+    p.write_text('{"id": 1, "image": "a.jpg", "question": "q"}\n{"id": 1, "image": "b.jpg", "question": "q"}\n')
+    with pytest.raises(UserError, match="duplicate id"):
+        load_prompts(p)

@@ -184,3 +184,35 @@ def test_non_clip_checkpoints_are_refused(clip_dir, tmp_path):
     shutil.copy(clip_dir / "config.json", nobin / "config.json")
     with pytest.raises(UserError, match="safetensors"):
         rel.RelevanceScorer(nobin)
+
+
+def test_siglip_checkpoint_scores_scaled_cosine(clip_dir, images, tmp_path):
+    """A tiny SiglipModel (the kit's tokenizer and image processor): R = max(exp(logit_scale) * cos, 0),
+    i.e. SigLIP's own logits_per_image minus its logit_bias, clamped; texts padded to the full length."""
+    import torch
+    from PIL import Image
+    from transformers import AutoProcessor, SiglipConfig, SiglipModel
+
+    proc = AutoProcessor.from_pretrained(clip_dir, local_files_only=True)
+    tok = proc.tokenizer
+    torch.manual_seed(0)
+    cfg = SiglipConfig(
+        text_config=dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, max_position_embeddings=32, pad_token_id=tok.pad_token_id,
+                         eos_token_id=tok.eos_token_id),
+        vision_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=32, patch_size=4),
+    )
+    SiglipModel(cfg).eval().save_pretrained(tmp_path / "siglip", safe_serialization=True)
+    proc.save_pretrained(tmp_path / "siglip")
+    scorer = rel.RelevanceScorer(tmp_path / "siglip", device="cpu", batch_size=3)
+    assert scorer.family == "siglip" and scorer.max_text_length == 32
+    scores, cos = scorer.score_texts([(images[0], t) for t in TEXTS])
+    model = SiglipModel.from_pretrained(tmp_path / "siglip", local_files_only=True).eval()
+    inputs = proc(text=TEXTS, images=Image.open(images[0]).convert("RGB"), return_tensors="pt",
+                  padding="max_length", max_length=32, truncation=True)
+    with torch.no_grad():
+        logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                       pixel_values=inputs["pixel_values"]).logits_per_image[0].numpy()
+    np.testing.assert_allclose(scores, np.maximum(logits - model.logit_bias.item(), 0.0), atol=1e-5)
+    np.testing.assert_allclose(scores, np.maximum(cos * model.logit_scale.exp().item(), 0.0), atol=1e-5)

@@ -197,11 +197,11 @@ def test_siglip_checkpoint_scores_scaled_cosine(clip_dir, images, tmp_path):
     tok = proc.tokenizer
     torch.manual_seed(0)
     cfg = SiglipConfig(
-        text_config=dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, max_position_embeddings=32, pad_token_id=tok.pad_token_id,
-                         eos_token_id=tok.eos_token_id),
-        vision_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                           image_size=32, patch_size=4),
+        text_config={"vocab_size": len(tok), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                     "num_attention_heads": 2, "max_position_embeddings": 32, "pad_token_id": tok.pad_token_id,
+                     "eos_token_id": tok.eos_token_id},
+        vision_config={"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                       "num_attention_heads": 2, "image_size": 32, "patch_size": 4},
     )
     SiglipModel(cfg).eval().save_pretrained(tmp_path / "siglip", safe_serialization=True)
     proc.save_pretrained(tmp_path / "siglip")

@@ -52,8 +52,8 @@ def main(args: argparse.Namespace) -> int:
     if args.plot:
         from evalsuite.metrics.relevance_plot import density_plot
 
-        plot = density_plot({"chosen": [r["chosen_score"] for r in rows],
-                             "rejected": [r["rejected_score"] for r in rows]}, out / "density")
+        plot = density_plot({"chosen": [r["chosen_relevance"] for r in rows],
+                             "rejected": [r["rejected_relevance"] for r in rows]}, out / "density")
         summary["plot"] = {"svg": str(plot["svg"]), "png": str(plot["png"])}
     write_jsonl_atomic(out / "pair_scores.jsonl", rows)
     write_json_atomic(out / "summary.json", summary)

@@ -383,15 +383,15 @@ def score_pairs(scorer: RelevanceScorer, pairs: Sequence[Pair], image_root: str 
     rows = []
     for p, chosen, rejected in zip(pairs, scored[0::2], scored[1::2]):
         rows.append({"index": p.index, "id": p.id, "image": p.image, "prompt": p.prompt,
-                     "chosen_score": chosen.score, "rejected_score": rejected.score,
+                     "chosen_relevance": chosen.score, "rejected_relevance": rejected.score,
                      "gap": chosen.score - rejected.score,
                      "chosen": chosen.to_dict(), "rejected": rejected.to_dict()})
     gaps = np.array([r["gap"] for r in rows])
     lo, hi = bootstrap_ci(gaps, np.mean)
     summary = {
         "n_pairs": len(rows), "response_score": RESPONSE_SCORE, "scorer": scorer.describe(),
-        "chosen": describe([r["chosen_score"] for r in rows]),
-        "rejected": describe([r["rejected_score"] for r in rows]),
+        "chosen": describe([r["chosen_relevance"] for r in rows]),
+        "rejected": describe([r["rejected_relevance"] for r in rows]),
         "chosen_whole": describe([r["chosen"]["whole"] for r in rows]),
         "rejected_whole": describe([r["rejected"]["whole"] for r in rows]),
         "gap": {"mean": float(gaps.mean()) if len(gaps) else float("nan"), "ci_low": lo, "ci_high": hi,

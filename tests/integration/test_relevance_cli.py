@@ -44,15 +44,15 @@ def test_pairs_both_formats_match_the_scorer(pair_files, world_dir, tiny_clip_di
     assert r1.stdout.count("\n") == 1 and r1.stdout.startswith("relevance pairs: n=4 chosen ")
     rows = [json.loads(line) for line in (tmp_path / "a" / "pair_scores.jsonl").read_text().splitlines()]
     rows_b = [json.loads(line) for line in (tmp_path / "b" / "pair_scores.jsonl").read_text().splitlines()]
-    assert [r["chosen_score"] for r in rows] == pytest.approx([r["chosen_score"] for r in rows_b], abs=1e-9)
+    assert [r["chosen_relevance"] for r in rows] == pytest.approx([r["chosen_relevance"] for r in rows_b], abs=1e-9)
     scorer = RelevanceScorer(tiny_clip_dir, device="cpu")
     for row, n, c, r in zip(rows, names, chosen, rejected):
-        assert row["chosen_score"] == pytest.approx(scorer.score_response(root / n, c).mean, abs=1e-5)
-        assert row["rejected_score"] == pytest.approx(scorer.score_response(root / n, r).mean, abs=1e-5)
-        assert row["gap"] == pytest.approx(row["chosen_score"] - row["rejected_score"])
-    assert rows[1]["rejected_score"] == 0.0   # empty rejected answer: documented 0
+        assert row["chosen_relevance"] == pytest.approx(scorer.score_response(root / n, c).mean, abs=1e-5)
+        assert row["rejected_relevance"] == pytest.approx(scorer.score_response(root / n, r).mean, abs=1e-5)
+        assert row["gap"] == pytest.approx(row["chosen_relevance"] - row["rejected_relevance"])
+    assert rows[1]["rejected_relevance"] == 0.0   # empty rejected answer: documented 0
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
-    cs = np.array([r["chosen_score"] for r in rows])
+    cs = np.array([r["chosen_relevance"] for r in rows])
     gaps = np.array([r["gap"] for r in rows])
     assert summary["n_pairs"] == 4 and summary["response_score"] == "sentence_mean"
     assert summary["chosen"]["mean"] == pytest.approx(cs.mean()) and summary["chosen"]["std"] == pytest.approx(cs.std())

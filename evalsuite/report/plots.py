@@ -116,17 +116,25 @@ def csr_plots(series: dict[str, list[dict]]) -> list[str]:
     return out
 
 
-def kde(values, grid) -> list[float]:
-    """Gaussian KDE with Silverman's bandwidth (a constant sample gets a narrow bump, not a NaN)."""
+def bandwidth(values) -> float:
+    """Silverman's rule; a constant sample gets a narrow positive width instead of 0."""
     import numpy as np
 
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]
-    spread = min(v.std(ddof=1) if len(v) > 1 else 0.0,
-                 (np.subtract(*np.percentile(v, [75, 25])) / 1.34) if len(v) > 1 else 0.0)
-    if spread <= 0:
-        spread = max(v.std(ddof=1) if len(v) > 1 else 0.0, 1e-3 * max(1.0, abs(float(v.mean()))))
-    h = 0.9 * spread * len(v) ** -0.2
+    sd = v.std(ddof=1) if len(v) > 1 else 0.0
+    iqr = np.subtract(*np.percentile(v, [75, 25])) / 1.34 if len(v) > 1 else 0.0
+    spread = min(sd, iqr) if min(sd, iqr) > 0 else max(sd, 1e-3 * max(1.0, abs(float(v.mean()))))
+    return float(0.9 * spread * len(v) ** -0.2)
+
+
+def kde(values, grid) -> list[float]:
+    """Gaussian kernel density of `values` at the points of `grid`."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    h = bandwidth(v)
     z = (np.asarray(grid)[:, None] - v[None, :]) / h
     return list(np.exp(-0.5 * z * z).sum(axis=1) / (len(v) * h * math.sqrt(2 * math.pi)))
 
@@ -140,7 +148,8 @@ def density_plot(title: str, sets: dict[str, list[float]], dashed: set[str] = fr
     sets = {k: v for k, v in sets.items() if len(v) >= 2}
     allv = np.concatenate([np.asarray(v) for v in sets.values()]) if sets else np.zeros(1)
     lo, hi = float(allv.min()), float(allv.max())
-    pad = 0.1 * (hi - lo or 1.0)
+    # wide enough that every curve reaches ~0 at both ends instead of being cut off
+    pad = 3 * max((bandwidth(v) for v in sets.values()), default=0.1)
     grid = np.linspace(lo - pad, hi + pad, 200)
     with plt.rc_context(_style()):
         fig, ax = plt.subplots(figsize=(4.6, 2.8))

@@ -113,6 +113,10 @@ class Store:
         written_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
         meta.update(run_id=run_id, written_at=written_at, config_hash=config_hash(meta.get("config")))
         meta.setdefault("created_at", written_at)
+        if not meta.get("code_version"):
+            from evalsuite.version import code_version
+
+            meta["code_version"] = code_version()
         self.metrics_dir.mkdir(parents=True, exist_ok=True)
         self.samples_dir.mkdir(parents=True, exist_ok=True)
         target = self.metrics_dir / f"{run_id}.parquet"

@@ -1,0 +1,112 @@
+"""TrainConfig parsing: YAML + CLI precedence, dict input, validation errors (no model is loaded)."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evalsuite.errors import UserError
+from training.config import _parser, load_config, parse_config, read_yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def paths(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    (tmp_path / "d.json").write_text("[]")
+    return {"model_name_or_path": str(tmp_path / "m"), "output_dir": str(tmp_path / "o"),
+            "data_path": str(tmp_path / "d.json")}
+
+
+def argv(paths, *extra):
+    return [x for k, v in paths.items() for x in (f"--{k}", v)] + list(extra)
+
+
+def test_yaml_then_cli_override(paths, tmp_path):
+    y = tmp_path / "c.yaml"
+    y.write_text("beta: 0.3\nloss_type: ipo\nuse_lora: true\nlora_r: 4\nlearning_rate: 0.01\nreport_to: none\n")
+    cfg = load_config(["--config", str(y), *argv(paths), "--beta", "0.5"])
+    assert (cfg.beta, cfg.loss_type, cfg.use_lora, cfg.lora_r, cfg.learning_rate) == (0.5, "ipo", True, 4, 0.01)
+    assert cfg.config == str(y) and cfg.resolved_dataset == "plain_dpo"
+    assert cfg.merged_path == Path(paths["output_dir"]) / "merged"
+    assert cfg.trainer_kwargs()["learning_rate"] == 0.01 and "beta" not in cfg.trainer_kwargs()
+
+
+def test_dict_source_and_defaults(paths):
+    """Seed defaults: beta 0.1, sigmoid, lengths 512/128/128, lora 64/16/0.05 auto, freeze vision tower."""
+    cfg = load_config(dict(paths))
+    assert (cfg.beta, cfg.loss_type, cfg.max_length, cfg.max_prompt_length, cfg.max_target_length) == \
+        (0.1, "sigmoid", 512, 128, 128)
+    assert (cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules) == (64, 16, 0.05, "auto")
+    assert cfg.freeze_vision_tower and not cfg.use_lora and cfg.score_margin == -1
+    assert load_config({**paths, "method": "sft"}).resolved_dataset == "vlquery_json"
+
+
+@pytest.mark.parametrize("extra, msg", [
+    (["--beta", "0"], "beta: must be > 0"),
+    (["--beta", "abc"], "invalid float value"),
+    (["--loss_type", "dpo"], "loss_type: 'dpo' is not one of"),
+    (["--dataset_name", "coco"], "dataset_name: 'coco' is not a dpo dataset"),
+    (["--method", "sft", "--dataset_name", "plain_dpo"], "not a sft dataset"),
+    (["--data_ratio", "1.5"], "data_ratio: must be in"),
+    (["--max_prompt_length", "512"], "max_prompt_length"),
+    (["--label_smoothing", "0.1", "--loss_type", "ipo"], "only defined for sigmoid/ddpo"),
+    (["--use_lora", "true", "--lora_dropout", "1"], "lora_dropout"),
+    (["--q_lora", "true"], "q_lora: needs --use_lora"),
+    (["--report_to", "mlflow"], "report_to"),
+    (["--wandb_mode", "cloud"], "wandb_mode"),
+    (["--unknown_flag", "1"], "unrecognized --unknown_flag"),
+])
+def test_bad_values(paths, extra, msg):
+    with pytest.raises(UserError, match=msg):
+        load_config(argv(paths, *extra))
+
+
+def test_bad_paths_and_yaml(paths, tmp_path):
+    with pytest.raises(UserError, match="model_name_or_path: .* not a local checkpoint"):
+        load_config({**paths, "model_name_or_path": str(tmp_path / "missing")})
+    with pytest.raises(UserError, match="data_path: no such file"):
+        load_config({**paths, "data_path": str(tmp_path / "none.json")})
+    with pytest.raises(UserError, match="unknown field"):
+        load_config({**paths, "betta": 0.2})
+    y = tmp_path / "bad.yaml"
+    y.write_text("beta: [1, 2\n")
+    with pytest.raises(UserError, match="invalid YAML"):
+        load_config(["--config", str(y)])
+    y.write_text("beta: fast\n")
+    with pytest.raises(UserError, match="invalid float value: 'fast'"):
+        load_config(["--config", str(y), *argv(paths)])
+
+
+def test_extra_dataclasses_share_sources(paths):
+    from dataclasses import dataclass
+
+    @dataclass
+    class Extra:
+        num_candidates: int = 4
+
+    cfg, extra = parse_config(argv(paths, "--num_candidates", "6", "--beta", "0.2"), Extra)
+    assert (cfg.beta, extra.num_candidates) == (0.2, 6)
+
+
+def test_shipped_presets_are_known_fields_and_start_with_their_command():
+    known = {a.dest for a in _parser()._actions}
+    presets = sorted((REPO / "configs" / "train").glob("*.yaml"))
+    assert {p.name for p in presets} >= {"tiny_cpu.yaml", "llava15_7b_dpo.yaml"}
+    for p in presets:
+        assert p.read_text().splitlines()[0].startswith("# "), p
+        assert "training/train.py" in p.read_text().splitlines()[0]
+        assert set(read_yaml(p)) <= known, p
+
+
+def test_cli_bad_value_is_one_line_exit_2(paths):
+    """The real entry point: a bad value is one stderr line and exit code 2."""
+    r = subprocess.run([sys.executable, str(REPO / "training" / "train.py"), *argv(paths, "--beta", "-1")],
+                       capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "warn" not in ln.lower()]
+    assert r.returncode == 2 and lines == ["train.py: error: beta: must be > 0, got -1.0"]
+    r = subprocess.run([sys.executable, str(REPO / "training" / "train.py"), "--method", "nope"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "method: 'nope'" in r.stderr

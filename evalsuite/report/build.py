@@ -117,15 +117,14 @@ def csr_section(csr_tidy, csr_ckpts: list[dict], pair_samples) -> dict:
                       "vals": [fmt(vals[m]) if vals[m] is not None else "-" for m in names]})
     density, pairs = None, []
     if not pair_samples.empty and {"chosen_relevance", "rejected_relevance"} <= set(pair_samples.columns):
-        sets, dashed = {}, set()
+        sets = {}
         for c in csr_ckpts:
             g = pair_samples[pair_samples["ckpt_id"] == c["ckpt_id"]]
             if len(g):
                 label = f"it{c['iteration']}" if c["iteration"] is not None else c["name"]
                 sets[f"{label} chosen"] = list(g["chosen_relevance"].map(_num))
                 sets[f"{label} rejected"] = list(g["rejected_relevance"].map(_num))
-                dashed.add(f"{label} rejected")
-        density = density_plot("relevance of chosen (solid) vs rejected (dashed)", sets, dashed)
+        density = density_plot("relevance of chosen (solid) vs rejected (dashed)", sets)
         pairs = _top_pairs(pair_samples, csr_ckpts)
     return {"plots": csr_plots(series), "metric_names": names, "table": table, "density": density,
             "pairs": pairs}

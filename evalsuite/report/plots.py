@@ -10,6 +10,7 @@ import io
 import itertools
 import math
 import re
+from pathlib import Path
 
 _INK = "#010203"           # sentinel for "the page's text colour"
 _salt = itertools.count()
@@ -37,18 +38,22 @@ def _style() -> dict:
 
 
 def to_svg(fig) -> str:
-    """Figure -> <svg> element text (no XML prolog), sentinel colour -> currentColor."""
+    """Figure -> inline <svg> element text (see `finish_svg`)."""
     plt = _plt()
     buf = io.StringIO()
     with plt.rc_context({"svg.hashsalt": f"evalsuite-{next(_salt)}"}):
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
-    svg = buf.getvalue()
+    return finish_svg(buf.getvalue())
+
+
+def finish_svg(svg: str) -> str:
+    """SVG file text -> an element for inlining: no XML prolog, no metadata block, sentinel colour ->
+    currentColor, and CSS-sized (width/height dropped, viewBox kept)."""
     svg = svg[svg.index("<svg"):]
     # the Dublin Core block only names matplotlib and a date: bytes and URLs the page does not need
     svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, count=1, flags=re.S)
     svg = svg.replace(_INK, "currentColor")
-    # let CSS size it: drop the fixed width/height, keep the viewBox
     head, rest = svg.split(">", 1)
     head = re.sub(r'\s(width|height)="[^"]*"', "", head).replace("<svg", '<svg class="plot"', 1)
     return head + ">" + rest
@@ -116,52 +121,17 @@ def csr_plots(series: dict[str, list[dict]]) -> list[str]:
     return out
 
 
-def bandwidth(values) -> float:
-    """Silverman's rule; a constant sample gets a narrow positive width instead of 0."""
-    import numpy as np
+def density_plot(title: str, sets: dict[str, list[float]]) -> str:
+    """KDE curves of several value sets on one axis, drawn by the project's relevance figure helper
+    (`evalsuite.metrics.relevance_plot`: "rejected" sets dashed, chosen/rejected of one iteration
+    share a colour, dotted means) in the page's colours. Sets with < 2 finite values are skipped."""
+    import tempfile
 
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    sd = v.std(ddof=1) if len(v) > 1 else 0.0
-    iqr = np.subtract(*np.percentile(v, [75, 25])) / 1.34 if len(v) > 1 else 0.0
-    spread = min(sd, iqr) if min(sd, iqr) > 0 else max(sd, 1e-3 * max(1.0, abs(float(v.mean()))))
-    return float(0.9 * spread * len(v) ** -0.2)
-
-
-def kde(values, grid) -> list[float]:
-    """Gaussian kernel density of `values` at the points of `grid`."""
-    import numpy as np
-
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    h = bandwidth(v)
-    z = (np.asarray(grid)[:, None] - v[None, :]) / h
-    return list(np.exp(-0.5 * z * z).sum(axis=1) / (len(v) * h * math.sqrt(2 * math.pi)))
-
-
-def density_plot(title: str, sets: dict[str, list[float]], dashed: set[str] = frozenset()) -> str:
-    """KDE curves of several value sets on one axis (sets with < 2 values are skipped)."""
-    import numpy as np
+    from evalsuite.metrics.relevance_plot import density_plot as relevance_density
 
     plt = _plt()
     sets = {k: [float(x) for x in v if x is not None and math.isfinite(float(x))] for k, v in sets.items()}
     sets = {k: v for k, v in sets.items() if len(v) >= 2}
-    allv = np.concatenate([np.asarray(v) for v in sets.values()]) if sets else np.zeros(1)
-    lo, hi = float(allv.min()), float(allv.max())
-    # wide enough that every curve reaches ~0 at both ends instead of being cut off
-    pad = 3 * max((bandwidth(v) for v in sets.values()), default=0.1)
-    grid = np.linspace(lo - pad, hi + pad, 200)
-    with plt.rc_context(_style()):
-        fig, ax = plt.subplots(figsize=(4.6, 2.8))
-        colors = {}
-        for i, (name, vals) in enumerate(sets.items()):
-            stem = name.rsplit(" ", 1)[0] if name in dashed or name.endswith(" chosen") else name
-            color = colors.setdefault(stem, PALETTE[len(colors) % len(PALETTE)])
-            ax.plot(grid, kde(vals, grid), lw=1.6, color=color, ls="--" if name in dashed else "-",
-                    label=f"{name} (n={len(vals)})")
-        ax.set_xlabel("relevance")
-        ax.set_ylabel("density")
-        ax.set_title(title, fontsize=9, loc="left")
-        # below the axes: over the curves it hides the overlap it is meant to explain
-        ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.22))
-        return to_svg(fig)
+    with tempfile.TemporaryDirectory() as tmp, plt.rc_context(_style()):
+        out = relevance_density(sets, Path(tmp) / "density", title=title, xlabel="relevance")
+        return finish_svg(Path(out["svg"]).read_text(encoding="utf-8"))

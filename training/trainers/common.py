@@ -28,12 +28,16 @@ class JsonLogCallback(TrainerCallback):
         self.rows: list[dict] = []
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs:
+        if not logs:
             return
         from evalsuite.files import write_jsonl_atomic
 
         self.rows.append({"step": state.global_step, "epoch": state.epoch, **logs})
-        write_jsonl_atomic(self.path, self.rows)
+        # Under DDP every rank logs the same gathered values; ranks > 0 keep their own file so a run
+        # can be checked for agreement, and the main file stays single-writer.
+        path = self.path if state.is_world_process_zero else self.path.with_name(
+            f"{self.path.stem}.rank{args.process_index}{self.path.suffix}")
+        write_jsonl_atomic(path, self.rows)
 
 
 def _last_metrics(trainer) -> dict:

@@ -119,22 +119,41 @@ def _merge(records: list[dict]) -> dict:
     return merged
 
 
+def mentions_of(rec: dict) -> list[dict]:
+    """The record's object mentions as [{word, category, position, hallucinated}], from either shape:
+    `mentioned` (already that), or the CHAIR task's `mentions` [[word, category]] + `positions` +
+    `hallucinated_positions`."""
+    if _items(rec.get("mentioned")):
+        return [m for m in rec["mentioned"] if isinstance(m, dict)]
+    mentions = _items(rec.get("mentions"))
+    positions = _items(rec.get("positions"))
+    hal_pos = set(_items(rec.get("hallucinated_positions")))
+    hal_pairs = [tuple(h) for h in _items(rec.get("hallucinated")) if isinstance(h, (list, tuple))]
+    out = []
+    for i, m in enumerate(mentions):
+        if not isinstance(m, (list, tuple)) or len(m) < 2:
+            continue
+        pos = positions[i] if i < len(positions) else None
+        hal = pos in hal_pos if hal_pos or not hal_pairs else tuple(m[:2]) in hal_pairs
+        out.append({"word": str(m[0]), "category": str(m[1]), "position": pos, "hallucinated": hal})
+    return out
+
+
 def cell(rec: dict | None) -> dict | None:
     """What the template shows for one checkpoint's answer to one image."""
     if rec is None:
         return None
     answer = str(rec.get("answer") or "")
-    mentioned = _items(rec.get("mentioned"))
-    hal = [str(m.get("word")) for m in mentioned if isinstance(m, dict) and m.get("hallucinated")]
-    ok = [str(m.get("word")) for m in mentioned if isinstance(m, dict) and not m.get("hallucinated")]
-    if not mentioned and _items(rec.get("hallucinated")):
-        hal = [str(h) for h in _items(rec.get("hallucinated"))]
-    chair_s = _num(rec.get("chair_s"))
-    sentences = [s for s in _items(rec.get("relevance_sentences"))]
+    mentioned = mentions_of(rec)
+    hal = [str(m.get("word")) for m in mentioned if m.get("hallucinated")]
+    ok = [str(m.get("word")) for m in mentioned if not m.get("hallucinated")]
+    if not mentioned:
+        hal = [str(h[0] if isinstance(h, (list, tuple)) else h) for h in _items(rec.get("hallucinated"))]
+    chair_s = _num(rec.get("chair_s", rec.get("CHAIRs")))
+    gt = _items(rec.get("gt")) or _items(rec.get("gt_objects"))
     return {
         "segments": mark_answer(answer, mentioned), "hal": hal, "ok": ok,
-        "gt": [str(g) for g in _items(rec.get("gt"))], "chair_s": chair_s,
-        "relevance": _num(rec.get("relevance")), "sentences": sentences[:12],
+        "gt": [str(g) for g in gt], "chair_s": chair_s, "relevance": _num(rec.get("relevance")),
         "n_hal": len(hal),
     }
 

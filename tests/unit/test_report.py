@@ -182,3 +182,26 @@ def test_relevance_densities_have_one_curve_per_set(tmp_path):
                   "it2 chosen (n=4)", "it2 rejected (n=4)"):
         assert label in rel
     assert "#010203" not in html and rel.count("currentColor") > 10    # axes follow the page colours
+
+
+def test_cell_reads_the_chair_task_record_shape():
+    """The CHAIR task's own record (metrics.chair.score_caption): mentions [[w, c]], merged-token
+    positions, hallucinated_positions, gt_objects, CHAIRs. "A dog and two cats": merged tokens
+    a/dog/and/two/cat -> dog at 1 (grounded), cat at 4 (not in GT {dog}: hallucinated)."""
+    from evalsuite.metrics.chair import score_caption
+    from evalsuite.report.samples import cell
+
+    rec = {"answer": "A dog and two cats.", **score_caption([("dog", "dog", 1), ("cat", "cat", 4)], ["dog"], 5)}
+    c = cell(rec)
+    assert c["segments"] == [("A ", None), ("dog", "ok"), (" and two ", None), ("cats", "hal"), (".", None)]
+    assert (c["hal"], c["ok"], c["gt"], c["chair_s"]) == (["cat"], ["dog"], ["dog"], 1.0)
+
+
+def test_relative_image_paths_resolve_against_the_runs_data_root(tmp_path):
+    _image(tmp_path / "world" / "images" / "val" / "7.png", (10, 200, 10))
+    store = Store(tmp_path / "s")
+    sample = {"key": "val:7", "image_id": 7, "image": "images/val/7.png", "prompt": "p", "answer": "A dog."}
+    store.write_run({"ckpt": "/c/0", "iteration": 0, "data_root": str(tmp_path / "world")},
+                    [TaskResult("caption", "1", [MetricValue("n", 1, True)], samples=[sample])])
+    html = build_report(store, tmp_path / "r").read_text()
+    assert html.count('src="data:image/') == 1 and "no image" not in html

@@ -31,10 +31,12 @@ nltk-data: $(VENV)/.installed
 	$(BIN)/python -m evalsuite.metrics.nltk_setup --out $(NLTK) $(if $(wildcard $(SHARED)/golden/nltk_data),--tagger-from $(SHARED)/golden/nltk_data)
 
 demo: setup
-	$(BIN)/python training/train.py
+	NLTK_DATA=$(NLTK) $(BIN)/python training/train.py
 
+# pytest exits 5 when it collected no test: that is a failure here, not a pass.
 test: setup
-	NLTK_DATA=$(NLTK) $(BIN)/python -m pytest -q
+	NLTK_DATA=$(NLTK) $(BIN)/python -m pytest -q --durations=15; rc=$$?; \
+	  if [ $$rc = 5 ]; then echo "no tests were collected"; exit 1; fi; exit $$rc
 
 test-fast: $(VENV)/.installed
 	NLTK_DATA=$(NLTK) $(BIN)/python -m pytest -q -m "not slow"

@@ -42,7 +42,7 @@ def main(args) -> int:
     from evalsuite.types import GenConfig
 
     options = {"split": args.split, "variant": args.variant, "clip": args.clip,
-               "chair_images": args.chair_images, "seed": args.seed, "gen_kwargs": args.gen_kwargs}
+               "n_images": args.chair_images, "seed": args.seed, "gen_kwargs": args.gen_kwargs}
     if args.prompt:
         options["prompt"] = args.prompt
     spec = EvalSpec(

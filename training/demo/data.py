@@ -14,6 +14,7 @@ from evalsuite.files import write_json_atomic
 
 # lmms-eval's MME/POPE post-prompt (lmms_eval/tasks/{mme,pope}); the model must learn to answer under it.
 POST_PROMPT = "\nAnswer the question using a single word or phrase."
+CAPTION_TEMPLATE = "positions"
 CAPTION_PROMPTS = (
     "Please describe this image in detail.",
     "Describe the following image.",
@@ -28,7 +29,7 @@ def _relative(path: str, root: Path) -> str:
 
 def sft_records(world: Path, hallucination_rate: float, seed: int, qa_per_image: int = 2) -> list[dict]:
     """vlquery_json records over the world's train split; image paths relative to the world root."""
-    from evalsuite.world.captions import pick_absent, sft_captions
+    from evalsuite.world.captions import caption_for, pick_absent
     from evalsuite.world.categories import BY_ID
     from evalsuite.world.pope import pope_question
     from training.demo.judge import scene_table
@@ -37,7 +38,9 @@ def sft_records(world: Path, hallucination_rate: float, seed: int, qa_per_image:
     records = []
     for path, objects in scene_table(world, "train"):
         image = _relative(path, world)
-        caption, _ = sft_captions(objects, rng, hallucination_rate)
+        # one detailed template (colour + position of every object): the tiny model can ground it
+        absent = pick_absent(objects, rng) if rng.random() < hallucination_rate else None
+        caption = caption_for(objects, rng, template=CAPTION_TEMPLATE, absent=absent)
         records.append(_conv(image, rng.choice(CAPTION_PROMPTS), caption))
         present = sorted({o.category_id for o in objects})
         for _ in range(qa_per_image):

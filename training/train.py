@@ -1,5 +1,6 @@
 """Training entry point: parse -> validate -> dispatch by method.
 
+    python training/train.py                      # no arguments: the built-in demo (configs/demo.yaml)
     python training/train.py --config configs/train/tiny_cpu.yaml --loss_type ipo
     python training/train.py --config configs/train/tiny_cpu.yaml --method sft --data_path sft.json
     torchrun --nproc_per_node 2 training/train.py --config ...          # DDP (gloo on CPU)
@@ -25,6 +26,9 @@ METHODS = {
 }
 
 
+DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
+
+
 def _method(argv: list[str]) -> str:
     """--method from the command line, else from the --config YAML, else dpo."""
     for i, a in enumerate(argv):
@@ -44,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     from evalsuite.errors import UserError
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:  # no arguments: the built-in demo, the first thing a new user runs
+        argv = ["--config", str(DEMO_CONFIG)]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         if any(a in ("-h", "--help") for a in argv):

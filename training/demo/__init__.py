@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="train.py (demo)", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="configs/demo.yaml")
+    p.add_argument("--method", choices=["demo"], help="(set by train.py's dispatch)")
     p.add_argument("overrides", nargs="*", help="key=value (values parsed as YAML)")
     args = p.parse_args(argv)
     overrides = {}

@@ -351,7 +351,7 @@ def test_shared_cache_never_serves_another_worlds_answers(adapter, mini_world, w
     """One cache dir for two worlds: the same doc ids and checkpoint, other files -> all regenerated."""
     from evalsuite.tasks.lmms import run_lmms_tasks
 
-    shared = {"cache_dir": str(tmp_path / "shared-cache")}
+    shared = {"resume_dir": str(tmp_path / "shared-cache")}
     (a,) = run_lmms_tasks(_ctx(tmp_path / "a", mini_world, options=dict(shared)), ["mme"], backend=AnswerBackend())
     (b,) = run_lmms_tasks(_ctx(tmp_path / "b", world_dir, limit=8, options=dict(shared)), ["mme"],
                           backend=AnswerBackend())

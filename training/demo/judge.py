@@ -8,6 +8,7 @@ an absent object added, one object swapped for another category, one colour swap
 from __future__ import annotations
 
 import logging
+import math
 import random
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -104,9 +105,12 @@ def train_judge(clip_dir: Path, world: Path, out: Path, cfg: JudgeConfig) -> Pat
     scenes = scene_table(world, "train")
     pixels = _pixels(processor, [p for p, _ in scenes])
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=cfg.steps, pct_start=0.1)
+    warmup = max(1, cfg.steps // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, then cosine to 0
+        opt, lambda s: (s + 1) / warmup if s < warmup else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, cfg.steps - warmup))))
+    batch = min(cfg.batch_size, len(scenes))
     for step in tqdm(range(cfg.steps), desc="clip judge", unit="step"):
-        idx = rng.sample(range(len(scenes)), cfg.batch_size)
+        idx = rng.sample(range(len(scenes)), batch)
         pos, neg = [], []
         for i in idx:
             template = rng.choice(sorted(TEMPLATES))

@@ -49,6 +49,8 @@ def get_variant(name: str) -> Variant:
 def merge_pairs(tokens: list[str], vocab: ChairVocab) -> list[str]:
     """Left-to-right 2-gram merge: a pair in the table becomes its value and both tokens are consumed."""
     pairs, firsts = vocab.pairs, vocab.pair_firsts
+    if firsts.isdisjoint(tokens):  # most captions: nothing to merge, skip the Python loop
+        return tokens
     out: list[str] = []
     i, n = 0, len(tokens)
     while i < n:
@@ -71,25 +73,27 @@ def find_mentions(merged: list[str], vocab: ChairVocab) -> list[tuple[str, str, 
     ("the seat of the toilet" is not a chair).
     """
     present = set(merged)
-    dropped = {word for needed, word in vocab.remove_if_all if needed <= present}
+    hits = present.intersection(vocab.word_to_category)
+    for needed, word in vocab.remove_if_all:
+        if needed <= present:
+            hits.discard(word)
     w2c = vocab.word_to_category
-    return [(w, w2c[w], i) for i, w in enumerate(merged) if w in w2c and w not in dropped]
+    return [(w, w2c[w], i) for i, w in enumerate(merged) if w in hits]
 
 
 def score_caption(mentions: list[tuple[str, str, int]], gt: Iterable[str], n_tokens: int) -> dict:
     """The per-caption record: mentions, hallucinated ones, GT, recalled categories, CHAIRs/CHAIRi."""
-    gt_set = frozenset(gt)
+    gt_set = gt if isinstance(gt, (set, frozenset)) else frozenset(gt)
     hallucinated = [m for m in mentions if m[1] not in gt_set]
-    recalled = sorted({m[1] for m in mentions} & gt_set)
     return {
         "mentions": [[w, c] for w, c, _ in mentions],
         "positions": [p for _, _, p in mentions],
         "hallucinated": [[w, c] for w, c, _ in hallucinated],
         "hallucinated_positions": [p for _, _, p in hallucinated],
         "gt_objects": sorted(gt_set),
-        "recalled": recalled,
+        "recalled": sorted(gt_set.intersection([m[1] for m in mentions])),
         "n_tokens": n_tokens,
-        "CHAIRs": int(bool(hallucinated)),
+        "CHAIRs": 1 if hallucinated else 0,
         "CHAIRi": safe_ratio(len(hallucinated), len(mentions)),
     }
 
@@ -139,10 +143,11 @@ class ChairScorer:
 
     def __init__(self, variant: str = DEFAULT_VARIANT, vocab: ChairVocab | None = None) -> None:
         from evalsuite.metrics import chair_normalize as cn
+        from evalsuite.metrics.chair_tokenize import FastTokenizer
 
         self.variant = get_variant(variant)
         self.vocab = vocab or load_vocab()
-        self.tokenize = cn.Tokenizer()
+        self.tokenize = FastTokenizer()
         self.normalize = cn.PatternNormalizer() if self.variant.normalizer == "pattern" else cn.LemmaNormalizer()
 
     @property

@@ -22,20 +22,39 @@ from evalsuite.metrics import nltk_resources as res
 log = logging.getLogger(__name__)
 
 
+def _literal_end(pattern: str) -> str:
+    """The literal letters a rule's match must end with ("ices" for "(matr)ices$"; "" if none)."""
+    if not pattern.endswith("$"):
+        return ""
+    body = pattern[:-1]
+    i = len(body)
+    while i > 0 and body[i - 1].isalpha():
+        i -= 1
+    if i > 0 and body[i - 1] == "\\":  # "\\s$" ends with a class, not with "s"
+        i += 1
+    return body[i:].lower()
+
+
 @functools.lru_cache(maxsize=1)
 def _pattern_tables():
     from textblob.en import inflect as tb
 
     # pattern 3.6's uninflected list has "christmas" and not "jeans" (pattern: jeans -> jean).
     uninflected = tuple(w for w in tb.singular_uninflected if w != "jeans") + ("christmas",)
+    uncountable = tuple(tb.singular_uncountable)
+    irregular = tuple((w, re.compile("(?i)" + w + "$"), s) for w, s in tb.singular_irregular.items())
+    rules = tuple(tb.singular_rules)
     return {
-        "uninflected": uninflected,
-        "uncountable": tuple(tb.singular_uncountable),
+        # `any(w.endswith(x) for w in words)` <=> x is a suffix ("" included) of one of the words
+        "kept": frozenset(w[i:] for w in uninflected + uncountable for i in range(len(w) + 1)),
         "ie": tuple(w + "s" for w in tb.singular_ie),
         "s": tuple(w + "es" for w in tb.singular_s),
-        "irregular": tuple((w, re.compile("(?i)" + w + "$"), s)
-                           for w, s in tb.singular_irregular.items()),
-        "rules": tuple(tb.singular_rules),
+        "irregular": irregular,
+        "irregular_ends": tuple(w for w, _, _ in irregular),
+        "rules": rules,
+        # an ASCII word without "\n" can match a rule only if it ends with its literal ending
+        # (lowercased; every rule with letters there is case-insensitive or all lowercase)
+        "rule_ends": tuple(_literal_end(r.pattern) for r, _ in rules),
         "prepositions": frozenset(tb.plural_prepositions),
     }
 
@@ -50,24 +69,22 @@ def _singularize(word: str) -> str:
         return _singularize(word[:-1]) + "'s"
     lower = word.lower()
     # A word that is a suffix of an uninflected/uncountable word stays (so "is", "as" survive).
-    for w in t["uninflected"]:
-        if w.endswith(lower):
-            return word
-    for w in t["uncountable"]:
-        if w.endswith(lower):
-            return word
+    if lower in t["kept"]:
+        return word
     # pattern 3.6 returns the -ie plural unchanged (doggies stays doggies; textblob gives doggie).
-    for w in t["ie"]:
-        if lower.endswith(w):
-            return lower
+    if lower.endswith(t["ie"]):
+        return lower
     # pattern 3.6 strips "es" from the word itself (omnibuses -> omnibus; textblob gives bus).
-    for w in t["s"]:
-        if lower.endswith(w):
-            return lower[:-2]
-    for w, rx, singular in t["irregular"]:
-        if lower.endswith(w):
-            return rx.sub(singular, word)
-    for suffix, inflection in t["rules"]:
+    if lower.endswith(t["s"]):
+        return lower[:-2]
+    if lower.endswith(t["irregular_ends"]):  # the first irregular ending in table order wins
+        for w, rx, singular in t["irregular"]:
+            if lower.endswith(w):
+                return rx.sub(singular, word)
+    filtered = word.isascii() and "\n" not in word
+    for (suffix, inflection), end in zip(t["rules"], t["rule_ends"]):
+        if filtered and not lower.endswith(end):
+            continue
         m = suffix.search(word)
         if m:
             for k, g in enumerate(m.groups()):  # unmatched optional groups drop their backreference
@@ -193,9 +210,14 @@ class PatternNormalizer:
     name = "pattern"
     resources = (res.PUNKT,)
 
+    def __init__(self) -> None:
+        _pattern_tables()  # import textblob and compile the rule tables while loading
+
     def __call__(self, tokens: list[str]) -> list[str]:
-        cache = _SING_CACHE
-        return [cache.get(t) or pattern_singularize(t) for t in tokens]
+        out = list(map(_SING_CACHE.get, tokens))
+        if None in out:  # first sight of some token (a singular is never None)
+            out = [pattern_singularize(t) if s is None else s for t, s in zip(tokens, out)]
+        return out
 
 
 def penn_to_wordnet(tag: str) -> str:

@@ -46,23 +46,44 @@ def get_variant(name: str) -> Variant:
     return VARIANTS[name]
 
 
+def _positions(tokens: list[str], words) -> list[int]:
+    """Sorted positions in `tokens` of any of `words` (C-level `list.index` scans, few words)."""
+    out = []
+    for word in words:
+        i = -1
+        try:
+            while True:
+                i = tokens.index(word, i + 1)
+                out.append(i)
+        except ValueError:
+            pass
+    out.sort()
+    return out
+
+
 def merge_pairs(tokens: list[str], vocab: ChairVocab) -> list[str]:
-    """Left-to-right 2-gram merge: a pair in the table becomes its value and both tokens are consumed."""
-    pairs, firsts = vocab.pairs, vocab.pair_firsts
-    if firsts.isdisjoint(tokens):  # most captions: nothing to merge, skip the Python loop
+    """Left-to-right 2-gram merge: a pair in the table becomes its value and both tokens are consumed.
+
+    Only positions holding a pair's first word can start a merge, so the scan visits those alone
+    and copies the stretches between them.
+    """
+    firsts = vocab.pair_firsts.intersection(tokens)
+    if not firsts:
         return tokens
+    pairs, n = vocab.pairs, len(tokens)
     out: list[str] = []
-    i, n = 0, len(tokens)
-    while i < n:
-        tok = tokens[i]
-        if tok in firsts and i + 1 < n:
-            merged = pairs.get(tok + " " + tokens[i + 1])
-            if merged is not None:
-                out.append(merged)
-                i += 2
-                continue
-        out.append(tok)
-        i += 1
+    done = 0  # tokens[:done] are emitted or consumed
+    for i in _positions(tokens, firsts):
+        if i < done or i + 1 >= n:
+            continue
+        merged = pairs.get(tokens[i] + " " + tokens[i + 1])
+        if merged is not None:
+            out += tokens[done:i]
+            out.append(merged)
+            done = i + 2
+    if not done:
+        return tokens
+    out += tokens[done:]
     return out
 
 
@@ -73,12 +94,12 @@ def find_mentions(merged: list[str], vocab: ChairVocab) -> list[tuple[str, str, 
     ("the seat of the toilet" is not a chair).
     """
     present = set(merged)
-    hits = present.intersection(vocab.word_to_category)
+    hits = present & vocab.words
     for needed, word in vocab.remove_if_all:
         if needed <= present:
             hits.discard(word)
     w2c = vocab.word_to_category
-    return [(w, w2c[w], i) for i, w in enumerate(merged) if w in hits]
+    return [(merged[i], w2c[merged[i]], i) for i in _positions(merged, hits)]
 
 
 def score_caption(mentions: list[tuple[str, str, int]], gt: Iterable[str], n_tokens: int) -> dict:

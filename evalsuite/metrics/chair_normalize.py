@@ -214,10 +214,10 @@ class PatternNormalizer:
         _pattern_tables()  # import textblob and compile the rule tables while loading
 
     def __call__(self, tokens: list[str]) -> list[str]:
-        out = list(map(_SING_CACHE.get, tokens))
-        if None in out:  # first sight of some token (a singular is never None)
-            out = [pattern_singularize(t) if s is None else s for t, s in zip(tokens, out)]
-        return out
+        try:
+            return list(map(_SING_CACHE.__getitem__, tokens))
+        except KeyError:  # first sight of some token
+            return [pattern_singularize(t) for t in tokens]
 
 
 def penn_to_wordnet(tag: str) -> str:

@@ -4,6 +4,8 @@
 
 Prints, per variant: captions/s of the scoring loop alone (first pass over fresh scorer memos, and
 a second pass), captions/s including scorer construction + GT cache load, GT load time, peak memory.
+Each variant gets a fresh scorer, and the process-wide singularisation memo is emptied first, so
+"1st" is the honest after-loading number the targets (issue 3) are judged on.
 """
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import time
 from pathlib import Path
 
 DEFAULT_GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "golden" / "chair"
+TARGETS = {"original": 20_000, "opera": 2_000, "opera_lemma": 2_000}  # captions/s after loading (issue 3)
+GT_LOAD_TARGET_S = 2.0
 GT_FILES = {"pattern": "gt_objects_coco2014_pattern.json.gz", "nltk_lemma": "gt_objects_coco2014_nltk_lemma.json.gz"}
 
 
@@ -29,7 +33,9 @@ def _captions(golden: Path) -> list[tuple[int, str]]:
 def bench_variant(variant: str, golden: Path, items) -> dict:
     from evalsuite.metrics import chair
     from evalsuite.metrics.chair_gt import load_gt
+    from evalsuite.metrics.chair_normalize import _SING_CACHE
 
+    _SING_CACHE.clear()  # no memo carried over from an earlier variant
     t0 = time.perf_counter()
     scorer = chair.ChairScorer(variant)
     t1 = time.perf_counter()
@@ -59,6 +65,11 @@ def main() -> None:
         print(f"{variant:<12} {r['captions']:>5} {r['scorer_load_s']:>7.2f} {r['gt_load_s']:>6.2f} "
               f"{r['caps_per_s_first']:>11.0f} {r['caps_per_s_second']:>11.0f} {r['caps_per_s_incl_load']:>13.0f} "
               f"{peak:>9.0f}")
+        target = TARGETS[variant]
+        verdict = "met" if r["caps_per_s_first"] >= target else "NOT met"
+        gt_verdict = "met" if r["gt_load_s"] < GT_LOAD_TARGET_S else "NOT met"
+        print(f"  target >= {target} caps/s after loading (1st pass): {verdict}; "
+              f"GT load < {GT_LOAD_TARGET_S:.0f} s: {gt_verdict}")
 
 
 if __name__ == "__main__":

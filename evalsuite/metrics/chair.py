@@ -15,7 +15,7 @@ The functions below are pure; `ChairScorer` only holds the loaded tokenizer/norm
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from evalsuite.metrics.chair_vocab import ChairVocab, load_vocab
 from evalsuite.metrics.stats import bootstrap_ci, safe_ratio

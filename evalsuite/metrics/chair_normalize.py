@@ -112,6 +112,8 @@ def pattern_singularize(word: str) -> str:
 
 
 _CLOSERS_ONLY = frozenset("])}>\"'")
+# ASCII separators that `str.split()` splits on but NLTK's regexes do not read as whitespace
+_SPLIT_ONLY_WS = re.compile("[\x1c-\x1f]")
 # The only all-letter words a Treebank rule changes (MacIntyre contractions: can|not, gon|na, ...).
 _SPLIT_WORDS = frozenset({"cannot", "gimme", "gonna", "gotta", "lemme", "wanna"})
 
@@ -185,7 +187,7 @@ class Tokenizer:
         n = len(chunks)
         if n == 0:
             return []
-        if not sent.isascii() or (n > 1 and _CLOSERS_ONLY.issuperset(chunks[-1])):
+        if not sent.isascii() or _SPLIT_ONLY_WS.search(sent) or (n > 1 and _CLOSERS_ONLY.issuperset(chunks[-1])):
             return self._words.tokenize(sent)
         if n == 1:
             return self._chunks.get((0, sent)) or self._chunk(0, chunks[0])

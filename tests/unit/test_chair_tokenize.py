@@ -1,0 +1,152 @@
+"""The CHAIR fast paths against NLTK / the plain loops they replace, on every golden caption and on
+generated texts built to reach each branch (abbreviations, initials, numbers, collocations,
+contractions, clitics, odd whitespace, hyphens)."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+GOLDEN = Path(__file__).resolve().parents[2].parent / "shared" / "golden"
+
+
+@pytest.fixture(scope="module")
+def punkt(tmp_path_factory):
+    from evalsuite.metrics import nltk_resources, nltk_setup
+
+    if not (GOLDEN / "nltk_data").is_dir():
+        pytest.skip(f"{GOLDEN / 'nltk_data'} not present")
+    out = tmp_path_factory.mktemp("nltk_punkt")
+    nltk_setup.copy_models(out, GOLDEN / "nltk_data")
+    nltk_resources.add_data_dir(out)
+    return out
+
+
+def _golden_texts() -> list[str]:
+    base = GOLDEN / "chair"
+    if not base.is_dir():
+        pytest.skip(f"{base} not present")
+    texts = [json.loads(line)["caption"] for p in sorted((base / "captions").rglob("*.jsonl"))
+             for line in p.read_text().splitlines() if line.strip()]
+    texts += [a["caption"] for a in json.loads((base / "coco_val2014_80/captions.json").read_text())["annotations"]]
+    return texts
+
+
+# Words chosen to hit Punkt's exceptions: abbreviations (mr, st, dr, etc, vs, inc), initials (a, e),
+# numbers (3, 4-5), collocation starters, MacIntyre contractions, "'s" clitics, hyphen forms.
+WORDS = ["dog", "the", "mr", "st", "dr", "etc", "vs", "inc", "a", "e", "u", "3", "4-5", "2-d", "t-shirt",
+         "cannot", "gonna", "wanna", "man's", "it's", "its", "x-ray", "co", "jan", "no", "ok", "sept",
+         "ft", "oz", "fig", "lbs", "mt", "ave", "approx", "i", "ii", "iv", "de", "van", "jr", "sr",
+         "-", "--", "'s", "'", "b.c", "u.s", "1.5"]
+SEPS = [" ", " ", " ", "  ", "\n", "\n\n", "\t", " \n ", "\r", "\x0c", "\x1c", "\xa0"]
+ENDS = ["", "", "", ",", ".", ".", "?", "!", ".,", ";", ")", "\""]
+
+
+def _generated(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        k = rng.randint(1, 12)
+        parts = [rng.choice(WORDS) + rng.choice(ENDS) + rng.choice(SEPS) for _ in range(k)]
+        text = "".join(parts)
+        if rng.random() < 0.5:
+            text = text.strip()
+        out.append(text.upper() if rng.random() < 0.1 else text)
+    return out
+
+
+def test_fast_tokenizer_equals_word_tokenize_on_golden_captions(punkt):
+    """Every golden LLaVA/example caption and every COCO reference caption, twice (fresh, memoised)."""
+    from nltk import word_tokenize
+
+    from evalsuite.metrics.chair_tokenize import FastTokenizer
+
+    texts = _golden_texts()
+    tok = FastTokenizer()
+    for _ in range(2):
+        assert [t for t in texts if tok(t) != word_tokenize(t.lower())] == []
+    # the fast path carries the load: at most 3% of the LLaVA captions need NLTK
+    assert sum(tok._fast(t.lower()) is None for t in texts[:1500]) <= 45
+
+
+def test_fast_tokenizer_equals_word_tokenize_on_generated_texts(punkt):
+    """4,000 texts mixing Punkt's exceptions; both the fast and the slow path are exercised."""
+    from nltk import word_tokenize
+
+    from evalsuite.metrics.chair_tokenize import FastTokenizer
+
+    tok = FastTokenizer()
+    texts = _generated(4000)
+    assert [t for t in texts if tok(t) != word_tokenize(t.lower())] == []
+    fast = sum(tok._fast(t.lower()) is not None for t in texts)
+    assert 150 < fast < len(texts)  # 197 of them with seed 0
+
+
+def test_plain_break_words_are_one_punkt_token(punkt):
+    """The fast path's premise: Punkt reads "W." before whitespace as a single token."""
+    from evalsuite.metrics.chair_tokenize import _CHUNK, FastTokenizer
+
+    tok = FastTokenizer()
+    words = {w.rstrip(".,") for t in _golden_texts() for w in t.lower().split()} | set(WORDS)
+    words = [w for w in words if w and _CHUNK.fullmatch(w) and "'" not in w]
+    wt = tok.slow._punkt._lang_vars.word_tokenize
+    assert [w for w in words if wt(w + ". x")[:1] != [w + "."] or wt(w + ".") != [w + "."]] == []
+    assert tok._is_plain_break("dog") and not tok._is_plain_break("mr") and not tok._is_plain_break("3")
+    assert not tok._is_plain_break("e")  # an initial
+
+
+def test_singularize_tables_equal_plain_loops():
+    """The suffix-set / literal-ending shortcuts equal textblob-table loops on generated words."""
+    from textblob.en import inflect as tb
+
+    from evalsuite.metrics.chair_normalize import _pattern_tables, _singularize
+
+    t = _pattern_tables()
+    rng = random.Random(1)
+    stems = ["dog", "bus", "matr", "analy", "ox", "kni", "hal", "wol", "lea", "sheep", "dogg", "cookie"]
+    ends = ["", "s", "es", "ies", "ves", "ices", "ses", "en", "ae", "i", "a", "ice", "oses", "eaux", "'"]
+    words = {rng.choice(stems) + rng.choice(ends) for _ in range(3000)}
+    words |= {w.upper() for w in list(words)[:300]} | {"", "s", "S", "oxenford", "a\nb", "sſ"}
+    for word in sorted(words):
+        lower = word.lower()
+        rule = next(((r, inf) for r, inf in tb.singular_rules if r.search(word)), None)
+        kept = any(w.endswith(lower) for w in t["kept"])
+        if kept or "-" in word or word.endswith("'") or lower.endswith(t["ie"] + t["s"] + t["irregular_ends"]):
+            continue  # those branches come before the rules; the golden tokens.tsv covers them
+        if rule is None:
+            assert _singularize(word) == word, word
+        elif "\\" not in rule[1]:
+            assert _singularize(word) == rule[0].sub(rule[1], word), word
+
+
+def test_merge_and_mentions_equal_the_plain_scan():
+    """Index-scan merge/mention search equals the textbook left-to-right loop on random token lists."""
+    from evalsuite.metrics import chair
+    from evalsuite.metrics.chair_vocab import load_vocab
+
+    v = load_vocab()
+    pool = sorted(v.pair_firsts) + ["teddy", "bear", "hot", "dog", "toilet", "seat", "a", "the", "people",
+                                    "dining", "table", "stop", "sign", "cell", "phone"]
+    rng = random.Random(2)
+
+    def plain_merge(tokens):
+        out, i = [], 0
+        while i < len(tokens):
+            m = v.pairs.get(" ".join(tokens[i:i + 2])) if i + 1 < len(tokens) else None
+            out.append(m if m is not None else tokens[i])
+            i += 2 if m is not None else 1
+        return out
+
+    def plain_mentions(merged):
+        present = set(merged)
+        dropped = {w for needed, w in v.remove_if_all if needed <= present}
+        return [(w, v.word_to_category[w], i) for i, w in enumerate(merged)
+                if w in v.word_to_category and w not in dropped]
+
+    for _ in range(3000):
+        tokens = [rng.choice(pool) for _ in range(rng.randint(0, 20))]
+        merged = chair.merge_pairs(tokens, v)
+        assert merged == plain_merge(tokens), tokens
+        assert chair.find_mentions(merged, v) == plain_mentions(merged), tokens

@@ -35,6 +35,15 @@ def _literal_end(pattern: str) -> str:
     return body[i:].lower()
 
 
+def _rules_by_last(rules) -> dict[str, tuple]:
+    """last letter -> the (rule, inflection, literal ending) that an ASCII word ending in it can
+    match, in table order; key "" holds the rules with no literal ending (any word may match)."""
+    ends = [_literal_end(r.pattern) for r, _ in rules]
+    keys = {e[-1] for e in ends if e} | {""}
+    return {k: tuple((r, inf, e) for (r, inf), e in zip(rules, ends) if not e or (k and e[-1] == k))
+            for k in keys}
+
+
 @functools.lru_cache(maxsize=1)
 def _pattern_tables():
     from textblob.en import inflect as tb
@@ -54,7 +63,7 @@ def _pattern_tables():
         "rules": rules,
         # an ASCII word without "\n" can match a rule only if it ends with its literal ending
         # (lowercased; every rule with letters there is case-insensitive or all lowercase)
-        "rule_ends": tuple(_literal_end(r.pattern) for r, _ in rules),
+        "rules_by_last": _rules_by_last(rules),
         "prepositions": frozenset(tb.plural_prepositions),
     }
 
@@ -81,9 +90,13 @@ def _singularize(word: str) -> str:
         for w, rx, singular in t["irregular"]:
             if lower.endswith(w):
                 return rx.sub(singular, word)
-    filtered = word.isascii() and "\n" not in word
-    for (suffix, inflection), end in zip(t["rules"], t["rule_ends"]):
-        if filtered and not lower.endswith(end):
+    if word.isascii() and "\n" not in word:
+        by_last = t["rules_by_last"]
+        candidates = by_last.get(lower[-1:], by_last[""])
+    else:  # re's (?i) folds some non-ASCII letters onto ASCII ones: try every rule
+        candidates = tuple((r, inf, "") for r, inf in t["rules"])
+    for suffix, inflection, end in candidates:
+        if not lower.endswith(end):
             continue
         m = suffix.search(word)
         if m:
@@ -219,7 +232,8 @@ class PatternNormalizer:
         try:
             return list(map(_SING_CACHE.__getitem__, tokens))
         except KeyError:  # first sight of some token
-            return [pattern_singularize(t) for t in tokens]
+            get = _SING_CACHE.get
+            return [s if (s := get(t)) is not None else pattern_singularize(t) for t in tokens]
 
 
 def penn_to_wordnet(tag: str) -> str:

@@ -47,12 +47,32 @@ def _world() -> tuple[int, int]:
 def _barrier() -> None:
     if _world()[1] == 1:
         return
+    import datetime as dt
+
     import torch
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        # Pin this rank's GPU before NCCL's first collective (else every rank's barrier lands on
+        # cuda:0). The long timeout: the other ranks wait here while rank 0 alone scores and evaluates.
+        cuda = torch.cuda.is_available()
+        if cuda:
+            torch.cuda.set_device(_local_rank())
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=dt.timedelta(hours=12))
     dist.barrier()
+
+
+def _local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", 0))
+
+
+def _device(cfg: CSRConfig) -> str | None:
+    """cfg.device, or under torchrun with GPUs this rank's own one (None = the loader's choice)."""
+    if cfg.device or _world()[1] == 1:
+        return cfg.device
+    import torch
+
+    return f"cuda:{_local_rank()}" if torch.cuda.is_available() else None
 
 
 # ---------------------------------------------------------------- inputs
@@ -102,14 +122,14 @@ class _Models:
             from evalsuite.models.vlm import load_vlm
 
             self.release()
-            self._vlm, self._vlm_path = load_vlm(path, device=self.cfg.device, dtype=self.cfg.dtype), str(path)
+            self._vlm, self._vlm_path = load_vlm(path, device=_device(self.cfg), dtype=self.cfg.dtype), str(path)
         return self._vlm
 
     def scorer(self):
         if self._scorer is None:
             from evalsuite.metrics.relevance import RelevanceScorer
 
-            self._scorer = RelevanceScorer(self.cfg.clip, device=self.cfg.device, batch_size=self.cfg.reward.clip_batch)
+            self._scorer = RelevanceScorer(self.cfg.clip, device=_device(self.cfg), batch_size=self.cfg.reward.clip_batch)
         return self._scorer
 
     def release(self) -> None:
@@ -130,11 +150,12 @@ def stage_generate(cfg: CSRConfig, models: _Models, ckpt: str, records: list[dic
 
     rank, world = _world()
     shard = d / f"trees.rank{rank}.jsonl"
-    if not _done(d, f"generate.rank{rank}"):
+    info = _done(d, f"generate.rank{rank}")
+    if not info or info.get("world") != world:  # a shard of a run with another world size is another shard
         mine = records[rank::world]
         trees = TreeGenerator(models.vlm(ckpt), cfg.tree, cfg.image_root).generate(mine)
         write_trees(shard, trees)
-        _mark(d, f"generate.rank{rank}", trees=len(trees))
+        _mark(d, f"generate.rank{rank}", trees=len(trees), world=world)
     _barrier()
     if rank == 0:
         by_id = {t.id: t for r in range(world) for t in read_trees(d / f"trees.rank{r}.jsonl")}
@@ -248,10 +269,9 @@ def run_iteration(cfg: CSRConfig, models: _Models, records: list[dict], ckpt: st
         stage_generate(cfg, models, ckpt, records, d)
     for stage, fn in (("score", lambda: stage_score(cfg, models, ckpt, d)),
                       ("pairs", lambda: stage_pairs(cfg, models, ckpt, t, d))):
-        if not _done(d, stage):
-            if rank == 0:
-                fn()
-            _barrier()
+        if rank == 0 and not _done(d, stage):
+            fn()
+        _barrier()  # unconditional: a rank that saw the marker late must not skip a barrier rank 0 waits in
     done = _done(d, "train")
     merged = done["merged"] if done else stage_train(cfg, models, ckpt, t, d)
     if cfg.eval_tasks and not _done(d, "eval") and rank == 0:

@@ -51,13 +51,19 @@ def _torchrun(overrides: list[str], timeout: float = 240.0) -> subprocess.Comple
         env.pop(k, None)
     cmd = [str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
            __file__, *overrides]
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def _single_process(overrides: list[str]) -> Path:
     """generate -> score -> pairs in this process (no RANK/WORLD_SIZE), into its own run dir."""
     from training.csr.config import load_config
-    from training.csr.loop import _Models, load_prompts, stage_generate, stage_pairs, stage_score
+    from training.csr.loop import (
+        _Models,
+        load_prompts,
+        stage_generate,
+        stage_pairs,
+        stage_score,
+    )
 
     cfg = load_config(PRESET, overrides)
     records = load_prompts(cfg.prompts, cfg.limit)

@@ -63,7 +63,7 @@ def _barrier() -> None:
 
 
 def _local_rank() -> int:
-    return int(os.environ.get("LOCAL_RANK", 0))
+    return int(os.environ.get("LOCAL_RANK", "0"))
 
 
 def _device(cfg: CSRConfig) -> str | None:

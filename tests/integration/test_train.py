@@ -133,6 +133,14 @@ def test_wandb_offline(tiny_vlm_dir, world_dir, data, tmp_path, monkeypatch):
     assert list((out / "wandb").glob("offline-run-*"))
 
 
+def test_tensorboard_logs(tiny_vlm_dir, world_dir, data, tmp_path):
+    pytest.importorskip("tensorboard")
+    out = tmp_path / "tb"
+    assert train_main(base_args(tiny_vlm_dir, world_dir, data, out, "--report_to", "tensorboard",
+                                "--save_merged", "false")) == 0
+    assert list(out.rglob("events.out.tfevents.*"))
+
+
 @pytest.mark.parametrize("record, extra, msg", [
     ({"image": "../../../etc/passwd"}, [], "escapes the image root"),
     (None, [], "invalid JSON"),

@@ -77,6 +77,7 @@ class TrainConfig(TrainingArguments):
     beta: float = _f(0.1, "DPO beta.")
     loss_type: str = _f("sigmoid", "sigmoid | hinge | ipo | kto_pair | ddpo.")
     label_smoothing: float = _f(0.0, "cDPO label smoothing (sigmoid/ddpo only), in [0, 0.5).")
+    rpo_alpha: float = _f(0.0, "Weight of an NLL term on the chosen response (RPO; TRL's loss_type [sigmoid, sft]).")
     precompute_ref_log_probs: bool = _f(False, "Compute reference log-probs once before training and reuse them.")
     freeze_vision_tower: bool = _f(True, "Freeze the vision encoder.")
     use_flash_attention_2: bool = _f(False, "attn_implementation='flash_attention_2' (needs CUDA + flash-attn).")
@@ -263,6 +264,7 @@ def _validate_lengths(cfg: TrainConfig) -> None:
 def _validate_dpo(cfg: TrainConfig) -> None:
     from training.losses import LOSSES
 
+    _require(cfg.rpo_alpha >= 0, "rpo_alpha", f"{cfg.rpo_alpha} must be >= 0")
     _require(cfg.loss_type in LOSSES, "loss_type", f"{cfg.loss_type!r} is not one of {', '.join(LOSSES)}")
     _require(cfg.beta > 0, "beta", f"must be > 0, got {cfg.beta}")
     _require(0.0 <= cfg.label_smoothing < 0.5, "label_smoothing", f"must be in [0, 0.5), got {cfg.label_smoothing}")

@@ -67,6 +67,16 @@ LOSSES: dict[str, LossSpec] = {
 }
 
 
+def rpo_nll(chosen_logps: torch.Tensor, chosen_tokens: torch.Tensor, average_logps: bool) -> torch.Tensor:
+    """RPO's extra term (Pang et al. 2024): the token-mean NLL of the chosen responses, batch-averaged.
+
+    Added to any DPO-family loss as `rpo_alpha * rpo_nll(...)`; it keeps the chosen answers likely while
+    the preference term pushes the rejected ones down (without it, small models drift to short answers).
+    """
+    per_row = chosen_logps if average_logps else chosen_logps / chosen_tokens.clamp_min(1)
+    return -per_row.mean()
+
+
 def sequence_logps(per_token_logps: torch.Tensor, mask: torch.Tensor, average: bool = False) -> torch.Tensor:
     """Sum (or mean) of per-token log-probs over positions where mask is 1. Shapes [B, T] -> [B]."""
     total = (per_token_logps * mask).sum(dim=-1)

@@ -84,3 +84,14 @@ def test_diff_token_masks():
     assert diff_token_masks([7, 1, 2, 3, 8], [1, 2, 3]) == ([1, 0, 0, 0, 1], [0, 0, 0])
     assert diff_token_masks([1, 2], [3, 4]) == ([1, 1], [1, 1])
     assert diff_token_masks([5, 5, 5], [5, 5, 5]) == ([0, 0, 0], [0, 0, 0])
+
+
+def test_rpo_nll_is_token_mean_nll_of_chosen():
+    """Summed log-probs -6 over 3 tokens and -2 over 1 token: per-token NLL 2 and 2 -> 2.0.
+    Already-averaged log-probs (ipo) -1 and -3 -> mean NLL 2.0."""
+    import torch
+
+    from training.losses import rpo_nll
+
+    assert rpo_nll(torch.tensor([-6.0, -2.0]), torch.tensor([3, 1]), average_logps=False).item() == pytest.approx(2.0)
+    assert rpo_nll(torch.tensor([-1.0, -3.0]), torch.tensor([5, 5]), average_logps=True).item() == pytest.approx(2.0)

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from trl import DPOConfig, DPOTrainer
 
-from training.losses import LOSSES, LossSpec, sequence_logps
+from training.losses import LOSSES, LossSpec, rpo_nll, sequence_logps
 from training.trainers.common import JsonLogCallback, finish_training, trainer_args
 
 log = logging.getLogger(__name__)
@@ -30,10 +30,11 @@ _NON_MODEL_KEYS = {"completion_mask", "logp_mask", "ref_chosen_logps", "ref_reje
 class VLDPOTrainer(DPOTrainer):
     """DPOTrainer whose loss is a `LossSpec`, fed by `PreferenceCollator` batches."""
 
-    def __init__(self, *args, loss_spec: LossSpec, label_smoothing: float = 0.0, **kwargs):
+    def __init__(self, *args, loss_spec: LossSpec, label_smoothing: float = 0.0, rpo_alpha: float = 0.0, **kwargs):
         super().__init__(*args, **kwargs)
         self.loss_spec = loss_spec
         self.smoothing = label_smoothing
+        self.rpo_alpha = rpo_alpha
 
     def _reference_context(self):
         from trl.trainer.utils import use_adapter
@@ -72,6 +73,9 @@ class VLDPOTrainer(DPOTrainer):
             ref_chosen, ref_rejected = self.reference_logps(inputs)
         c, r = chosen - ref_chosen, rejected - ref_rejected
         loss = self.loss_spec.fn(c, r, beta=self.beta, label_smoothing=self.smoothing).mean()
+        if self.rpo_alpha:
+            chosen_tokens = inputs["logp_mask"][:, 1:].sum(1).chunk(2, dim=0)[0]
+            loss = loss + self.rpo_alpha * rpo_nll(chosen, chosen_tokens, self.loss_spec.average_logps)
         self._log_pair_metrics(mode, c.detach(), r.detach(), chosen.detach(), rejected.detach())
         if return_outputs:
             return loss, {"chosen_logps": chosen, "rejected_logps": rejected}
@@ -132,7 +136,7 @@ def build_dpo_trainer(cfg, model, processor, train_ds, eval_ds=None) -> VLDPOTra
     return VLDPOTrainer(
         model=model, args=args, data_collator=collator, train_dataset=train_ds, eval_dataset=eval_ds,
         processing_class=processor, peft_config=lora_config(cfg, model), loss_spec=spec,
-        label_smoothing=cfg.label_smoothing, callbacks=[JsonLogCallback(Path(cfg.output_dir) / "metrics.jsonl")],
+        label_smoothing=cfg.label_smoothing, rpo_alpha=cfg.rpo_alpha, callbacks=[JsonLogCallback(Path(cfg.output_dir) / "metrics.jsonl")],
     )
 
 

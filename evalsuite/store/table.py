@@ -64,7 +64,10 @@ def checkpoints(df):
     df = df.copy()
     df["ckpt_id"] = df["ckpt_hash"].where(df["ckpt_hash"].notna() & (df["ckpt_hash"] != ""), df["ckpt"])
     df["ckpt_id"] = df["ckpt_id"].where(df["ckpt_id"].notna(), df["run_id"])
-    last = df.groupby("ckpt_id", sort=False).tail(1).set_index("ckpt_id")
+    # CSR pair statistics name the *generating* checkpoint with the iteration they train (t = its
+    # iteration + 1): a checkpoint's own evaluation rows, where present, say what it is.
+    by_eval_last = df.assign(_eval=df["task"] != "csr_pairs").sort_values("_eval", kind="stable")
+    last = by_eval_last.groupby("ckpt_id", sort=False).tail(1).set_index("ckpt_id")
     first_seen = df.groupby("ckpt_id", sort=False)["written_at"].min()
     out = pd.DataFrame({
         "ckpt_id": last.index, "iteration": last["iteration"].values, "method": last["method"].values,

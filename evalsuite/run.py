@@ -129,12 +129,6 @@ def save_task(out: Path, result: TaskResult) -> None:
     write_json_atomic(out / result.task / "result.json", result.to_dict())
 
 
-def is_main_process() -> bool:
-    import os
-
-    return int(os.environ.get("RANK", 0)) == 0
-
-
 def shared_run_id() -> str:
     """A new run id; under torch.distributed every rank gets rank 0's (one output dir, one store run)."""
     run_id = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
@@ -164,6 +158,8 @@ def run_eval(spec: EvalSpec) -> dict:
     out = Path(spec.output_dir) if spec.output_dir else Path(spec.store) / "runs" / run_id
     meta = run_meta(spec, run_id)
     meta["config"]["data_root"] = meta["data_root"] = str(data_root)
+    from evalsuite.tasks.lmms import is_main_process
+
     main_rank = is_main_process()
     if main_rank:
         write_json_atomic(out / "run.json", meta)

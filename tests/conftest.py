@@ -63,6 +63,20 @@ def world_dir(tmp_path_factory) -> Path:
     return build_world(tmp_path_factory.mktemp("world") / "w", images=60, seed=0)
 
 
+@pytest.fixture(scope="session")
+def nltk_models_dir(tmp_path_factory) -> Path:
+    """An NLTK data folder with the official punkt tables + POS tagger and no WordNet
+    (enough for CHAIR `original`), copied by evalsuite's own nltk_setup."""
+    from evalsuite.metrics import nltk_setup
+
+    src = GOLDEN / "nltk_data"
+    if not src.is_dir():
+        pytest.skip(f"{src} not present")
+    out = tmp_path_factory.mktemp("nltk_models")
+    nltk_setup.copy_models(out, src)
+    return out
+
+
 def run_cli(*argv: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 600):
     """Run `python -m evalsuite.cli ...` in a subprocess (the real entry point); returns CompletedProcess."""
     import subprocess

@@ -4,23 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
-GOLDEN_NLTK = Path(__file__).resolve().parents[2].parent / "shared" / "golden" / "nltk_data"
 
 
-@pytest.fixture(scope="module")
-def punkt_dir(tmp_path_factory):
-    from evalsuite.metrics import nltk_setup
-
-    if not GOLDEN_NLTK.is_dir():
-        pytest.skip(f"{GOLDEN_NLTK} not present")
-    out = tmp_path_factory.mktemp("nltk_task")
-    nltk_setup.copy_models(out, GOLDEN_NLTK)
-    return out
-
-
-def test_chair_task_on_tiny_model(tiny_vlm_dir, world_dir, punkt_dir, tmp_path):
+def test_chair_task_on_tiny_model(tiny_vlm_dir, world_dir, nltk_models_dir, tmp_path):
     from evalsuite.metrics.chair import aggregate
     from evalsuite.tasks.base import RunContext
     from evalsuite.tasks.registry import load_task
@@ -29,7 +15,7 @@ def test_chair_task_on_tiny_model(tiny_vlm_dir, world_dir, punkt_dir, tmp_path):
     ctx = RunContext(ckpt=str(tiny_vlm_dir), data_root=Path(world_dir), output_dir=tmp_path, batch_size=4,
                      gen=GenConfig(max_new_tokens=8),
                      options={"n_images": 5, "seed": 0, "cache_dir": str(tmp_path / "cache"),
-                              "nltk_data": str(punkt_dir), "n_boot": 20})
+                              "nltk_data": str(nltk_models_dir), "n_boot": 20})
     result = load_task("chair").run(ctx)
     assert (result.task, result.version) == ("chair", "1")
     assert [m.metric for m in result.metrics] == ["CHAIRs", "CHAIRi", "Recall", "Len"]

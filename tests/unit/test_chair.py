@@ -5,7 +5,6 @@ import json
 import pickle
 import sys
 import types
-from pathlib import Path
 
 import pytest
 
@@ -13,20 +12,14 @@ from evalsuite.errors import UserError
 from evalsuite.metrics import chair
 from evalsuite.metrics.chair_vocab import load_vocab
 
-GOLDEN_NLTK = Path(__file__).resolve().parents[2].parent / "shared" / "golden" / "nltk_data"
-
 
 @pytest.fixture(scope="module")
-def punkt_only(tmp_path_factory):
-    """An NLTK data folder with punkt (and the tagger) but no WordNet: enough for `original`."""
-    from evalsuite.metrics import nltk_resources, nltk_setup
+def punkt_only(nltk_models_dir):
+    """The punkt + tagger folder (no WordNet) on NLTK's search path: enough for `original`."""
+    from evalsuite.metrics import nltk_resources
 
-    if not GOLDEN_NLTK.is_dir():
-        pytest.skip(f"{GOLDEN_NLTK} not present")
-    out = tmp_path_factory.mktemp("nltk_punkt")
-    nltk_setup.copy_models(out, GOLDEN_NLTK)
-    nltk_resources.add_data_dir(out)
-    return out
+    nltk_resources.add_data_dir(nltk_models_dir)
+    return nltk_models_dir
 
 
 def test_vocabulary_shape():

@@ -5,25 +5,10 @@ Bad input must give exit code 2 and one line `evalsuite: error: <file/line or re
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from evalsuite.cli import main as cli_main
-
-GOLDEN_NLTK = Path(__file__).resolve().parents[2].parent / "shared" / "golden" / "nltk_data"
-
-
-@pytest.fixture(scope="module")
-def nltk_dir(tmp_path_factory):
-    """punkt + tagger, no WordNet (the `original` variant needs only punkt)."""
-    from evalsuite.metrics import nltk_setup
-
-    if not GOLDEN_NLTK.is_dir():
-        pytest.skip(f"{GOLDEN_NLTK} not present")
-    out = tmp_path_factory.mktemp("nltk_cli")
-    nltk_setup.copy_models(out, GOLDEN_NLTK)
-    return out
 
 
 @pytest.fixture
@@ -43,14 +28,14 @@ def _error_line(capsys) -> str:
     return err[0]
 
 
-def test_chair_scores_and_writes_outputs(tmp_path, inputs, nltk_dir, capsys):
+def test_chair_scores_and_writes_outputs(tmp_path, inputs, nltk_models_dir, capsys):
     """Caption 1: dog, cat, couch with GT {couch, dog}: cat hallucinated (1 of 3 mentions), recalled 2 of
     2 GT; caption 2: no mentions, GT {person}. CHAIRs 1/2, CHAIRi 1/3, Recall 2/3.
     Tokens: a dog and a cat on a couch . = 9, nothing here . = 3 -> Len 6."""
     caps, gt = inputs
     out = tmp_path / "out"
     rc = cli_main(["chair", "--captions", str(caps), "--gt", str(gt), "--output", str(out),
-                   "--nltk-data", str(nltk_dir), "--n-boot", "50"])
+                   "--nltk-data", str(nltk_models_dir), "--n-boot", "50"])
     assert rc == 0
     s = json.loads((out / "summary.json").read_text())
     assert {k: s[k] for k in ("variant", "num_caps", "num_hallucinated_caps", "hallucinated_mentions",
@@ -66,17 +51,17 @@ def test_chair_scores_and_writes_outputs(tmp_path, inputs, nltk_dir, capsys):
     assert "original" in capsys.readouterr().out
 
 
-def test_malformed_jsonl_line(tmp_path, inputs, nltk_dir, capsys):
+def test_malformed_jsonl_line(tmp_path, inputs, nltk_models_dir, capsys):
     caps, gt = inputs
     caps.write_text('{"image_id": 1, "caption": "a dog"}\n{"image_id": 2, "caption": "a ca\n')
-    assert cli_main(["chair", "--captions", str(caps), "--gt", str(gt), "--nltk-data", str(nltk_dir)]) == 2
+    assert cli_main(["chair", "--captions", str(caps), "--gt", str(gt), "--nltk-data", str(nltk_models_dir)]) == 2
     assert f"{caps}:2: not valid JSON" in _error_line(capsys)
 
 
-def test_missing_field(tmp_path, inputs, nltk_dir, capsys):
+def test_missing_field(tmp_path, inputs, nltk_models_dir, capsys):
     caps, gt = inputs
     caps.write_text('{"caption": "a dog"}\n')
-    assert cli_main(["chair", "--captions", str(caps), "--gt", str(gt), "--nltk-data", str(nltk_dir)]) == 2
+    assert cli_main(["chair", "--captions", str(caps), "--gt", str(gt), "--nltk-data", str(nltk_models_dir)]) == 2
     assert f"{caps}:1: missing field 'image_id'" in _error_line(capsys)
 
 
@@ -86,10 +71,10 @@ def test_unknown_variant(inputs, capsys):
     assert "--variant: unknown CHAIR variant 'opera2'" in _error_line(capsys)
 
 
-def test_missing_gt_ids(tmp_path, inputs, nltk_dir, capsys):
+def test_missing_gt_ids(tmp_path, inputs, nltk_models_dir, capsys):
     caps, gt = inputs
     gt.write_text(json.dumps({"1": ["dog"]}))
-    args = ["chair", "--captions", str(caps), "--gt", str(gt), "--nltk-data", str(nltk_dir), "--output",
+    args = ["chair", "--captions", str(caps), "--gt", str(gt), "--nltk-data", str(nltk_models_dir), "--output",
             str(tmp_path / "o")]
     assert cli_main(args) == 2
     assert "1 image id(s) not in the GT" in _error_line(capsys)
@@ -107,17 +92,17 @@ def test_missing_nltk_data_names_the_resource(tmp_path, inputs, monkeypatch, cap
     assert "NLTK resource tokenizers/punkt_tab/english not found" in line and "nltk_setup" in line
 
 
-def test_opera_without_wordnet_names_wordnet(tmp_path, inputs, nltk_dir, monkeypatch, capsys):
+def test_opera_without_wordnet_names_wordnet(tmp_path, inputs, nltk_models_dir, monkeypatch, capsys):
     import nltk
 
-    monkeypatch.setattr(nltk.data, "path", [str(nltk_dir)])
+    monkeypatch.setattr(nltk.data, "path", [str(nltk_models_dir)])
     caps, gt = inputs
     assert cli_main(["chair", "--captions", str(caps), "--gt", str(gt), "--variant", "opera"]) == 2
     line = _error_line(capsys)
     assert "corpora/wordnet not found" in line and "wordnet-base" in line
 
 
-def test_chair_gt_build_and_import(tmp_path, nltk_dir, monkeypatch, capsys):
+def test_chair_gt_build_and_import(tmp_path, nltk_models_dir, monkeypatch, capsys):
     """Two images: 10 has a dog instance, 11 none; captions add "a cat" to 11 -> {10: [dog], 11: [cat]}."""
     inst = {"images": [{"id": 10, "file_name": "a.jpg"}, {"id": 11, "file_name": "b.jpg"}],
             "annotations": [{"id": 1, "image_id": 10, "category_id": 18, "bbox": [0, 0, 1, 1], "area": 1,
@@ -128,7 +113,7 @@ def test_chair_gt_build_and_import(tmp_path, nltk_dir, monkeypatch, capsys):
     (tmp_path / "captions.json").write_text(json.dumps(capsj))
     out = tmp_path / "gt.json.gz"
     assert cli_main(["chair-gt", "build", "--coco", str(tmp_path), "--out", str(out),
-                     "--nltk-data", str(nltk_dir)]) == 0
+                     "--nltk-data", str(nltk_models_dir)]) == 0
     from evalsuite.metrics.chair_gt import load_gt
 
     assert load_gt(out)[0] == {10: frozenset({"dog"}), 11: frozenset({"cat"})}

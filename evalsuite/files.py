@@ -12,7 +12,12 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+def write_bytes_atomic(path: str | os.PathLike, data: bytes, overwrite: bool = True) -> Path:
+    """Write via a temp file beside `path` + fsync, then move it into place whole.
+
+    overwrite=False publishes with `os.link`, which raises FileExistsError instead of replacing an
+    existing file, so two writers of one name cannot clobber each other.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -22,11 +27,13 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+    finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise
     return path
 
 

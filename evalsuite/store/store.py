@@ -29,12 +29,12 @@ import json
 import logging
 import os
 import re
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Iterable
 
 from evalsuite.errors import UserError
+from evalsuite.files import write_bytes_atomic
 from evalsuite.store import schema
 from evalsuite.types import TaskResult
 
@@ -58,22 +58,11 @@ def config_hash(config: dict | None) -> str:
 
 
 def _publish(path: Path, data: bytes) -> None:
-    """Write `data` to a temp file beside `path`, fsync, then hard-link it into place.
-
-    `os.link` fails if `path` exists, so two writers with one run id cannot overwrite each other, and
-    the file appears whole or not at all."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Publish `data` at `path` whole or not at all, never over an existing run's file."""
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise UserError(f"{path}: run id already in the store; pick another run_id") from None
-    finally:
-        os.unlink(tmp)
+        write_bytes_atomic(path, data, overwrite=False)
+    except FileExistsError:
+        raise UserError(f"{path}: run id already in the store; pick another run_id") from None
 
 
 def _parquet_bytes(table) -> bytes:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -56,27 +57,18 @@ class DemoConfig:
             raise UserError(f"{path}: demo config not found") from None
         data.pop("method", None)
         data.update(overrides or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise UserError(f"{path}: unknown demo field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-        return cls(**data)
+        from training.csr.config import _build  # the same unknown-field check as the CSR sections
+
+        return _build(cls, data, f"{path} (demo)")
 
 
-def _stage(name: str, marker: Path):
-    """Context of one stage: logs timing; the marker file (written last) makes a rerun skip it."""
-    from contextlib import contextmanager
-
-    @contextmanager
-    def run():
-        start = time.time()
-        log.info("== stage %s", name)
-        yield
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(f"{time.time() - start:.1f}\n")
-        log.info("== stage %s done in %.0f s", name, time.time() - start)
-
-    return run()
+@contextmanager
+def _stage(name: str):
+    """Log one stage's start and wall time (stages whose output exists are skipped by run_demo)."""
+    start = time.time()
+    log.info("== stage %s", name)
+    yield
+    log.info("== stage %s done in %.0f s", name, time.time() - start)
 
 
 def run_demo(cfg: DemoConfig) -> Path:
@@ -91,26 +83,26 @@ def run_demo(cfg: DemoConfig) -> Path:
     if not (world / "world.json").exists():
         from evalsuite.world.build import build_world
 
-        with _stage("world", out / ".done" / "world"):
+        with _stage("world"):
             build_world(world, images=cfg.world_images, seed=cfg.seed, val_fraction=cfg.val_fraction)
     from training.demo.data import write_demo_data
 
     data = write_demo_data(world, out / "data", cfg.hallucination_rate, cfg.csr_prompts, cfg.seed)
     base = out / "iter_0" / "model"
     if not (base / "evalsuite.json").exists():
-        with _stage("sft", out / ".done" / "sft"):
+        with _stage("sft"):
             _train_base(cfg, world, data["sft"], out, base)
     judge = out / "judge"
     if not (judge / "evalsuite.json").exists():
         from evalsuite.kit.tiny import build_tiny_clip
         from training.demo.judge import JudgeConfig, train_judge
 
-        with _stage("judge", out / ".done" / "judge"):
+        with _stage("judge"):
             init = build_tiny_clip(out / "judge_init", seed=cfg.seed)
             train_judge(init, world, judge, JudgeConfig(steps=cfg.judge_steps, seed=cfg.seed))
-    with _stage("csr", out / ".done" / "csr"):
+    with _stage("csr"):
         _run_csr(cfg, world, data["prompts"], base, judge, out)
-    with _stage("report", out / ".done" / "report"):
+    with _stage("report"):
         report = _report(cfg)
     log.info("report: %s", report)
     print(f"Report: {report}")

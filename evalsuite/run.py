@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,10 @@ def default_world_dir() -> Path:
 
 
 def ensure_builtin_world() -> Path:
-    """The built-in synthetic world, built once into the cache dir (atomically: build then rename)."""
+    """The built-in synthetic world, built once into the cache dir.
+
+    Built beside the target and renamed onto it: a rename onto an existing world fails, so two
+    first-time runs racing here never remove each other's world (build_world itself replaces `out`)."""
     import shutil
     import tempfile
 
@@ -110,18 +113,10 @@ def run_meta(spec: EvalSpec, run_id: str) -> dict:
         "method": manifest.get("method"),
         "parent": manifest.get("parent"),
         "label": spec.label,
-        "config": spec_to_dict(spec),
+        "config": asdict(spec),
         "code_version": code_version(),
         "lmms_eval_version": lmms_eval_version(),
     }
-
-
-def spec_to_dict(spec: EvalSpec) -> dict:
-    from dataclasses import asdict
-
-    d = asdict(spec)
-    d["gen"] = spec.gen.to_dict()
-    return d
 
 
 def save_task(out: Path, result: TaskResult) -> None:

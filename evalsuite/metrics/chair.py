@@ -14,8 +14,9 @@ The functions below are pure; `ChairScorer` only holds the loaded tokenizer/norm
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from itertools import compress
 
 from evalsuite.metrics.chair_vocab import ChairVocab, load_vocab
 from evalsuite.metrics.stats import bootstrap_ci, safe_ratio
@@ -67,7 +68,11 @@ def merge_pairs(tokens: list[str], vocab: ChairVocab) -> list[str]:
     Only positions holding a pair's first word can start a merge, so the scan visits those alone
     and copies the stretches between them.
     """
-    firsts = vocab.pair_firsts.intersection(tokens)
+    return _merge_at(tokens, vocab.pair_firsts.intersection(tokens), vocab)
+
+
+def _merge_at(tokens: list[str], firsts, vocab: ChairVocab) -> list[str]:
+    """`merge_pairs` given `firsts`, the pair first words present in `tokens`."""
     if not firsts:
         return tokens
     pairs, n = vocab.pairs, len(tokens)
@@ -93,30 +98,55 @@ def find_mentions(merged: list[str], vocab: ChairVocab) -> list[tuple[str, str, 
     Post-merge rules drop words first: with both "toilet" and "seat" present every "seat" goes
     ("the seat of the toilet" is not a chair).
     """
-    present = set(merged)
-    hits = present & vocab.words
-    for needed, word in vocab.remove_if_all:
-        if needed <= present:
-            hits.discard(word)
+    return _mentions_of(merged, vocab.words.intersection(merged), vocab)
+
+
+def _mentions_of(merged: list[str], hits, vocab: ChairVocab) -> list[tuple[str, str, int]]:
+    """`find_mentions` given `hits`, the vocabulary words present in `merged`.
+
+    A rule's "all present" test reads `hits` when every needed word is a vocabulary word (then
+    present <=> hit), else `merged` itself; drops are decided on the hits before any is dropped.
+    """
+    if not hits:
+        return []
+    drop = [word for needed, word in vocab.remove_if_all
+            if word in hits and needed.issubset(hits if needed <= vocab.words else merged)]
+    if drop:
+        hits = hits.difference(drop)
     w2c = vocab.word_to_category
-    return [(merged[i], w2c[merged[i]], i) for i in _positions(merged, hits)]
+    # one C-level pass marks the hits; compress keeps their positions in order
+    return [(w, w2c[w], i) for i in compress(range(len(merged)), map(hits.__contains__, merged))
+            for w in (merged[i],)]
 
 
 def score_caption(mentions: list[tuple[str, str, int]], gt: Iterable[str], n_tokens: int) -> dict:
     """The per-caption record: mentions, hallucinated ones, GT, recalled categories, CHAIRs/CHAIRi."""
     gt_set = gt if isinstance(gt, (set, frozenset)) else frozenset(gt)
-    hallucinated = [m for m in mentions if m[1] not in gt_set]
-    return {
-        "mentions": [[w, c] for w, c, _ in mentions],
-        "positions": [p for _, _, p in mentions],
-        "hallucinated": [[w, c] for w, c, _ in hallucinated],
-        "hallucinated_positions": [p for _, _, p in hallucinated],
-        "gt_objects": sorted(gt_set),
-        "recalled": sorted(gt_set.intersection([m[1] for m in mentions])),
-        "n_tokens": n_tokens,
-        "CHAIRs": 1 if hallucinated else 0,
-        "CHAIRi": safe_ratio(len(hallucinated), len(mentions)),
-    }
+    return _record(mentions, gt_set, sorted(gt_set), n_tokens, {})
+
+
+def _record(mentions, gt_set, gt_sorted: list[str], n_tokens: int, rec: dict) -> dict:
+    """`score_caption` into `rec` (which may already hold leading keys), GT sorted by the caller."""
+    if mentions:
+        words, cats, positions = zip(*mentions)
+        pairs = list(zip(words, cats))
+        is_hall = [c not in gt_set for c in cats]
+        hallucinated = list(compress(pairs, is_hall))
+        n_hall = len(hallucinated)
+        rec["mentions"] = list(map(list, pairs))
+        rec["positions"] = list(positions)
+        rec["hallucinated"] = list(map(list, hallucinated))
+        rec["hallucinated_positions"] = list(compress(positions, is_hall))
+        rec["gt_objects"] = gt_sorted
+        rec["recalled"] = sorted(gt_set.intersection(cats))
+    else:
+        n_hall = 0
+        rec.update(mentions=[], positions=[], hallucinated=[], hallucinated_positions=[],
+                   gt_objects=gt_sorted, recalled=[])
+    rec["n_tokens"] = n_tokens
+    rec["CHAIRs"] = 1 if n_hall else 0
+    rec["CHAIRi"] = safe_ratio(n_hall, len(mentions))
+    return rec
 
 
 def aggregate(records: list[dict]) -> dict:
@@ -164,20 +194,35 @@ class ChairScorer:
 
     def __init__(self, variant: str = DEFAULT_VARIANT, vocab: ChairVocab | None = None) -> None:
         from evalsuite.metrics import chair_normalize as cn
-        from evalsuite.metrics.chair_tokenize import FastTokenizer
+        from evalsuite.metrics.chair_tokenize import ChunkMappedTokenizer, FastTokenizer
 
         self.variant = get_variant(variant)
         self.vocab = vocab or load_vocab()
         self.tokenize = FastTokenizer()
-        self.normalize = cn.PatternNormalizer() if self.variant.normalizer == "pattern" else cn.LemmaNormalizer()
+        if self.variant.normalizer == "pattern":
+            self.normalize = cn.PatternNormalizer()
+            # singularisation maps each token on its own, so it can be memoised per chunk
+            self._tokens = ChunkMappedTokenizer(self.tokenize, self.normalize)
+        else:
+            self.normalize = cn.LemmaNormalizer()  # POS tags need the whole caption
+            self._tokens = lambda caption: self.normalize(self.tokenize(caption))
+        # words a caption needs for any merge or mention: one intersection finds both kinds
+        self._relevant = self.vocab.words | self.vocab.pair_firsts
 
     @property
     def resources(self) -> tuple[str, ...]:
         return self.normalize.resources
 
     def mentions(self, caption: str) -> tuple[list[tuple[str, str, int]], int]:
-        merged = merge_pairs(self.normalize(self.tokenize(caption)), self.vocab)
-        return find_mentions(merged, self.vocab), len(merged)
+        """`find_mentions(merge_pairs(normalize(tokenize(caption))))` and the merged length; the
+        pair firsts and the hits are read off one intersection (recomputed only after a merge)."""
+        tokens, v = self._tokens(caption), self.vocab
+        relevant = self._relevant.intersection(tokens)
+        if not relevant:
+            return [], len(tokens)
+        merged = _merge_at(tokens, relevant.intersection(v.pair_firsts), v)
+        hits = relevant.intersection(v.words) if merged is tokens else v.words.intersection(merged)
+        return _mentions_of(merged, hits, v), len(merged)
 
     def score(self, caption: str, gt: Iterable[str]) -> dict:
         mentions, n_tokens = self.mentions(caption)
@@ -187,7 +232,10 @@ class ChairScorer:
 def score_captions(scorer: ChairScorer, items: list[tuple[int, str]], gt: Mapping[int, Iterable[str]],
                    allow_missing: bool = False, source: str = "captions") -> list[dict]:
     """Score (image_id, caption) pairs. An image absent from GT is an error unless `allow_missing`,
-    in which case it gets an empty GT (every mention hallucinated), as the reference scripts do."""
+    in which case it gets an empty GT (every mention hallucinated), as the reference scripts do.
+
+    Each record equals `{"index": i, "image_id": id, **scorer.score(caption, gt[id])}`; an image's
+    GT set and sorted list are made once per call (every record gets its own copy of the list)."""
     from evalsuite.errors import UserError
 
     missing = sorted({i for i, _ in items if i not in gt})
@@ -195,10 +243,17 @@ def score_captions(scorer: ChairScorer, items: list[tuple[int, str]], gt: Mappin
         raise UserError(f"{source}: {len(missing)} image id(s) not in the GT (e.g. {missing[:5]}); "
                         "pass --allow-missing to count their mentions as hallucinated")
     empty: tuple[str, ...] = ()
+    per_image: dict[int, tuple[frozenset[str] | set[str], list[str]]] = {}
     records = []
     for index, (image_id, caption) in enumerate(items):
-        rec = scorer.score(caption, gt.get(image_id, empty))
-        records.append({"index": index, "image_id": image_id, **rec})
+        image_gt = per_image.get(image_id)
+        if image_gt is None:
+            g = gt.get(image_id, empty)
+            g = g if isinstance(g, (set, frozenset)) else frozenset(g)
+            image_gt = per_image[image_id] = (g, sorted(g))
+        mentions, n_tokens = scorer.mentions(caption)
+        records.append(_record(mentions, image_gt[0], image_gt[1].copy(), n_tokens,
+                               {"index": index, "image_id": image_id}))
     return records
 
 

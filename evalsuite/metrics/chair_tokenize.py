@@ -28,10 +28,12 @@ caption and on generated texts built to hit each branch.
 from __future__ import annotations
 
 import re
+from itertools import chain
 
-_WS = r"[ \t\n\r\f\v]"  # string.whitespace: what Punkt's previous-word search looks for
 _WORD = r"[a-z0-9]+(?:-[a-z0-9]+)*(?:'s)?"
 _CHUNK = re.compile(rf"({_WORD})([.,]?)")
+_CHUNKS = re.compile(rf"{_WORD}[.,]?(?: {_WORD}[.,]?)*")  # space-joined chunks, each a `_CHUNK`
+_INITIAL_OR_NUMBER = re.compile(r"[a-z]|[0-9][0-9-]*")  # fullmatch: Punkt reads "W." as an initial/number
 # MacIntyre contractions without an apostrophe (CONTRACTIONS2); a substring hit is enough to go slow.
 _CONTRACTION = re.compile(r"cannot|gimme|gonna|gotta|lemme|wanna")
 # Every character a plain caption may hold; with only these, `str.split()` splits on string.whitespace.
@@ -46,22 +48,28 @@ class FastTokenizer:
         from evalsuite.metrics.chair_normalize import Tokenizer
 
         self.slow = Tokenizer()
-        punkt = self.slow._punkt
-        self._annotate = punkt._annotate_first_pass
-        self._token_cls = punkt._Token
-        self._colloc_firsts = frozenset(a for a, _ in punkt._params.collocations)
+        params = self.slow._punkt._params
+        # Copies of the two Punkt tables `_is_plain_break` reads (the model is fixed once loaded).
+        self._abbrev = frozenset(params.abbrev_types)
+        self._colloc_firsts = frozenset(a for a, _ in params.collocations)
         self._ok: set[str] = set()        # plain chunks valid anywhere
         self._ok_last: set[str] = set()   # plain only as the caption's last chunk ("etc." at the end)
         self._bad: set[str] = set()       # chunks that send a caption to the slow path
 
     def _is_plain_break(self, word: str) -> bool:
-        """Punkt breaks after `word + "."` whatever token follows (see the module docstring)."""
-        # Punkt's word regex reads a plain "W." followed by whitespace or the end as one token (no
-        # NonWord, MultiChar or "," inside it); the unit tests check that for every golden W.
-        (aug,) = self._annotate([self._token_cls(word + ".")])
-        typ = aug.type_no_period
-        return bool(aug.sentbreak and not aug.abbr and not aug.ellipsis and not aug.is_initial
-                    and typ != "##number##" and typ not in self._colloc_firsts)
+        r"""Punkt breaks after `word + "."` whatever token follows (see the module docstring).
+
+        Punkt's own decision read off its tables instead of annotating a token: for a plain word W
+        (`_WORD`), the first pass gives "W." `abbr` iff W or its last hyphen part is in
+        `abbrev_types`, else `sentbreak` ("W." is no sentence-end character and holds one period,
+        so no ellipsis); `is_initial` is `[^\W\d]\.$`, i.e. W is one letter; the type is
+        "##number##" iff "W." fullmatches `-?[.,]?\d[\d,.-]*\.?`, i.e. W is `\d[\d-]*` (W has
+        no "," or "."); otherwise `type_no_period` is W, checked against the collocation firsts.
+        The unit tests compare this with `_annotate_first_pass` on every golden and generated word.
+        """
+        abbrev = self._abbrev
+        return not (word in abbrev or word.rpartition("-")[2] in abbrev or word in self._colloc_firsts
+                    or _INITIAL_OR_NUMBER.fullmatch(word))
 
     def _plain_chunk(self, chunk: str, last: bool) -> bool:
         m = _CHUNK.fullmatch(chunk)
@@ -69,37 +77,99 @@ class FastTokenizer:
             return False
         return m.group(2) != "." or last or self._is_plain_break(m.group(1))
 
+    def _all_plain(self, new: set[str]) -> bool:
+        """Every chunk of `new` plain mid-caption, checked at once: `_CHUNKS` fullmatches the
+        space-joined set iff each chunk fullmatches `_CHUNK` (chunks hold no whitespace, and a
+        contraction cannot span the joining space); then the "W." chunks' W must be plain breaks."""
+        joined = " ".join(new)
+        return (_CHUNKS.fullmatch(joined) is not None and _CONTRACTION.search(joined) is None
+                and all(map(self._is_plain_break, [c[:-1] for c in new if c[-1] == "."])))
+
     def _validate(self, chunks: list[str]) -> bool:
         """Classify the chunks not seen before; True when every chunk is plain in its position."""
-        ok, bad = self._ok, self._bad
-        for chunk in chunks[:-1]:
-            if chunk in ok:
-                continue
-            if chunk in bad or not self._plain_chunk(chunk, False):
-                bad.add(chunk)
+        ok, last = self._ok, chunks[-1]
+        new = set(chunks).difference(ok)
+        if not new.isdisjoint(self._bad):
+            return False
+        # the last chunk is judged on its own unless it also occurs earlier (`index` finds the first)
+        alone = last in new and chunks.index(last) == len(chunks) - 1
+        if alone:
+            new.discard(last)
+        if new:
+            if not self._all_plain(new):
+                self._bad.update(c for c in new if not self._plain_chunk(c, False))
                 return False
-            ok.add(chunk)
-        last = chunks[-1]
-        if last in ok or last in self._ok_last:
+            ok.update(new)
+        if not alone or last in self._ok_last:
             return True
         if self._plain_chunk(last, False):
             ok.add(last)
         elif self._plain_chunk(last, True):
             self._ok_last.add(last)
         else:
-            bad.add(last)
+            self._bad.add(last)
             return False
         return True
 
-    def _fast(self, text: str) -> list[str] | None:
+    @staticmethod
+    def _allowed_chunks(text: str) -> list[str] | None:
+        """`text.split()` if `text` holds only `_ALLOWED` characters and starts with no whitespace."""
         if not text or text[0] in _WHITESPACE or text.encode().translate(None, _ALLOWED):
             return None
-        chunks = text.split()
-        if not self._ok.issuperset(chunks) and not self._validate(chunks):
+        return text.split()
+
+    def _fast(self, text: str) -> list[str] | None:
+        chunks = self._allowed_chunks(text)
+        if chunks is None or not self._ok.issuperset(chunks) and not self._validate(chunks):
             return None
-        # In plain chunks "," and "." only end a chunk and "'" only starts "'s": split them off.
-        return text.replace(",", " ,").replace(".", " .").replace("'s", " 's").split()
+        return _chunk_tokens(text)
 
     def __call__(self, text: str) -> list[str]:
         toks = self._fast(text.lower())
         return toks if toks is not None else self.slow(text)
+
+
+def _chunk_tokens(text: str) -> list[str]:
+    """Tokens of plain chunks: in them "," and "." only end a chunk and "'" only starts "'s"."""
+    return text.replace(",", " ,").replace(".", " .").replace("'s", " 's").split()
+
+
+class ChunkMappedTokenizer:
+    """`normalize(nltk.word_tokenize(text.lower()))` for a token-by-token `normalize`, memoised per chunk.
+
+    On a plain caption the token list is the concatenation of its chunks' tokens (`_chunk_tokens`
+    only inserts spaces inside a chunk, and "," "." "'s" hold no whitespace, so no split spans two
+    chunks); a normaliser that maps each token on its own (pattern singularisation, no POS) then
+    gives `memo[chunk] = tuple(normalize(chunk tokens))`, and the caption's normalised tokens are
+    one C-level pass: `chain.from_iterable(map(memo.__getitem__, chunks))`. The memo holds only
+    chunks plain in every position, so a full hit also proves the caption plain; a miss (an unseen
+    chunk, or a last chunk plain only at the end) goes through `FastTokenizer._validate`. The memo
+    starts empty with each instance: filling it is first-sight work, done while scoring.
+    """
+
+    def __init__(self, tokenizer: FastTokenizer, normalize) -> None:
+        self.tokenizer = tokenizer
+        self.normalize = normalize
+        self._memo: dict[str, tuple[str, ...]] = {}       # chunk plain anywhere -> normalised tokens
+        self._memo_last: dict[str, tuple[str, ...]] = {}  # plain only as the last chunk
+
+    def _first_sight(self, chunks: list[str]) -> list[str]:
+        memo, ok, norm = self._memo, self.tokenizer._ok, self.normalize
+        for chunk in set(chunks).difference(memo):
+            (memo if chunk in ok else self._memo_last)[chunk] = tuple(norm(_chunk_tokens(chunk)))
+        last = chunks[-1]
+        if last in memo:
+            return list(chain.from_iterable(map(memo.__getitem__, chunks)))
+        out = list(chain.from_iterable(map(memo.__getitem__, chunks[:-1])))
+        out += self._memo_last[last]
+        return out
+
+    def __call__(self, text: str) -> list[str]:
+        chunks = self.tokenizer._allowed_chunks(text.lower())
+        if chunks is not None:
+            try:
+                return list(chain.from_iterable(map(self._memo.__getitem__, chunks)))
+            except KeyError:
+                if self.tokenizer._validate(chunks):
+                    return self._first_sight(chunks)
+        return self.normalize(self.tokenizer.slow(text))

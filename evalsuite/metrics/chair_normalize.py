@@ -231,9 +231,10 @@ class PatternNormalizer:
     def __call__(self, tokens: list[str]) -> list[str]:
         try:
             return list(map(_SING_CACHE.__getitem__, tokens))
-        except KeyError:  # first sight of some token
-            get = _SING_CACHE.get
-            return [s if (s := get(t)) is not None else pattern_singularize(t) for t in tokens]
+        except KeyError:  # first sight of some tokens: memoise them all, then map again
+            for token in set(tokens).difference(_SING_CACHE):
+                _SING_CACHE[token] = _singularize(token)
+            return list(map(_SING_CACHE.__getitem__, tokens))
 
 
 def penn_to_wordnet(tag: str) -> str:

@@ -28,7 +28,7 @@ caption and on generated texts built to hit each branch.
 from __future__ import annotations
 
 import re
-from itertools import chain
+from itertools import chain, islice
 
 _WORD = r"[a-z0-9]+(?:-[a-z0-9]+)*(?:'s)?"
 _CHUNK = re.compile(rf"({_WORD})([.,]?)")
@@ -48,6 +48,11 @@ class FastTokenizer:
         from evalsuite.metrics.chair_normalize import Tokenizer
 
         self.slow = Tokenizer()
+        # Punkt compiles its word and period-context regexes on first use: compile them now, while
+        # loading, not inside the first caption that needs NLTK.
+        lang = self.slow._punkt._lang_vars
+        lang._word_tokenizer_re()
+        lang.period_context_re()
         params = self.slow._punkt._params
         # Copies of the two Punkt tables `_is_plain_break` reads (the model is fixed once loaded).
         self._abbrev = frozenset(params.abbrev_types)
@@ -85,10 +90,13 @@ class FastTokenizer:
         return (_CHUNKS.fullmatch(joined) is not None and _CONTRACTION.search(joined) is None
                 and all(map(self._is_plain_break, [c[:-1] for c in new if c[-1] == "."])))
 
-    def _validate(self, chunks: list[str]) -> bool:
-        """Classify the chunks not seen before; True when every chunk is plain in its position."""
+    def _validate(self, chunks: list[str], unseen: set[str] | None = None) -> bool:
+        """Classify the chunks not seen before; True when every chunk is plain in its position.
+
+        `unseen`, when the caller has it, is a subset of `set(chunks)` holding every chunk not in `_ok`.
+        """
         ok, last = self._ok, chunks[-1]
-        new = set(chunks).difference(ok)
+        new = (set(chunks) if unseen is None else unseen).difference(ok)
         if not new.isdisjoint(self._bad):
             return False
         # the last chunk is judged on its own unless it also occurs earlier (`index` finds the first)
@@ -153,10 +161,15 @@ class ChunkMappedTokenizer:
         self._memo: dict[str, tuple[str, ...]] = {}       # chunk plain anywhere -> normalised tokens
         self._memo_last: dict[str, tuple[str, ...]] = {}  # plain only as the last chunk
 
-    def _first_sight(self, chunks: list[str]) -> list[str]:
-        memo, ok, norm = self._memo, self.tokenizer._ok, self.normalize
-        for chunk in set(chunks).difference(memo):
-            (memo if chunk in ok else self._memo_last)[chunk] = tuple(norm(_chunk_tokens(chunk)))
+    def _first_sight(self, chunks: list[str], unseen: set[str]) -> list[str]:
+        """Memoise the `unseen` chunks (normalised in one call: `normalize` maps token by token, so
+        the concatenation's result is the concatenation of the results), then assemble `chunks`."""
+        memo, ok = self._memo, self.tokenizer._ok
+        new = list(unseen)
+        tokens = [_chunk_tokens(c) for c in new]
+        flat = iter(self.normalize(list(chain.from_iterable(tokens))))
+        for chunk, toks in zip(new, tokens):
+            (memo if chunk in ok else self._memo_last)[chunk] = tuple(islice(flat, len(toks)))
         last = chunks[-1]
         if last in memo:
             return list(chain.from_iterable(map(memo.__getitem__, chunks)))
@@ -170,6 +183,7 @@ class ChunkMappedTokenizer:
             try:
                 return list(chain.from_iterable(map(self._memo.__getitem__, chunks)))
             except KeyError:
-                if self.tokenizer._validate(chunks):
-                    return self._first_sight(chunks)
+                unseen = set(chunks).difference(self._memo)  # the memo only holds chunks in `_ok`
+                if self.tokenizer._validate(chunks, unseen):
+                    return self._first_sight(chunks, unseen)
         return self.normalize(self.tokenizer.slow(text))

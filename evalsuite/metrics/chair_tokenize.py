@@ -21,6 +21,8 @@ Plain-ness is a property of each chunk (a mid chunk "W." is plain only if W is a
 the last chunk's final period is always split off by Treebank's final-period rule), so it is
 memoised per unique chunk string, and a caption of plain chunks is tokenised with `str.replace`
 and `str.split`: per caption, a byte-level character check and C-level set lookups.
+For a token-by-token normaliser (pattern singularisation) `ChunkMappedTokenizer` memoises the
+normalised tokens per chunk instead, so a caption is one `split` and one C-level gather.
 Anything else goes to `chair_normalize.Tokenizer` (NLTK's Punkt and Treebank, memoised).
 `tests/unit/test_chair_tokenize.py` checks equality with `nltk.word_tokenize` on every golden
 caption and on generated texts built to hit each branch.

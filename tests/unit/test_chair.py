@@ -184,3 +184,43 @@ def test_read_captions_formats_and_errors(tmp_path):
     bad.write_text('{"image_id": "cat.jpg", "caption": "x"}\n')
     with pytest.raises(UserError, match=r"b\.jsonl:1: image_id"):
         read_captions(bad)
+
+
+def _plain_record(mentions, gt, n_tokens):
+    """The textbook record, list comprehension by list comprehension (the old `score_caption`)."""
+    gt_set = frozenset(gt)
+    hallucinated = [m for m in mentions if m[1] not in gt_set]
+    return {
+        "mentions": [[w, c] for w, c, _ in mentions], "positions": [p for _, _, p in mentions],
+        "hallucinated": [[w, c] for w, c, _ in hallucinated],
+        "hallucinated_positions": [p for _, _, p in hallucinated],
+        "gt_objects": sorted(gt_set), "recalled": sorted(gt_set.intersection([m[1] for m in mentions])),
+        "n_tokens": n_tokens, "CHAIRs": 1 if hallucinated else 0,
+        "CHAIRi": len(hallucinated) / len(mentions) if mentions else 0.0,
+    }
+
+
+def test_fused_scoring_equals_the_staged_pipeline(punkt_only):
+    """`ChairScorer.mentions` (one relevant-word intersection, chunk-memoised tokens) and
+    `score_captions` (per-image GT, one-pass records) equal tokenize -> normalize -> merge_pairs ->
+    find_mentions -> the textbook record on generated captions full of pairs, toilet/seat and GT
+    hits/misses, key order included."""
+    import random
+
+    v = load_vocab()
+    rng = random.Random(7)
+    pool = sorted(v.pair_firsts) + ["bear", "dog", "dogs", "seat", "seats", "toilet", "table", "sign",
+                                    "phone", "people", "a", "the", "of", "and", "red", "cats,", "man's"]
+    items = [(rng.randint(1, 5), " ".join(rng.choice(pool) for _ in range(rng.randint(0, 25))) + rng.choice(["", "."]))
+             for _ in range(1500)]
+    gt = {i: frozenset(rng.sample(["person", "dog", "cat", "chair", "toilet", "teddy bear"], i % 4)) for i in range(1, 6)}
+    sc = chair.ChairScorer("original")
+    records = chair.score_captions(sc, items, gt)
+    for index, ((image_id, caption), rec) in enumerate(zip(items, records)):
+        merged = chair.merge_pairs(sc.normalize(sc.tokenize(caption)), v)
+        want = {"index": index, "image_id": image_id,
+                **_plain_record(chair.find_mentions(merged, v), gt[image_id], len(merged))}
+        assert list(rec.items()) == list(want.items()), caption
+    assert sum(r["CHAIRs"] for r in records) > 300 and any(r["mentions"] == [] for r in records)
+    same = [r for r in records if r["image_id"] == records[0]["image_id"]]
+    assert len(same) > 1 and same[0]["gt_objects"] is not same[1]["gt_objects"]  # each record owns its list

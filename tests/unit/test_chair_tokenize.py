@@ -150,3 +150,62 @@ def test_merge_and_mentions_equal_the_plain_scan():
         merged = chair.merge_pairs(tokens, v)
         assert merged == plain_merge(tokens), tokens
         assert chair.find_mentions(merged, v) == plain_mentions(merged), tokens
+
+
+def _punkt_plain_break(tok, word: str) -> bool:
+    """The reference: Punkt's own first-pass annotation of the token "W." (the old code path)."""
+    punkt = tok.slow._punkt
+    (aug,) = punkt._annotate_first_pass([punkt._Token(word + ".")])
+    typ = aug.type_no_period
+    return bool(aug.sentbreak and not aug.abbr and not aug.ellipsis and not aug.is_initial
+                and typ != "##number##" and typ not in tok._colloc_firsts)
+
+
+def test_plain_break_table_lookup_equals_punkt_annotation(punkt):
+    """`_is_plain_break` (table lookups) equals Punkt's annotation on every golden word, every
+    abbreviation and collocation first (alone, hyphen-suffixed, with "'s"), and generated words."""
+    from evalsuite.metrics.chair_tokenize import _CHUNK, FastTokenizer
+
+    tok = FastTokenizer()
+    rng = random.Random(3)
+    words = {w.rstrip(".,") for t in _golden_texts() for w in t.lower().split()} | set(WORDS)
+    special = set(tok._abbrev) | set(tok._colloc_firsts)
+    words |= special | {"x-" + w for w in special} | {w + "-x" for w in special} | {w + "'s" for w in special}
+    alnum = "abcdefghijklmnopqrstuvwxyz0123456789"
+    words |= {"-".join("".join(rng.choice(alnum) for _ in range(rng.randint(1, 3)))
+                       for _ in range(rng.randint(1, 3))) for _ in range(3000)}
+    words = sorted(w for w in words if w and _CHUNK.fullmatch(w) and _CHUNK.fullmatch(w).group(2) == "")
+    assert len(words) > 5000
+    assert [w for w in words if tok._is_plain_break(w) != _punkt_plain_break(tok, w)] == []
+
+
+def test_bulk_chunk_check_equals_per_chunk_check(punkt):
+    """`_all_plain(set)` (one regex over the joined set) equals checking each chunk on its own."""
+    from evalsuite.metrics.chair_tokenize import FastTokenizer
+
+    tok = FastTokenizer()
+    rng = random.Random(4)
+    pool = [w + e for w in WORDS for e in ENDS] + ["a--b", "-a", "a-", "a'b", "x''s", "gonna,", "b.c."]
+    for _ in range(3000):
+        chunks = {rng.choice(pool) for _ in range(rng.randint(1, 6))} - {""}
+        chunks = {c for c in chunks if not any(ch.isspace() for ch in c)}
+        if chunks:
+            assert tok._all_plain(chunks) == all(tok._plain_chunk(c, False) for c in chunks), chunks
+
+
+def test_chunk_mapped_tokens_equal_normalised_word_tokenize(punkt):
+    """Per-chunk memoised pattern tokens equal `PatternNormalizer()(word_tokenize(text.lower()))` on
+    every golden text and 4,000 generated ones (incl. "etc." last vs mid), fresh and memoised."""
+    from nltk import word_tokenize
+
+    from evalsuite.metrics.chair_normalize import PatternNormalizer
+    from evalsuite.metrics.chair_tokenize import ChunkMappedTokenizer, FastTokenizer
+
+    norm = PatternNormalizer()
+    texts = _golden_texts() + _generated(4000, seed=5) + ["dogs etc.", "dogs etc. cats.", "etc. dogs", "mr. dogs"]
+    mapped = ChunkMappedTokenizer(FastTokenizer(), norm)
+    for _ in range(2):
+        assert [t for t in texts if mapped(t) != norm(word_tokenize(t.lower()))] == []
+    fresh = ChunkMappedTokenizer(FastTokenizer(), norm)
+    assert fresh("two dogs, mr.") == ["two", "dog", ",", "mr", "."]
+    assert "mr." not in fresh._memo and "mr." in fresh._memo_last  # plain only as a last chunk

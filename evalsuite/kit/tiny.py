@@ -81,11 +81,15 @@ def build_tiny_vlm(
     image_size: int = 32,
     patch_size: int = 16,
     corpus: Iterable[str] | None = None,
+    vision_from: str | Path | None = None,
+    vision_feature_layer: int = -1,
 ) -> Path:
     """Write a tiny LLaVA checkpoint to `out`; the same seed gives bit-identical weights.
 
     The default 32 px input with 16 px patches gives 4 image tokens, one per cell of the world's
     2x2 scene grid: measured here, that is what lets a tiny model ground objects at all.
+    `vision_from`: a CLIPModel directory whose vision tower (config and weights) becomes the VLM's,
+    as LLaVA starts from a pretrained CLIP; its image size and patch size then replace the arguments.
     """
     import torch
     from transformers import (
@@ -99,6 +103,15 @@ def build_tiny_vlm(
 
     out = Path(out)
     torch.manual_seed(seed)
+    clip = _load_clip(vision_from) if vision_from is not None else None
+    if clip is not None:
+        vision_config = CLIPVisionConfig(**clip.config.vision_config.to_dict())
+        image_size, patch_size = vision_config.image_size, vision_config.patch_size
+    else:
+        vision_config = CLIPVisionConfig(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+            image_size=image_size, patch_size=patch_size,
+        )
     tok = _fast_tokenizer(
         build_word_tokenizer(corpus if corpus is not None else default_corpus(), VLM_SPECIALS),
         extra_special_tokens={"image_token": "<image>"},
@@ -116,10 +129,7 @@ def build_tiny_vlm(
     )
     n_image_tokens = (image_size // patch_size) ** 2
     config = LlavaConfig(
-        vision_config=CLIPVisionConfig(
-            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-            image_size=image_size, patch_size=patch_size,
-        ),
+        vision_config=vision_config,
         text_config=LlamaConfig(
             vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
@@ -128,16 +138,19 @@ def build_tiny_vlm(
         image_token_index=tok.convert_tokens_to_ids("<image>"),
         image_seq_length=n_image_tokens,
         vision_feature_select_strategy="default",
-        vision_feature_layer=-1,
+        vision_feature_layer=vision_feature_layer,
         pad_token_id=tok.pad_token_id,
     )
     model = LlavaForConditionalGeneration(config).eval()
+    if clip is not None:
+        model.model.vision_tower.load_state_dict(clip.vision_model.state_dict(), strict=True)
     gc = model.generation_config
     gc.pad_token_id, gc.eos_token_id, gc.bos_token_id = tok.pad_token_id, tok.eos_token_id, tok.bos_token_id
     model.save_pretrained(out, safe_serialization=True)
     processor.save_pretrained(out)
-    _write_kit_manifest(out, kind="tiny-vlm", seed=seed, config={"hidden": hidden, "layers": layers,
-                        "image_size": image_size, "patch_size": patch_size})
+    _write_kit_manifest(out, kind="tiny-vlm", seed=seed, config={
+        "hidden": hidden, "layers": layers, "image_size": image_size, "patch_size": patch_size,
+        "vision_feature_layer": vision_feature_layer, "vision_from": str(vision_from) if vision_from else None})
     log.info("tiny VLM (%d params, vocab %d) -> %s", model.num_parameters(), len(tok), out)
     return out
 
@@ -179,6 +192,12 @@ def build_tiny_clip(
                         "patch_size": patch_size})
     log.info("tiny CLIP (%d params) -> %s", model.num_parameters(), out)
     return out
+
+
+def _load_clip(path: str | Path):
+    from transformers import CLIPModel
+
+    return CLIPModel.from_pretrained(Path(path), local_files_only=True, use_safetensors=True)
 
 
 def _write_kit_manifest(out: Path, kind: str, seed: int, config: dict) -> None:

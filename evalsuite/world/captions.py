@@ -10,6 +10,7 @@ from evalsuite.world.categories import (
     CATEGORIES,
     CELLS,
     NUMBER_WORDS,
+    PARTNERS,
     Category,
     article,
 )
@@ -93,23 +94,28 @@ TEMPLATES: dict[str, Callable[[Sequence[Mention], random.Random | None], str]] =
 }
 
 
-def _mentions(objects, absent: int | None, rng: random.Random | None) -> list[Mention]:
+def _mentions(objects, absent: int | None, rng: random.Random | None, absent_last: bool = False) -> list[Mention]:
     m = [(BY_ID[o.category_id], o.cell) for o in objects]
     if absent is not None:
         if absent in {o.category_id for o in objects}:
             raise ValueError(f"category {absent} is present, it cannot be the absent mention")
         r = rng or random.Random(0)
-        m.insert(r.randrange(len(m) + 1), (BY_ID[absent], r.randrange(len(CELLS))))
+        if absent_last:   # appended, in an empty cell when there is one (where LURE finds hallucinations)
+            empty = [c for c in range(len(CELLS)) if c not in {o.cell for o in objects}]
+            m.append((BY_ID[absent], r.choice(empty) if empty else r.randrange(len(CELLS))))
+        else:
+            m.insert(r.randrange(len(m) + 1), (BY_ID[absent], r.randrange(len(CELLS))))
     return m
 
 
 def caption_for(objects, rng: random.Random | None = None, template: str | None = None,
-                absent: int | None = None) -> str:
+                absent: int | None = None, absent_last: bool = False) -> str:
     """One caption of `objects` (WorldObjects). rng picks the template and synonyms (None: the first
     of each). `absent`: a world category id NOT in the image, mentioned anyway: a hallucinated caption
-    for training data with a controlled hallucination rate."""
+    for training data with a controlled hallucination rate; inserted at a random place, or with
+    `absent_last` appended as the last mention."""
     name = template or (rng.choice(sorted(TEMPLATES)) if rng is not None else "positions")
-    return TEMPLATES[name](_mentions(objects, absent, rng), rng)
+    return TEMPLATES[name](_mentions(objects, absent, rng, absent_last), rng)
 
 
 def reference_captions(objects, rng: random.Random, n: int = 5) -> list[str]:
@@ -127,6 +133,14 @@ def pick_absent(objects, rng: random.Random) -> int:
     """A world category id absent from `objects`, uniformly."""
     present = {o.category_id for o in objects}
     return rng.choice([c.id for c in CATEGORIES if c.id not in present])
+
+
+def absent_partner(objects, rng: random.Random) -> int | None:
+    """The co-occurrence partner (categories.PARTNERS) of a present object that is itself absent, or None:
+    the object a model that learned co-occurrence statistics adds without seeing it."""
+    present = {o.category_id for o in objects}
+    partners = sorted({PARTNERS[c] for c in present} - present)
+    return rng.choice(partners) if partners else None
 
 
 def sft_captions(objects, rng: random.Random, hallucination_rate: float) -> tuple[str, int | None]:

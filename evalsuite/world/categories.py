@@ -63,6 +63,12 @@ CATEGORIES: tuple[Category, ...] = (
 )
 
 BY_ID: dict[int, Category] = {c.id: c for c in CATEGORIES}
+
+# Co-occurrence pairs (both ways): in the demo's SFT data one object's partner is sometimes mentioned
+# although absent, as real captions add a "dining table" next to a "cup" (LURE: co-occurrence and
+# late position are what drive object hallucination).
+_PAIRS = ((18, 17), (3, 8), (47, 44), (62, 72), (19, 1), (28, 2))
+PARTNERS: dict[int, int] = {**{a: b for a, b in _PAIRS}, **{b: a for a, b in _PAIRS}}
 BY_NAME: dict[str, Category] = {c.name: c for c in CATEGORIES}
 
 # The 2x2 grid of a world image: cell index -> position words used in captions and questions.

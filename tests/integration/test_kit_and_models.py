@@ -56,6 +56,28 @@ def test_tiny_clip_roundtrips(tiny_clip_dir):
     assert out.logits_per_image.shape == (1, 1)
 
 
+def test_tiny_vlm_vision_tower_from_clip(tmp_path):
+    """LLaVA-style start: the VLM's vision tower is a CLIP's vision tower, config and weights, and the
+    feature layer is configurable (the demo uses -2, LLaVA's penultimate layer)."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import CLIPModel, LlavaForConditionalGeneration
+
+    from evalsuite.kit.tiny import build_tiny_clip, build_tiny_vlm
+
+    clip_dir = build_tiny_clip(tmp_path / "clip", seed=5, patch_size=16)
+    vlm_dir = build_tiny_vlm(tmp_path / "vlm", seed=0, vision_from=clip_dir, vision_feature_layer=-2)
+    vlm = LlavaForConditionalGeneration.from_pretrained(vlm_dir, local_files_only=True)
+    clip = CLIPModel.from_pretrained(clip_dir, local_files_only=True)
+    want = clip.vision_model.state_dict()
+    got = vlm.model.vision_tower.state_dict()
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+    assert vlm.config.vision_feature_layer == -2 and vlm.config.vision_config.patch_size == 16
+    plain = load_file(build_tiny_vlm(tmp_path / "plain", seed=0) / "model.safetensors")
+    key = next(k for k in plain if k.endswith("vision_tower.embeddings.patch_embedding.weight"))
+    assert not torch.equal(plain[key], load_file(vlm_dir / "model.safetensors")[key])
+
+
 def _copy(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst

@@ -137,3 +137,39 @@ def test_absent_must_be_absent():
     objects = sample_scene(random.Random(3))
     with pytest.raises(ValueError):
         caption_for(objects, random.Random(0), absent=objects[0].category_id)
+
+
+def test_partner_pairs_are_symmetric_world_categories():
+    from evalsuite.world.categories import PARTNERS
+
+    assert set(PARTNERS) == set(BY_ID)
+    assert all(PARTNERS[PARTNERS[c]] == c and PARTNERS[c] != c for c in PARTNERS)
+
+
+@pytest.mark.parametrize("normaliser", NORMALISERS)
+def test_absent_partner_appended_last(chair_ref, normaliser):
+    """The partner hallucination: an absent partner of a present object, mentioned as the LAST object,
+    in an empty cell when one exists; CHAIR sees exactly one extra category."""
+    from evalsuite.world.captions import absent_partner
+    from evalsuite.world.categories import PARTNERS
+
+    rng = random.Random(4)
+    seen = 0
+    for _ in range(300):
+        objects = sample_scene(rng)
+        present = {o.category_id for o in objects}
+        partner = absent_partner(objects, rng)
+        if partner is None:
+            assert all(PARTNERS[c] in present for c in present)
+            continue
+        seen += 1
+        assert partner not in present and any(PARTNERS[c] == partner for c in present)
+        text = caption_for(objects, rng, template="positions", absent=partner, absent_last=True)
+        got = set(chair_ref.categories(text, normaliser))
+        assert got == {BY_ID[c].name for c in present} | {BY_ID[partner].name}
+        last = text.rstrip(".").split(" and ")[-1]
+        assert BY_ID[partner].colour in last.split()
+        cell = next(c for c in CELLS if last.endswith(c))
+        if len(objects) < len(CELLS):
+            assert CELLS.index(cell) not in {o.cell for o in objects}
+    assert seen > 200

@@ -6,8 +6,9 @@
 Stages (each skipped when its output is already on disk, so a rerun resumes):
  1. world    synthetic COCO world (train + >= 500 held-out val images, MME/POPE question sets)
  2. data     SFT records (captions with a controlled hallucination rate + yes/no questions), CSR prompts
- 3. sft      iteration 0: a small LLaVA-architecture model trained from scratch (the SFT trainer)
- 4. judge    a tiny CLIP trained contrastively with hard negatives (the CSR visual reward)
+ 3. judge    a tiny CLIP trained contrastively with hard negatives (the CSR visual reward)
+ 4. sft      iteration 0: a small LLaVA-architecture model (the SFT trainer); as in LLaVA its vision
+             tower starts from a contrastively trained CLIP (the judge's) and stays frozen
  5. csr      T CSR iterations; the base and every iteration evaluated on the held-out split
  6. report   reports/NAME/index.html
 """
@@ -37,11 +38,15 @@ class DemoConfig:
     world_images: int = 2500
     val_fraction: float = 0.2
     hallucination_rate: float = 0.3
+    hallucination: str = "partner"      # "partner" (co-occurrence, appended) or "random" (see data.py)
     qa_per_image: int = 2
     model_hidden: int = 128
     model_layers: int = 2
     csr_prompts: int = 256
     judge_steps: int = 600
+    judge_patch_size: int = 16          # the VLM's vision tower is the judge's: 32 px / 16 = 4 image tokens
+    vision_from_judge: bool = True
+    vision_feature_layer: int = -2      # LLaVA's choice: the penultimate layer's patch features
     expected_minutes: float = 15.0
     sft: dict[str, Any] = field(default_factory=dict)
     csr: dict[str, Any] = field(default_factory=dict)
@@ -87,19 +92,20 @@ def run_demo(cfg: DemoConfig) -> Path:
             build_world(world, images=cfg.world_images, seed=cfg.seed, val_fraction=cfg.val_fraction)
     from training.demo.data import write_demo_data
 
-    data = write_demo_data(world, out / "data", cfg.hallucination_rate, cfg.csr_prompts, cfg.seed)
-    base = out / "iter_0" / "model"
-    if not (base / "evalsuite.json").exists():
-        with _stage("sft"):
-            _train_base(cfg, world, data["sft"], out, base)
+    data = write_demo_data(world, out / "data", cfg.hallucination_rate, cfg.csr_prompts, cfg.seed,
+                           cfg.qa_per_image, cfg.hallucination)
     judge = out / "judge"
     if not (judge / "evalsuite.json").exists():
         from evalsuite.kit.tiny import build_tiny_clip
         from training.demo.judge import JudgeConfig, train_judge
 
         with _stage("judge"):
-            init = build_tiny_clip(out / "judge_init", seed=cfg.seed)
+            init = build_tiny_clip(out / "judge_init", seed=cfg.seed, patch_size=cfg.judge_patch_size)
             train_judge(init, world, judge, JudgeConfig(steps=cfg.judge_steps, seed=cfg.seed))
+    base = out / "iter_0" / "model"
+    if not (base / "evalsuite.json").exists():
+        with _stage("sft"):
+            _train_base(cfg, world, data["sft"], out, base, judge if cfg.vision_from_judge else None)
     with _stage("csr"):
         _run_csr(cfg, world, data["prompts"], base, judge, out)
     with _stage("report"):
@@ -109,13 +115,16 @@ def run_demo(cfg: DemoConfig) -> Path:
     return report
 
 
-def _train_base(cfg: DemoConfig, world: Path, sft_json: Path, out: Path, base: Path) -> Path:
-    """Iteration 0: SFT a freshly initialised tiny LLaVA on the world (the trainers' SFT path)."""
+def _train_base(cfg: DemoConfig, world: Path, sft_json: Path, out: Path, base: Path,
+                vision_from: Path | None) -> Path:
+    """Iteration 0: SFT a tiny LLaVA on the world (the trainers' SFT path); language model and projector
+    start from random, the vision tower from `vision_from`'s CLIP when given."""
     from evalsuite.kit.tiny import build_tiny_vlm
     from training.config import load_config
     from training.trainers.sft import run_sft
 
-    init = build_tiny_vlm(out / "init", seed=cfg.seed, hidden=cfg.model_hidden, layers=cfg.model_layers)
+    init = build_tiny_vlm(out / "init", seed=cfg.seed, hidden=cfg.model_hidden, layers=cfg.model_layers,
+                          vision_from=vision_from, vision_feature_layer=cfg.vision_feature_layer)
     args = {
         "method": "sft", "model_name_or_path": str(init), "dataset_name": "vlquery_json",
         "data_path": str(sft_json), "image_root": str(world), "output_dir": str(out / "iter_0" / "sft"),

@@ -27,9 +27,14 @@ def _relative(path: str, root: Path) -> str:
     return str(Path(path).resolve().relative_to(root.resolve()))
 
 
-def sft_records(world: Path, hallucination_rate: float, seed: int, qa_per_image: int = 2) -> list[dict]:
-    """vlquery_json records over the world's train split; image paths relative to the world root."""
-    from evalsuite.world.captions import caption_for, pick_absent
+def sft_records(world: Path, hallucination_rate: float, seed: int, qa_per_image: int = 2,
+                hallucination: str = "partner") -> list[dict]:
+    """vlquery_json records over the world's train split; image paths relative to the world root.
+
+    `hallucination`: "partner" appends, to a `hallucination_rate` fraction of captions, the absent
+    co-occurrence partner of a present object (a habit greedy decoding reproduces, as real VLMs do);
+    "random" inserts a uniformly drawn absent object at a random place."""
+    from evalsuite.world.captions import absent_partner, caption_for, pick_absent
     from evalsuite.world.categories import BY_ID
     from evalsuite.world.pope import pope_question
     from training.demo.judge import scene_table
@@ -39,8 +44,11 @@ def sft_records(world: Path, hallucination_rate: float, seed: int, qa_per_image:
     for path, objects in scene_table(world, "train"):
         image = _relative(path, world)
         # one detailed template (colour + position of every object): the tiny model can ground it
-        absent = pick_absent(objects, rng) if rng.random() < hallucination_rate else None
-        caption = caption_for(objects, rng, template=CAPTION_TEMPLATE, absent=absent)
+        absent = None
+        if rng.random() < hallucination_rate:
+            absent = absent_partner(objects, rng) if hallucination == "partner" else pick_absent(objects, rng)
+        caption = caption_for(objects, rng, template=CAPTION_TEMPLATE, absent=absent,
+                              absent_last=hallucination == "partner")
         records.append(_conv(image, rng.choice(CAPTION_PROMPTS), caption))
         present = sorted({o.category_id for o in objects})
         for _ in range(qa_per_image):
@@ -68,8 +76,10 @@ def csr_prompts(world: Path, n: int, seed: int) -> list[dict]:
             for i in picked]
 
 
-def write_demo_data(world: Path, out: Path, hallucination_rate: float, csr_n: int, seed: int) -> dict[str, Path]:
+def write_demo_data(world: Path, out: Path, hallucination_rate: float, csr_n: int, seed: int,
+                    qa_per_image: int = 2, hallucination: str = "partner") -> dict[str, Path]:
     paths = {"sft": out / "sft.json", "prompts": out / "csr_prompts.json"}
-    write_json_atomic(paths["sft"], sft_records(world, hallucination_rate, seed), indent=None)
+    records = sft_records(world, hallucination_rate, seed, qa_per_image, hallucination)
+    write_json_atomic(paths["sft"], records, indent=None)
     write_json_atomic(paths["prompts"], csr_prompts(world, csr_n, seed), indent=None)
     return paths

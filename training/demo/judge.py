@@ -29,10 +29,15 @@ class JudgeConfig:
 
 def negatives(objects, rng: random.Random, template: str, positive: str) -> dict[str, str]:
     """One corrupted caption per kind for a world image, in the positive's template where possible."""
-    from evalsuite.world.captions import caption_for, pick_absent
+    from evalsuite.world.captions import absent_partner, caption_for, pick_absent
     from evalsuite.world.categories import BY_ID, COLOURS
 
-    out = {"add": caption_for(objects, rng, template=template, absent=pick_absent(objects, rng))}
+    # "add": half the time the absent co-occurrence partner appended (the SFT data's hallucination habit)
+    partner = absent_partner(objects, rng) if rng.random() < 0.5 else None
+    if partner is not None:
+        out = {"add": caption_for(objects, rng, template=template, absent=partner, absent_last=True)}
+    else:
+        out = {"add": caption_for(objects, rng, template=template, absent=pick_absent(objects, rng))}
     i = rng.randrange(len(objects))
     swapped = list(objects)
     swapped[i] = replace(objects[i], category_id=pick_absent(objects, rng))

@@ -14,9 +14,11 @@ The functions below are pure; `ChairScorer` only holds the loaded tokenizer/norm
 """
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import compress
+from itertools import compress, count
 
 from evalsuite.metrics.chair_vocab import ChairVocab, load_vocab
 from evalsuite.metrics.stats import bootstrap_ci, safe_ratio
@@ -119,6 +121,106 @@ def _mentions_of(merged: list[str], hits, vocab: ChairVocab) -> list[tuple[str, 
             for w in (merged[i],)]
 
 
+def _sparse_mentions(tokens: list[str], positions: list[int], info: Mapping[str, tuple],
+                     singular: Mapping[str, str], vocab: ChairVocab) -> tuple[list[tuple[str, str, int]], int]:
+    """`merge_pairs` then `find_mentions`' hits (post-merge rules not applied) for a token-by-token
+    normaliser, visiting only `positions`: the sorted positions of the raw `tokens` whose normal form
+    is a vocabulary word or a pair first word. `info[token]` is (normal form, its category or None,
+    whether it is a pair first word), `singular[token]` any token's normal form. Returns
+    ((word, category, merged position) of each hit, merged length).
+
+    Same left-to-right scan as `_merge_at`: a token consumed as a pair's second word is skipped, and
+    every merge before a token shifts its merged position down by one. Tokens outside `positions`
+    can neither start a merge nor be a hit, so they only count.
+    """
+    pairs, w2c = vocab.pairs, vocab.word_to_category
+    n = len(tokens)
+    hits: list[tuple[str, str, int]] = []
+    done = shift = 0  # tokens[:done] are emitted or consumed; `shift` merges so far
+    for i in positions:
+        if i < done:
+            continue
+        form, cat, first = info[tokens[i]]
+        at = i - shift
+        if first and i + 1 < n:
+            merged = pairs.get(form + " " + singular[tokens[i + 1]])
+            if merged is not None:
+                done, shift = i + 2, shift + 1
+                form, cat = merged, w2c.get(merged)
+        if cat is not None:
+            hits.append((form, cat, at))
+    return hits, n - shift
+
+
+def _drop_by_rules(hits: list[tuple[str, str, int]], vocab: ChairVocab) -> list[tuple[str, str, int]]:
+    """`_mentions_of`'s post-merge rules on `_sparse_mentions` hits, for rules whose needed words
+    are all vocabulary words (then "all present in the merged tokens" <=> all among the hits)."""
+    if not vocab.remove_if_all:
+        return hits
+    present = {h[0] for h in hits}
+    drop = {word for needed, word in vocab.remove_if_all if word in present and needed <= present}
+    return [h for h in hits if h[0] not in drop] if drop else hits
+
+
+class PatternMentions:
+    """`ChairScorer.mentions` for a token-by-token normaliser (pattern singularisation).
+
+    The caption's raw tokens are never normalised as a list: each distinct token is normalised once
+    per scorer, and the tokens whose normal form is relevant (a vocabulary word or a pair first
+    word) are kept in a set. A plain caption (`TokenValidator`) is then a few C-level byte checks,
+    `_chunk_tokens`, a superset check (every token seen and plain), one C-level pass marking the
+    relevant positions, and a Python loop over those few positions (`_sparse_mentions`); other
+    captions take NLTK's tokens (`FastTokenizer.slow`). The memos start empty with each instance:
+    filling them is first-sight work, done while scoring.
+    """
+
+    def __init__(self, tokenize, normalize, vocab: ChairVocab) -> None:
+        from evalsuite.metrics.chair_tokenize import TokenValidator
+
+        self.tokenize, self.normalize, self.vocab = tokenize, normalize, vocab
+        self.validator = TokenValidator(tokenize)
+        self._relevant_forms = vocab.words | vocab.pair_firsts
+        self._singular: dict[str, str] = {}   # raw token -> normal form, every token seen
+        self._plain: set[str] = set()         # seen tokens found plain (`TokenValidator.words_plain`)
+        self._relevant: set[str] = set()      # seen raw tokens whose normal form is relevant
+        self._info: dict[str, tuple[str, str | None, bool]] = {}  # relevant token -> `_sparse_mentions` info
+
+    def _learn(self, new: list[str]) -> None:
+        """Normalise tokens not seen before (in one call) and note the relevant ones."""
+        forms = self.normalize(new)
+        self._singular.update(zip(new, forms))
+        relevant, w2c, firsts = self._relevant_forms, self.vocab.word_to_category, self.vocab.pair_firsts
+        for token, form in zip(new, forms):
+            if form in relevant:
+                self._relevant.add(token)
+                self._info[token] = (form, w2c.get(form), form in firsts)
+
+    def tokens(self, caption: str) -> list[str]:
+        """`nltk.word_tokenize(caption.lower())`, every token of it seen (normalised) afterwards."""
+        tokens = self.validator.layout_tokens(caption.lower())
+        if tokens is not None:
+            if self._plain.issuperset(tokens):
+                return tokens
+            new = list(set(tokens).difference(self._plain))
+            if self.validator.words_plain(new):
+                self._learn([t for t in new if t not in self._singular])
+                self._plain.update(new)
+                return tokens
+        tokens = self.tokenize.slow(caption)
+        new = [t for t in set(tokens) if t not in self._singular]
+        if new:
+            self._learn(new)
+        return tokens
+
+    def __call__(self, caption: str) -> tuple[list[tuple[str, str, int]], int]:
+        tokens = self.tokens(caption)
+        positions = list(compress(count(), map(self._relevant.__contains__, tokens)))
+        if not positions:
+            return [], len(tokens)
+        hits, n = _sparse_mentions(tokens, positions, self._info, self._singular, self.vocab)
+        return (_drop_by_rules(hits, self.vocab) if hits else hits), n
+
+
 def score_caption(mentions: list[tuple[str, str, int]], gt: Iterable[str], n_tokens: int) -> dict:
     """The per-caption record: mentions, hallucinated ones, GT, recalled categories, CHAIRs/CHAIRi."""
     gt_set = gt if isinstance(gt, (set, frozenset)) else frozenset(gt)
@@ -126,26 +228,30 @@ def score_caption(mentions: list[tuple[str, str, int]], gt: Iterable[str], n_tok
 
 
 def _record(mentions, gt_set, gt_sorted: list[str], n_tokens: int, rec: dict) -> dict:
-    """`score_caption` into `rec` (which may already hold leading keys), GT sorted by the caller."""
-    if mentions:
-        words, cats, positions = zip(*mentions)
-        pairs = list(zip(words, cats))
-        is_hall = [c not in gt_set for c in cats]
-        hallucinated = list(compress(pairs, is_hall))
-        n_hall = len(hallucinated)
-        rec["mentions"] = list(map(list, pairs))
-        rec["positions"] = list(positions)
-        rec["hallucinated"] = list(map(list, hallucinated))
-        rec["hallucinated_positions"] = list(compress(positions, is_hall))
-        rec["gt_objects"] = gt_sorted
-        rec["recalled"] = sorted(gt_set.intersection(cats))
-    else:
-        n_hall = 0
-        rec.update(mentions=[], positions=[], hallucinated=[], hallucinated_positions=[],
-                   gt_objects=gt_sorted, recalled=[])
+    """`score_caption` into `rec` (which may already hold leading keys), GT sorted by the caller.
+
+    One pass over the (few) mentions fills all four lists; each [word, category] is its own list.
+    """
+    pairs: list[list[str]] = []
+    positions: list[int] = []
+    hallucinated: list[list[str]] = []
+    hallucinated_positions: list[int] = []
+    for word, cat, pos in mentions:
+        pairs.append([word, cat])
+        positions.append(pos)
+        if cat not in gt_set:
+            hallucinated.append([word, cat])
+            hallucinated_positions.append(pos)
+    n_hall = len(hallucinated)
+    rec["mentions"] = pairs
+    rec["positions"] = positions
+    rec["hallucinated"] = hallucinated
+    rec["hallucinated_positions"] = hallucinated_positions
+    rec["gt_objects"] = gt_sorted
+    rec["recalled"] = sorted(gt_set.intersection([m[1] for m in mentions])) if mentions else []
     rec["n_tokens"] = n_tokens
     rec["CHAIRs"] = 1 if n_hall else 0
-    rec["CHAIRi"] = safe_ratio(n_hall, len(mentions))
+    rec["CHAIRi"] = safe_ratio(n_hall, len(pairs))
     return rec
 
 
@@ -194,18 +300,20 @@ class ChairScorer:
 
     def __init__(self, variant: str = DEFAULT_VARIANT, vocab: ChairVocab | None = None) -> None:
         from evalsuite.metrics import chair_normalize as cn
-        from evalsuite.metrics.chair_tokenize import ChunkMappedTokenizer, FastTokenizer
+        from evalsuite.metrics.chair_tokenize import FastTokenizer
 
         self.variant = get_variant(variant)
         self.vocab = vocab or load_vocab()
         self.tokenize = FastTokenizer()
+        self._sparse: PatternMentions | None = None
         if self.variant.normalizer == "pattern":
             self.normalize = cn.PatternNormalizer()
-            # singularisation maps each token on its own, so it can be memoised per chunk
-            self._tokens = ChunkMappedTokenizer(self.tokenize, self.normalize)
+            # singularisation maps each token on its own: normalise distinct tokens, not captions
+            # (the sparse path reads post-merge rules off the hits, so their words must be vocabulary)
+            if all(needed <= self.vocab.words for needed, _ in self.vocab.remove_if_all):
+                self._sparse = PatternMentions(self.tokenize, self.normalize, self.vocab)
         else:
             self.normalize = cn.LemmaNormalizer()  # POS tags need the whole caption
-            self._tokens = lambda caption: self.normalize(self.tokenize(caption))
         # words a caption needs for any merge or mention: one intersection finds both kinds
         self._relevant = self.vocab.words | self.vocab.pair_firsts
 
@@ -214,9 +322,12 @@ class ChairScorer:
         return self.normalize.resources
 
     def mentions(self, caption: str) -> tuple[list[tuple[str, str, int]], int]:
-        """`find_mentions(merge_pairs(normalize(tokenize(caption))))` and the merged length; the
-        pair firsts and the hits are read off one intersection (recomputed only after a merge)."""
-        tokens, v = self._tokens(caption), self.vocab
+        """`find_mentions(merge_pairs(normalize(tokenize(caption))))` and the merged length: by
+        `PatternMentions` for pattern singularisation; otherwise the pair firsts and the hits are
+        read off one intersection (recomputed only after a merge)."""
+        if self._sparse is not None:
+            return self._sparse(caption)
+        tokens, v = self.normalize(self.tokenize(caption)), self.vocab
         relevant = self._relevant.intersection(tokens)
         if not relevant:
             return [], len(tokens)
@@ -245,16 +356,40 @@ def score_captions(scorer: ChairScorer, items: list[tuple[int, str]], gt: Mappin
     empty: tuple[str, ...] = ()
     per_image: dict[int, tuple[frozenset[str] | set[str], list[str]]] = {}
     records = []
-    for index, (image_id, caption) in enumerate(items):
-        image_gt = per_image.get(image_id)
-        if image_gt is None:
-            g = gt.get(image_id, empty)
-            g = g if isinstance(g, (set, frozenset)) else frozenset(g)
-            image_gt = per_image[image_id] = (g, sorted(g))
-        mentions, n_tokens = scorer.mentions(caption)
-        records.append(_record(mentions, image_gt[0], image_gt[1].copy(), n_tokens,
-                               {"index": index, "image_id": image_id}))
+    with _gc_paused():
+        for index, (image_id, caption) in enumerate(items):
+            image_gt = per_image.get(image_id)
+            if image_gt is None:
+                g = gt.get(image_id, empty)
+                g = g if isinstance(g, (set, frozenset)) else frozenset(g)
+                image_gt = per_image[image_id] = (g, sorted(g))
+            mentions, n_tokens = scorer.mentions(caption)
+            records.append(_record(mentions, image_gt[0], image_gt[1].copy(), n_tokens,
+                                   {"index": index, "image_id": image_id}))
     return records
+
+
+@contextmanager
+def _gc_paused():
+    """No cyclic GC while scoring, and none owed for it afterwards.
+
+    Records and memo entries hold no reference cycles, so the young-generation collections their
+    allocations trigger (tens of thousands of containers per 1,500 captions; each one also walks
+    whatever is young, such as a just-loaded GT) free nothing. With GC disabled the allocation count
+    keeps growing, and re-enabling alone would make the next allocation collect it all at once;
+    `freeze` then `unfreeze` instead moves every tracked object to the oldest generation and resets
+    that count, traversing nothing. Full collections still see everything: a cycle made meanwhile
+    (say inside NLTK) is freed by the next one instead of a young one.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.unfreeze()
+        if was_enabled:
+            gc.enable()
 
 
 def summarize(records: list[dict], variant: str, n_boot: int = 1000, seed: int = 0) -> dict:

@@ -44,6 +44,32 @@ def _rules_by_last(rules) -> dict[str, tuple]:
             for k in keys}
 
 
+def _rules_by_last2(by_last: dict[str, tuple]) -> tuple[dict[str, tuple], dict[str, tuple]]:
+    """`_rules_by_last` narrowed by a second letter: (last two letters -> the rules a word ending in
+    them can match, for every two letters that end a literal ending of 2+ letters; last letter ->
+    the rules with an ending of at most 1 letter, for a word whose last two letters end none)."""
+    ends = {c[2] for rules in by_last.values() for c in rules}
+    by2 = {e[-2:]: tuple(c for c in by_last[e[-1]] if len(c[2]) <= 1 or c[2].endswith(e[-2:]))
+           for e in ends if len(e) >= 2}
+    short = {k: tuple(c for c in rules if len(c[2]) <= 1) for k, rules in by_last.items()}
+    return by2, short
+
+
+def _ascii_candidates(t: dict, lower: str) -> tuple:
+    """The rules (table order) whose literal ending an ASCII word `lower` can have."""
+    by_last = t["rules_by_last"]
+    if len(lower) < 2:
+        return by_last.get(lower, by_last[""])
+    candidates = t["rules_by_last2"].get(lower[-2:])
+    return candidates if candidates is not None else t["rules_short"].get(lower[-1], by_last[""])
+
+
+def _tails(endings: tuple[str, ...] | list[str]) -> frozenset[str]:
+    """Last two letters of every ending (all have 2+ letters: a word ending in one ends in those)."""
+    assert all(len(e) >= 2 for e in endings)
+    return frozenset(e[-2:] for e in endings)
+
+
 @functools.lru_cache(maxsize=1)
 def _pattern_tables():
     from textblob.en import inflect as tb
@@ -53,17 +79,25 @@ def _pattern_tables():
     uncountable = tuple(tb.singular_uncountable)
     irregular = tuple((w, re.compile("(?i)" + w + "$"), s) for w, s in tb.singular_irregular.items())
     rules = tuple(tb.singular_rules)
+    by_last = _rules_by_last(rules)
+    by_last2, rules_short = _rules_by_last2(by_last)
+    ie, s = tuple(w + "s" for w in tb.singular_ie), tuple(w + "es" for w in tb.singular_s)
     return {
         # `any(w.endswith(x) for w in words)` <=> x is a suffix ("" included) of one of the words
         "kept": frozenset(w[i:] for w in uninflected + uncountable for i in range(len(w) + 1)),
-        "ie": tuple(w + "s" for w in tb.singular_ie),
-        "s": tuple(w + "es" for w in tb.singular_s),
+        "ie": ie,
+        "s": s,
         "irregular": irregular,
         "irregular_ends": tuple(w for w, _, _ in irregular),
+        "ie_tails": _tails(ie),
+        "s_tails": _tails(s),
+        "irregular_tails": _tails([w for w, _, _ in irregular]),
         "rules": rules,
         # an ASCII word without "\n" can match a rule only if it ends with its literal ending
         # (lowercased; every rule with letters there is case-insensitive or all lowercase)
-        "rules_by_last": _rules_by_last(rules),
+        "rules_by_last": by_last,
+        "rules_by_last2": by_last2,
+        "rules_short": rules_short,
         "prepositions": frozenset(tb.plural_prepositions),
     }
 
@@ -80,19 +114,20 @@ def _singularize(word: str) -> str:
     # A word that is a suffix of an uninflected/uncountable word stays (so "is", "as" survive).
     if lower in t["kept"]:
         return word
+    # each ending list is tried only if the word's last two characters end one of its entries
+    tail = lower[-2:]
     # pattern 3.6 returns the -ie plural unchanged (doggies stays doggies; textblob gives doggie).
-    if lower.endswith(t["ie"]):
+    if tail in t["ie_tails"] and lower.endswith(t["ie"]):
         return lower
     # pattern 3.6 strips "es" from the word itself (omnibuses -> omnibus; textblob gives bus).
-    if lower.endswith(t["s"]):
+    if tail in t["s_tails"] and lower.endswith(t["s"]):
         return lower[:-2]
-    if lower.endswith(t["irregular_ends"]):  # the first irregular ending in table order wins
-        for w, rx, singular in t["irregular"]:
+    if tail in t["irregular_tails"] and lower.endswith(t["irregular_ends"]):
+        for w, rx, singular in t["irregular"]:  # the first irregular ending in table order wins
             if lower.endswith(w):
                 return rx.sub(singular, word)
     if word.isascii() and "\n" not in word:
-        by_last = t["rules_by_last"]
-        candidates = by_last.get(lower[-1:], by_last[""])
+        candidates = _ascii_candidates(t, lower)
     else:  # re's (?i) folds some non-ASCII letters onto ASCII ones: try every rule
         candidates = tuple((r, inf, "") for r, inf in t["rules"])
     for suffix, inflection, end in candidates:

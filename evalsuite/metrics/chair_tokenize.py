@@ -21,20 +21,23 @@ Plain-ness is a property of each chunk (a mid chunk "W." is plain only if W is a
 the last chunk's final period is always split off by Treebank's final-period rule), so it is
 memoised per unique chunk string, and a caption of plain chunks is tokenised with `str.replace`
 and `str.split`: per caption, a byte-level character check and C-level set lookups.
-For a token-by-token normaliser (pattern singularisation) `ChunkMappedTokenizer` memoises the
-normalised tokens per chunk instead, so a caption is one `split` and one C-level gather.
-Anything else goes to `chair_normalize.Tokenizer` (NLTK's Punkt and Treebank, memoised).
+`TokenValidator` is the same test read off the tokens (`_chunk_tokens` of the whole caption, a few
+byte checks and one memoised set of plain tokens), for the `original` variant's scorer, which needs
+the tokens only (`chair.PatternMentions`): no `str.split` into chunks.
+Anything else goes to `chair_normalize.Tokenizer` (NLTK's Punkt and Treebank, memoised), whose
+Punkt break test answers a candidate context "W." + whitespace + token with a plain W from the same
+tables (`FastTokenizer._sentbreak_test`, by the second point above).
 `tests/unit/test_chair_tokenize.py` checks equality with `nltk.word_tokenize` on every golden
 caption and on generated texts built to hit each branch.
 """
 from __future__ import annotations
 
 import re
-from itertools import chain, islice
 
 _WORD = r"[a-z0-9]+(?:-[a-z0-9]+)*(?:'s)?"
 _CHUNK = re.compile(rf"({_WORD})([.,]?)")
 _CHUNKS = re.compile(rf"{_WORD}[.,]?(?: {_WORD}[.,]?)*")  # space-joined chunks, each a `_CHUNK`
+_PLAIN_CONTEXT = re.compile(rf"({_WORD})\.\s+\S+")  # a Punkt candidate context "W." + whitespace + next token
 _INITIAL_OR_NUMBER = re.compile(r"[a-z]|[0-9][0-9-]*")  # fullmatch: Punkt reads "W." as an initial/number
 # MacIntyre contractions without an apostrophe (CONTRACTIONS2); a substring hit is enough to go slow.
 _CONTRACTION = re.compile(r"cannot|gimme|gonna|gotta|lemme|wanna")
@@ -62,6 +65,19 @@ class FastTokenizer:
         self._ok: set[str] = set()        # plain chunks valid anywhere
         self._ok_last: set[str] = set()   # plain only as the caption's last chunk ("etc." at the end)
         self._bad: set[str] = set()       # chunks that send a caption to the slow path
+        self.slow._punkt.text_contains_sentbreak = self._sentbreak_test(self.slow._punkt.text_contains_sentbreak)
+
+    def _sentbreak_test(self, punkt_test):
+        """Punkt's break test for the slow path: a candidate context "W." + whitespace + next token
+        with W a plain word breaks if `_is_plain_break(W)` (the module docstring: whatever follows),
+        read off the tables; any other context goes to `punkt_test` (Punkt's own, memoised)."""
+        is_plain_break = self._is_plain_break
+
+        def text_contains_sentbreak(context: str) -> bool:
+            m = _PLAIN_CONTEXT.fullmatch(context)
+            return (m is not None and is_plain_break(m.group(1))) or punkt_test(context)
+
+        return text_contains_sentbreak
 
     def _is_plain_break(self, word: str) -> bool:
         r"""Punkt breaks after `word + "."` whatever token follows (see the module docstring).
@@ -139,53 +155,81 @@ class FastTokenizer:
         return toks if toks is not None else self.slow(text)
 
 
+_TOKEN = r"[a-z0-9]+(?:-[a-z0-9]+)*"  # a plain chunk's word token (its "'s", "," or "." are tokens of their own)
+_TOKENS = re.compile(rf"{_TOKEN}(?: {_TOKEN})*")  # space-joined word tokens
+_PUNCT_TOKENS = frozenset({",", ".", "'s"})
+_TO_SPACE = bytes.maketrans(b"\t\n\r\f\v", b"     ")
+
+
+# A "," "." or "'" that breaks the layout of plain chunks (whitespace mapped to spaces): a "," or
+# "." followed by "," "." or "'"; any of the three starting a chunk; "'s" followed by "'s". The
+# pattern starts with a character class, so `search` skips to those (rare) bytes at C speed.
+_BAD_LAYOUT = re.compile(rb"[,.'](?:(?<=[,.])[,.']|(?<= [,.'])|(?<=')s's)")
+
+
+def _plain_layout(b: bytes) -> bool:
+    r"""Whether "," "." "'" sit in a caption as in plain chunks (see `TokenValidator`): `b` is the
+    caption's bytes, all `_ALLOWED`, whitespace mapped to spaces, the first byte no space."""
+    return b[:1] not in (b",", b".", b"'") and _BAD_LAYOUT.search(b) is None
+
+
+class TokenValidator:
+    """`FastTokenizer._fast` read off the tokens instead of the chunks: `layout_tokens(text)` is
+    `_chunk_tokens(text)` when `text` (lowercased) is plain, or None, if `words_plain` holds for
+    its tokens (the caller memoises those), with no `str.split` into chunks.
+
+    Why this is the chunk test. `_chunk_tokens` splits each chunk before every "," "." and "'s";
+    take a chunk whose pieces are each a `_TOKEN` word or exactly "," "." or "'s". By `_plain_layout`
+    it starts with none of "," "." "'", so its first piece is a word; a "," or "." piece is
+    followed by no "," "." or "'s" piece (no "," or "." before "," "." "'"), so it ends the chunk;
+    an "'s" piece is followed by no "'s" piece, so at most by one "," or "."; the chunk is
+    word["'s"][","|"."], i.e. it fullmatches `_CHUNK`. Conversely a plain chunk has such pieces and
+    layout. A MacIntyre contraction (letters only) lies inside one word piece. A mid-caption chunk
+    "W." is a "." token other than the last token, W the token before it ("'s" included); the
+    last chunk's final "." is always split off, as in `FastTokenizer._validate`.
+    """
+
+    def __init__(self, tokenizer: FastTokenizer) -> None:
+        self._is_plain_break = tokenizer._is_plain_break
+        self._breaks_ok: set[str] = set()  # W's with "W." a plain mid-caption chunk
+
+    def layout_tokens(self, text: str) -> list[str] | None:
+        """`_chunk_tokens(text)` if `text` passes every test but the per-token one, else None."""
+        if not text or text[0] in _WHITESPACE:
+            return None
+        b = text.encode()
+        if b.translate(None, _ALLOWED) or not _plain_layout(b.translate(_TO_SPACE)):
+            return None
+        tokens = _chunk_tokens(text)
+        return tokens if "." not in text or self._breaks_plain(tokens) else None
+
+    def _breaks_plain(self, tokens: list[str]) -> bool:
+        """Every "." token but a final one follows a W that Punkt always breaks after."""
+        last, i = len(tokens) - 1, -1
+        ok = self._breaks_ok
+        try:
+            while True:
+                i = tokens.index(".", i + 1)
+                if i == last:
+                    return True
+                w = tokens[i - 1]
+                if w == "'s":
+                    w = tokens[i - 2] + w
+                if w not in ok:
+                    if not self._is_plain_break(w):
+                        return False
+                    ok.add(w)
+        except ValueError:
+            return True
+
+    @staticmethod
+    def words_plain(new: list[str]) -> bool:
+        """Whether the tokens `new` are all `_TOKEN` words without a contraction or `_PUNCT_TOKENS`
+        (the words checked at once on their space-joined string, as `FastTokenizer._all_plain` does)."""
+        joined = " ".join([t for t in new if t not in _PUNCT_TOKENS])
+        return not joined or (_TOKENS.fullmatch(joined) is not None and _CONTRACTION.search(joined) is None)
+
+
 def _chunk_tokens(text: str) -> list[str]:
     """Tokens of plain chunks: in them "," and "." only end a chunk and "'" only starts "'s"."""
     return text.replace(",", " ,").replace(".", " .").replace("'s", " 's").split()
-
-
-class ChunkMappedTokenizer:
-    """`normalize(nltk.word_tokenize(text.lower()))` for a token-by-token `normalize`, memoised per chunk.
-
-    On a plain caption the token list is the concatenation of its chunks' tokens (`_chunk_tokens`
-    only inserts spaces inside a chunk, and "," "." "'s" hold no whitespace, so no split spans two
-    chunks); a normaliser that maps each token on its own (pattern singularisation, no POS) then
-    gives `memo[chunk] = tuple(normalize(chunk tokens))`, and the caption's normalised tokens are
-    one C-level pass: `chain.from_iterable(map(memo.__getitem__, chunks))`. The memo holds only
-    chunks plain in every position, so a full hit also proves the caption plain; a miss (an unseen
-    chunk, or a last chunk plain only at the end) goes through `FastTokenizer._validate`. The memo
-    starts empty with each instance: filling it is first-sight work, done while scoring.
-    """
-
-    def __init__(self, tokenizer: FastTokenizer, normalize) -> None:
-        self.tokenizer = tokenizer
-        self.normalize = normalize
-        self._memo: dict[str, tuple[str, ...]] = {}       # chunk plain anywhere -> normalised tokens
-        self._memo_last: dict[str, tuple[str, ...]] = {}  # plain only as the last chunk
-
-    def _first_sight(self, chunks: list[str], unseen: set[str]) -> list[str]:
-        """Memoise the `unseen` chunks (normalised in one call: `normalize` maps token by token, so
-        the concatenation's result is the concatenation of the results), then assemble `chunks`."""
-        memo, ok = self._memo, self.tokenizer._ok
-        new = list(unseen)
-        tokens = [_chunk_tokens(c) for c in new]
-        flat = iter(self.normalize(list(chain.from_iterable(tokens))))
-        for chunk, toks in zip(new, tokens):
-            (memo if chunk in ok else self._memo_last)[chunk] = tuple(islice(flat, len(toks)))
-        last = chunks[-1]
-        if last in memo:
-            return list(chain.from_iterable(map(memo.__getitem__, chunks)))
-        out = list(chain.from_iterable(map(memo.__getitem__, chunks[:-1])))
-        out += self._memo_last[last]
-        return out
-
-    def __call__(self, text: str) -> list[str]:
-        chunks = self.tokenizer._allowed_chunks(text.lower())
-        if chunks is not None:
-            try:
-                return list(chain.from_iterable(map(self._memo.__getitem__, chunks)))
-            except KeyError:
-                unseen = set(chunks).difference(self._memo)  # the memo only holds chunks in `_ok`
-                if self.tokenizer._validate(chunks, unseen):
-                    return self._first_sight(chunks, unseen)
-        return self.normalize(self.tokenizer.slow(text))

@@ -193,19 +193,76 @@ def test_bulk_chunk_check_equals_per_chunk_check(punkt):
             assert tok._all_plain(chunks) == all(tok._plain_chunk(c, False) for c in chunks), chunks
 
 
-def test_chunk_mapped_tokens_equal_normalised_word_tokenize(punkt):
-    """Per-chunk memoised pattern tokens equal `PatternNormalizer()(word_tokenize(text.lower()))` on
-    every golden text and 4,000 generated ones (incl. "etc." last vs mid), fresh and memoised."""
+def _layout_texts(n: int, seed: int) -> list[str]:
+    """Texts of the plain character set glued at random, to reach each layout rule of `_plain_layout`."""
+    rng = random.Random(seed)
+    pieces = ["dog", "s", "'s", "'", ",", ".", "-", "3", " ", " ", "\n", "\t", "mr", "e", "cannot", "etc", "'s's"]
+    return ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 10))) for _ in range(n)]
+
+
+def test_token_validator_equals_chunk_validation(punkt):
+    """`TokenValidator` (byte checks + per-token check on `_chunk_tokens`) accepts exactly the texts
+    whose chunks are each plain in their position (`FastTokenizer._plain_chunk`, no memo), with
+    `word_tokenize`'s tokens, on every golden text and generated ones (Punkt exceptions, odd layouts
+    of "," "." "'" "-" and whitespace)."""
     from nltk import word_tokenize
 
-    from evalsuite.metrics.chair_normalize import PatternNormalizer
-    from evalsuite.metrics.chair_tokenize import ChunkMappedTokenizer, FastTokenizer
+    from evalsuite.metrics.chair_tokenize import FastTokenizer, TokenValidator
 
-    norm = PatternNormalizer()
-    texts = _golden_texts() + _generated(4000, seed=5) + ["dogs etc.", "dogs etc. cats.", "etc. dogs", "mr. dogs"]
-    mapped = ChunkMappedTokenizer(FastTokenizer(), norm)
+    def chunks_plain(low):
+        chunks = tok._allowed_chunks(low)
+        return chunks is not None and all(tok._plain_chunk(c, i == len(chunks) - 1) for i, c in enumerate(chunks))
+
+    texts = _golden_texts() + _generated(4000, seed=6) + _layout_texts(20000, seed=7)
+    texts += ["dogs etc.", "dogs etc. cats.", "etc. dogs", "mr. dogs", "a man's dog. x", "a man's. x", "x's's"]
+    tok = FastTokenizer()
+    v = TokenValidator(tok)
+    accepted = 0
+    for text in texts:
+        low = text.lower()
+        tokens = v.layout_tokens(low)
+        if tokens is not None and not v.words_plain(list(set(tokens))):
+            tokens = None
+        assert (tokens is not None) == chunks_plain(low), text
+        if tokens is not None:
+            accepted += 1
+            assert tokens == word_tokenize(low), text
+    assert accepted > 3000
+
+
+def test_pattern_mentions_equal_the_staged_pipeline(punkt):
+    """`PatternMentions` (raw tokens, per-token memos, sparse merge) equals normalize -> merge_pairs
+    -> find_mentions on `word_tokenize`, fresh and memoised, on golden and generated texts (the
+    generated ones mostly take NLTK's path)."""
+    from nltk import word_tokenize
+
+    from evalsuite.metrics import chair
+
+    sc = chair.ChairScorer("original")
+    assert sc._sparse is not None
+    texts = _golden_texts() + _generated(3000, seed=8) + ["two dogs, mr.", "A toilet seat. The seat.", '"hot dog".']
     for _ in range(2):
-        assert [t for t in texts if mapped(t) != norm(word_tokenize(t.lower()))] == []
-    fresh = ChunkMappedTokenizer(FastTokenizer(), norm)
-    assert fresh("two dogs, mr.") == ["two", "dog", ",", "mr", "."]
-    assert "mr." not in fresh._memo and "mr." in fresh._memo_last  # plain only as a last chunk
+        for text in texts:
+            merged = chair.merge_pairs(sc.normalize(word_tokenize(text.lower())), sc.vocab)
+            assert sc.mentions(text) == (chair.find_mentions(merged, sc.vocab), len(merged)), text
+
+
+def test_singularize_ending_gates_are_necessary():
+    """`_singularize` tries the -ie / s-singular / irregular endings only when the word's last two
+    letters end one of them, and the rules of `_ascii_candidates` only: both drop nothing that can match."""
+    from evalsuite.metrics.chair_normalize import _ascii_candidates, _pattern_tables
+
+    t = _pattern_tables()
+    by_last = t["rules_by_last"]
+    ends = set(t["ie"]) | set(t["s"]) | set(t["irregular_ends"]) | {c[2] for b in by_last.values() for c in b}
+    ends |= {e[i:] for e in list(ends) for i in range(len(e))}
+    rng = random.Random(9)
+    words = {p + e for e in ends for p in ["", "a", "x", "qu", "ox", "sh", "the"]}
+    words |= {"".join(rng.choice("abcdefghijklmnopqrstuvwxyz'-0") for _ in range(rng.randint(0, 6))) for _ in range(5000)}
+    for lower in sorted(words):
+        for key, table in (("ie", "ie_tails"), ("s", "s_tails"), ("irregular_ends", "irregular_tails")):
+            if lower.endswith(t[key]):
+                assert lower[-2:] in t[table], (lower, key)
+        bucket = by_last.get(lower[-1:], by_last[""])
+        assert [c for c in bucket if lower.endswith(c[2])] == [c for c in _ascii_candidates(t, lower)
+                                                              if lower.endswith(c[2])], lower

@@ -82,6 +82,8 @@ def _pattern_tables():
     by_last = _rules_by_last(rules)
     by_last2, rules_short = _rules_by_last2(by_last)
     ie, s = tuple(w + "s" for w in tb.singular_ie), tuple(w + "es" for w in tb.singular_s)
+    for suffix, inflection in rules:  # `re` parses a replacement template on its first `sub`: now
+        suffix.sub(inflection, "")
     return {
         # `any(w.endswith(x) for w in words)` <=> x is a suffix ("" included) of one of the words
         "kept": frozenset(w[i:] for w in uninflected + uncountable for i in range(len(w) + 1)),

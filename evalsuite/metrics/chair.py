@@ -18,7 +18,7 @@ import gc
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import compress, count
+from itertools import compress, count, filterfalse
 
 from evalsuite.metrics.chair_vocab import ChairVocab, load_vocab
 from evalsuite.metrics.stats import bootstrap_ci, safe_ratio
@@ -121,8 +121,8 @@ def _mentions_of(merged: list[str], hits, vocab: ChairVocab) -> list[tuple[str, 
             for w in (merged[i],)]
 
 
-def _sparse_mentions(tokens: list[str], positions: list[int], info: Mapping[str, tuple],
-                     singular: Mapping[str, str], vocab: ChairVocab) -> tuple[list[tuple[str, str, int]], int]:
+def _sparse_mentions(tokens: list, positions: list[int], info: Mapping, singular: Mapping,
+                     vocab: ChairVocab) -> tuple[list[tuple[str, str, int]], int]:
     """`merge_pairs` then `find_mentions`' hits (post-merge rules not applied) for a token-by-token
     normaliser, visiting only `positions`: the sorted positions of the raw `tokens` whose normal form
     is a vocabulary word or a pair first word. `info[token]` is (normal form, its category or None,
@@ -163,53 +163,57 @@ def _drop_by_rules(hits: list[tuple[str, str, int]], vocab: ChairVocab) -> list[
 
 
 class PatternMentions:
-    """`ChairScorer.mentions` for a token-by-token normaliser (pattern singularisation).
+    """`ChairScorer.mentions` for a token-by-token normaliser (pattern singularisation), given as
+    `normalize_token` (one token -> its normal form).
 
     The caption's raw tokens are never normalised as a list: each distinct token is normalised once
     per scorer, and the tokens whose normal form is relevant (a vocabulary word or a pair first
     word) are kept in a set. A plain caption (`TokenValidator`) is then a few C-level byte checks,
-    `_chunk_tokens`, a superset check (every token seen and plain), one C-level pass marking the
+    its tokens as bytes, a superset check (every token seen and plain), one C-level pass marking the
     relevant positions, and a Python loop over those few positions (`_sparse_mentions`); other
     captions take NLTK's tokens (`FastTokenizer.slow`). The memos start empty with each instance:
     filling them is first-sight work, done while scoring.
     """
 
-    def __init__(self, tokenize, normalize, vocab: ChairVocab) -> None:
+    def __init__(self, tokenize, normalize_token, vocab: ChairVocab) -> None:
         from evalsuite.metrics.chair_tokenize import TokenValidator
 
-        self.tokenize, self.normalize, self.vocab = tokenize, normalize, vocab
+        self.tokenize, self.normalize_token, self.vocab = tokenize, normalize_token, vocab
         self.validator = TokenValidator(tokenize)
         self._relevant_forms = vocab.words | vocab.pair_firsts
-        self._singular: dict[str, str] = {}   # raw token -> normal form, every token seen
-        self._plain: set[str] = set()         # seen tokens found plain (`TokenValidator.words_plain`)
-        self._relevant: set[str] = set()      # seen raw tokens whose normal form is relevant
-        self._info: dict[str, tuple[str, str | None, bool]] = {}  # relevant token -> `_sparse_mentions` info
+        self._singular: dict = {}             # raw token (bytes or str) -> normal form, every token seen
+        self._plain: set[bytes] = set()       # seen tokens found plain (`TokenValidator.words_plain`)
+        self._relevant: set = set()           # seen raw tokens whose normal form is relevant
+        self._info: dict = {}                 # relevant raw token -> `_sparse_mentions` info
 
-    def _learn(self, new: list[str]) -> None:
-        """Normalise tokens not seen before (in one call) and note the relevant ones."""
-        forms = self.normalize(new)
-        self._singular.update(zip(new, forms))
+    def _learn(self, tokens, texts) -> None:
+        """Normalise the `tokens` not seen before (`texts`: the same tokens as str) and note the
+        relevant ones."""
+        singular, normalize_token = self._singular, self.normalize_token
         relevant, w2c, firsts = self._relevant_forms, self.vocab.word_to_category, self.vocab.pair_firsts
-        for token, form in zip(new, forms):
-            if form in relevant:
-                self._relevant.add(token)
-                self._info[token] = (form, w2c.get(form), form in firsts)
+        for token, text in zip(tokens, texts):
+            if token not in singular:
+                form = singular[token] = normalize_token(text)
+                if form in relevant:
+                    self._relevant.add(token)
+                    self._info[token] = (form, w2c.get(form), form in firsts)
 
-    def tokens(self, caption: str) -> list[str]:
-        """`nltk.word_tokenize(caption.lower())`, every token of it seen (normalised) afterwards."""
+    def tokens(self, caption: str) -> list[bytes] | list[str]:
+        """`nltk.word_tokenize(caption.lower())`, every token of it seen (normalised) afterwards; as
+        ASCII bytes for a plain caption (`TokenValidator`), as str from NLTK. The memos hold both
+        kinds of key (b"dog" != "dog"): a token's kind only decides which memo entry it reads."""
         tokens = self.validator.layout_tokens(caption.lower())
         if tokens is not None:
             if self._plain.issuperset(tokens):
                 return tokens
-            new = list(set(tokens).difference(self._plain))
+            new = set(filterfalse(self._plain.__contains__, tokens))
             if self.validator.words_plain(new):
-                self._learn([t for t in new if t not in self._singular])
+                self._learn(new, map(bytes.decode, new))
                 self._plain.update(new)
                 return tokens
         tokens = self.tokenize.slow(caption)
-        new = [t for t in set(tokens) if t not in self._singular]
-        if new:
-            self._learn(new)
+        new = set(tokens)
+        self._learn(new, new)
         return tokens
 
     def __call__(self, caption: str) -> tuple[list[tuple[str, str, int]], int]:
@@ -311,7 +315,7 @@ class ChairScorer:
             # singularisation maps each token on its own: normalise distinct tokens, not captions
             # (the sparse path reads post-merge rules off the hits, so their words must be vocabulary)
             if all(needed <= self.vocab.words for needed, _ in self.vocab.remove_if_all):
-                self._sparse = PatternMentions(self.tokenize, self.normalize, self.vocab)
+                self._sparse = PatternMentions(self.tokenize, cn.pattern_singularize, self.vocab)
         else:
             self.normalize = cn.LemmaNormalizer()  # POS tags need the whole caption
         # words a caption needs for any merge or mention: one intersection finds both kinds

@@ -155,9 +155,10 @@ class FastTokenizer:
         return toks if toks is not None else self.slow(text)
 
 
-_TOKEN = r"[a-z0-9]+(?:-[a-z0-9]+)*"  # a plain chunk's word token (its "'s", "," or "." are tokens of their own)
-_TOKENS = re.compile(rf"{_TOKEN}(?: {_TOKEN})*")  # space-joined word tokens
-_PUNCT_TOKENS = frozenset({",", ".", "'s"})
+_TOKEN = rb"[a-z0-9]+(?:-[a-z0-9]+)*"  # a plain chunk's word token (its "'s", "," or "." are tokens of their own)
+_TOKENS = re.compile(rb"%s(?: %s)*" % (_TOKEN, _TOKEN))  # space-joined word tokens
+_CONTRACTION_BYTES = re.compile(_CONTRACTION.pattern.encode())
+_PUNCT_TOKENS = frozenset({b",", b".", b"'s"})
 _TO_SPACE = bytes.maketrans(b"\t\n\r\f\v", b"     ")
 
 
@@ -191,43 +192,47 @@ class TokenValidator:
 
     def __init__(self, tokenizer: FastTokenizer) -> None:
         self._is_plain_break = tokenizer._is_plain_break
-        self._breaks_ok: set[str] = set()  # W's with "W." a plain mid-caption chunk
+        self._breaks_ok: set[bytes] = set()  # W's with "W." a plain mid-caption chunk
 
-    def layout_tokens(self, text: str) -> list[str] | None:
-        """`_chunk_tokens(text)` if `text` passes every test but the per-token one, else None."""
-        if not text or text[0] in _WHITESPACE:
-            return None
+    def layout_tokens(self, text: str) -> list[bytes] | None:
+        """`_chunk_tokens(text)`, as ASCII bytes, if `text` passes every test but the per-token one,
+        else None. (Bytes: splitting on ASCII whitespace is cheaper than `str.split`'s Unicode one.)"""
         b = text.encode()
-        if b.translate(None, _ALLOWED) or not _plain_layout(b.translate(_TO_SPACE)):
+        if not b or b.translate(None, _ALLOWED):
             return None
-        tokens = _chunk_tokens(text)
-        return tokens if "." not in text or self._breaks_plain(tokens) else None
+        b = b.translate(_TO_SPACE)
+        if b[:1] == b" " or not _plain_layout(b):
+            return None
+        tokens = b.replace(b",", b" ,").replace(b".", b" .").replace(b"'s", b" 's").split()
+        dots = b.count(b".")
+        return tokens if not dots or self._breaks_plain(tokens, dots) else None
 
-    def _breaks_plain(self, tokens: list[str]) -> bool:
-        """Every "." token but a final one follows a W that Punkt always breaks after."""
-        last, i = len(tokens) - 1, -1
-        ok = self._breaks_ok
+    def _breaks_plain(self, tokens: list[bytes], dots: int) -> bool:
+        """Every "." token but a final one follows a W that Punkt always breaks after; `dots` is
+        the text's count of "." (False, sending the text to NLTK, if not all are tokens: "3.5")."""
+        if tokens[-1] == b".":
+            dots -= 1  # the last chunk's final period is always split off
+        ok, i = self._breaks_ok, -1
         try:
-            while True:
-                i = tokens.index(".", i + 1)
-                if i == last:
-                    return True
+            for _ in range(dots):
+                i = tokens.index(b".", i + 1)
                 w = tokens[i - 1]
-                if w == "'s":
+                if w == b"'s":
                     w = tokens[i - 2] + w
                 if w not in ok:
-                    if not self._is_plain_break(w):
+                    if not self._is_plain_break(w.decode()):
                         return False
                     ok.add(w)
         except ValueError:
-            return True
+            return False
+        return True
 
     @staticmethod
-    def words_plain(new: list[str]) -> bool:
+    def words_plain(new: set[bytes]) -> bool:
         """Whether the tokens `new` are all `_TOKEN` words without a contraction or `_PUNCT_TOKENS`
         (the words checked at once on their space-joined string, as `FastTokenizer._all_plain` does)."""
-        joined = " ".join([t for t in new if t not in _PUNCT_TOKENS])
-        return not joined or (_TOKENS.fullmatch(joined) is not None and _CONTRACTION.search(joined) is None)
+        joined = b" ".join([t for t in new if t not in _PUNCT_TOKENS])
+        return not joined or (_TOKENS.fullmatch(joined) is not None and _CONTRACTION_BYTES.search(joined) is None)
 
 
 def _chunk_tokens(text: str) -> list[str]:

@@ -221,12 +221,12 @@ def test_token_validator_equals_chunk_validation(punkt):
     for text in texts:
         low = text.lower()
         tokens = v.layout_tokens(low)
-        if tokens is not None and not v.words_plain(list(set(tokens))):
+        if tokens is not None and not v.words_plain(set(tokens)):
             tokens = None
         assert (tokens is not None) == chunks_plain(low), text
         if tokens is not None:
             accepted += 1
-            assert tokens == word_tokenize(low), text
+            assert [t.decode() for t in tokens] == word_tokenize(low), text
     assert accepted > 3000
 
 

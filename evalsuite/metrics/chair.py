@@ -202,7 +202,7 @@ class PatternMentions:
         """`nltk.word_tokenize(caption.lower())`, every token of it seen (normalised) afterwards; as
         ASCII bytes for a plain caption (`TokenValidator`), as str from NLTK. The memos hold both
         kinds of key (b"dog" != "dog"): a token's kind only decides which memo entry it reads."""
-        tokens = self.validator.layout_tokens(caption.lower())
+        tokens = self.validator.layout_tokens(caption)
         if tokens is not None:
             if self._plain.issuperset(tokens):
                 return tokens

@@ -176,8 +176,8 @@ def _plain_layout(b: bytes) -> bool:
 
 class TokenValidator:
     """`FastTokenizer._fast` read off the tokens instead of the chunks: `layout_tokens(text)` is
-    `_chunk_tokens(text)` when `text` (lowercased) is plain, or None, if `words_plain` holds for
-    its tokens (the caller memoises those), with no `str.split` into chunks.
+    `_chunk_tokens(text.lower())` when that is plain, or None, if `words_plain` holds for its
+    tokens (the caller memoises those), with no `str.split` into chunks.
 
     Why this is the chunk test. `_chunk_tokens` splits each chunk before every "," "." and "'s";
     take a chunk whose pieces are each a `_TOKEN` word or exactly "," "." or "'s". By `_plain_layout`
@@ -195,9 +195,11 @@ class TokenValidator:
         self._breaks_ok: set[bytes] = set()  # W's with "W." a plain mid-caption chunk
 
     def layout_tokens(self, text: str) -> list[bytes] | None:
-        """`_chunk_tokens(text)`, as ASCII bytes, if `text` passes every test but the per-token one,
-        else None. (Bytes: splitting on ASCII whitespace is cheaper than `str.split`'s Unicode one.)"""
-        b = text.encode()
+        """`_chunk_tokens(text.lower())`, as ASCII bytes, if `text.lower()` passes every test but
+        the per-token one, else None. (Bytes: ASCII lowercasing and splitting on ASCII whitespace
+        are cheaper than str's Unicode ones; a text with any non-ASCII character is refused, even
+        one that `str.lower` makes ASCII, such as the Kelvin sign.)"""
+        b = text.encode().lower()
         if not b or b.translate(None, _ALLOWED):
             return None
         b = b.translate(_TO_SPACE)

@@ -11,3 +11,19 @@ def test_sft_records_qa_per_image_reaches_the_data(world_dir):
         assert len(records) == n_train * (1 + qa)
         assert sum(a in ("Yes", "No") for a in answers) == n_train * qa
 
+
+
+def test_demo_config_nested_overrides(repo_root):
+    import pytest
+
+    from evalsuite.errors import UserError
+    from training.demo import DemoConfig
+
+    cfg = DemoConfig.from_yaml(repo_root / "configs" / "demo.yaml",
+                               ["csr.train.learning_rate=1e-4", "--seed=3", "csr.tree.num_samples=2"])
+    assert cfg.seed == 3 and cfg.csr["train"]["learning_rate"] == 1e-4 and cfg.csr["tree"]["num_samples"] == 2
+    assert cfg.csr["train"]["beta"] == 0.1  # the rest of the section is kept
+    with pytest.raises(UserError, match="unknown field"):
+        DemoConfig.from_yaml(repo_root / "configs" / "demo.yaml", ["not_a_field=1"])
+    with pytest.raises(UserError, match="seed is not a section"):
+        DemoConfig.from_yaml(repo_root / "configs" / "demo.yaml", ["seed.x=1"])

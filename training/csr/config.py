@@ -208,13 +208,32 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> CSRConf
         raise UserError(f"{path}: config file not found") from None
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    for item in overrides or []:
+    return CSRConfig.from_dict(apply_overrides(data, overrides or []), where=str(path))
+
+
+def apply_overrides(data: dict[str, Any], items: list[str]) -> dict[str, Any]:
+    """Apply `key=value` / `section.sub.key=value` overrides to a config mapping in place (values
+    parsed as YAML; a leading `--` on the key is ignored)."""
+    import yaml
+
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep:
             raise UserError(f"override {item!r}: expected key=value")
         node = data
-        *parents, leaf = key.split(".")
+        *parents, leaf = key.lstrip("-").split(".")
         for p in parents:
             node = node.setdefault(p, {})
-        node[leaf] = yaml.safe_load(value)
-    return CSRConfig.from_dict(data, where=str(path))
+            if not isinstance(node, dict):
+                raise UserError(f"override {item!r}: {p} is not a section")
+        node[leaf] = _yaml_scalar(yaml.safe_load(value))
+    return data
+
+
+def _yaml_scalar(value: Any) -> Any:
+    """PyYAML (YAML 1.1) reads `1e-4` as a string; a learning rate written that way is a float."""
+    import re
+
+    if isinstance(value, str) and re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+", value):
+        return float(value)
+    return value

@@ -52,8 +52,11 @@ class DemoConfig:
     csr: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> "DemoConfig":
+    def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> "DemoConfig":
+        """The preset at `path` with `key=value` / `csr.train.learning_rate=...` overrides."""
         import yaml
+
+        from training.csr.config import _build, apply_overrides  # the CSR config's override rules
 
         path = Path(path)
         try:
@@ -61,10 +64,7 @@ class DemoConfig:
         except FileNotFoundError:
             raise UserError(f"{path}: demo config not found") from None
         data.pop("method", None)
-        data.update(overrides or {})
-        from training.csr.config import _build  # the same unknown-field check as the CSR sections
-
-        return _build(cls, data, f"{path} (demo)")
+        return _build(cls, apply_overrides(data, overrides or []), f"{path} (demo)")
 
 
 @contextmanager
@@ -158,19 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     """Entry from training/train.py (method `demo`): `--config configs/demo.yaml [key=value ...]`."""
     import argparse
 
-    import yaml
-
     p = argparse.ArgumentParser(prog="train.py (demo)", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="configs/demo.yaml")
     p.add_argument("--method", choices=["demo"], help="(set by train.py's dispatch)")
-    p.add_argument("overrides", nargs="*", help="key=value (values parsed as YAML)")
+    p.add_argument("overrides", nargs="*",
+                   help="key=value or section.key=value, e.g. csr.train.learning_rate=5e-4 (values parsed as YAML)")
     args = p.parse_args(argv)
-    overrides = {}
-    for item in args.overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UserError(f"override {item!r}: expected key=value")
-        overrides[key.lstrip("-")] = yaml.safe_load(value)
-    run_demo(DemoConfig.from_yaml(args.config, overrides))
+    run_demo(DemoConfig.from_yaml(args.config, args.overrides))
     return 0

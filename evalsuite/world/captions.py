@@ -101,7 +101,8 @@ def _mentions(objects, absent: int | None, rng: random.Random | None, absent_las
             raise ValueError(f"category {absent} is present, it cannot be the absent mention")
         r = rng or random.Random(0)
         if absent_last:   # appended, in an empty cell when there is one (where LURE finds hallucinations)
-            empty = [c for c in range(len(CELLS)) if c not in {o.cell for o in objects}]
+            occupied = {o.cell for o in objects}
+            empty = [c for c in range(len(CELLS)) if c not in occupied]
             m.append((BY_ID[absent], r.choice(empty) if empty else r.randrange(len(CELLS))))
         else:
             m.insert(r.randrange(len(m) + 1), (BY_ID[absent], r.randrange(len(CELLS))))

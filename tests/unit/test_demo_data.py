@@ -25,5 +25,7 @@ def test_demo_config_nested_overrides(repo_root):
     assert cfg.csr["train"]["beta"] == 0.1  # the rest of the section is kept
     with pytest.raises(UserError, match="unknown field"):
         DemoConfig.from_yaml(repo_root / "configs" / "demo.yaml", ["not_a_field=1"])
+    with pytest.raises(UserError, match="hallucination: expected partner or random"):
+        DemoConfig.from_yaml(repo_root / "configs" / "demo.yaml", ["hallucination=partnr"])
     with pytest.raises(UserError, match="seed is not a section"):
         DemoConfig.from_yaml(repo_root / "configs" / "demo.yaml", ["seed.x=1"])

@@ -51,6 +51,12 @@ class DemoConfig:
     sft: dict[str, Any] = field(default_factory=dict)
     csr: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        from training.csr.config import _check
+
+        _check(self.hallucination in ("partner", "random"), "hallucination",
+               f"expected partner or random, got {self.hallucination!r}")
+
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> "DemoConfig":
         """The preset at `path` with `key=value` / `csr.train.learning_rate=...` overrides."""

@@ -32,8 +32,9 @@ def sft_records(world: Path, hallucination_rate: float, seed: int, qa_per_image:
     """vlquery_json records over the world's train split; image paths relative to the world root.
 
     `hallucination`: "partner" appends, to a `hallucination_rate` fraction of captions, the absent
-    co-occurrence partner of a present object (a habit greedy decoding reproduces, as real VLMs do);
-    "random" inserts a uniformly drawn absent object at a random place."""
+    co-occurrence partner of a present object (a habit greedy decoding reproduces, as real VLMs do;
+    an image whose objects' partners are all present keeps its clean caption); "random" inserts a
+    uniformly drawn absent object at a random place."""
     from evalsuite.world.captions import absent_partner, caption_for, pick_absent
     from evalsuite.world.categories import BY_ID
     from evalsuite.world.pope import pope_question

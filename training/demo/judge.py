@@ -34,10 +34,8 @@ def negatives(objects, rng: random.Random, template: str, positive: str) -> dict
 
     # "add": half the time the absent co-occurrence partner appended (the SFT data's hallucination habit)
     partner = absent_partner(objects, rng) if rng.random() < 0.5 else None
-    if partner is not None:
-        out = {"add": caption_for(objects, rng, template=template, absent=partner, absent_last=True)}
-    else:
-        out = {"add": caption_for(objects, rng, template=template, absent=pick_absent(objects, rng))}
+    absent = partner if partner is not None else pick_absent(objects, rng)
+    out = {"add": caption_for(objects, rng, template=template, absent=absent, absent_last=partner is not None)}
     i = rng.randrange(len(objects))
     swapped = list(objects)
     swapped[i] = replace(objects[i], category_id=pick_absent(objects, rng))

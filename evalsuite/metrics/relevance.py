@@ -136,18 +136,14 @@ def _load_image(ref: Any):
     """(content key, PIL RGB image) of a path or PIL image; UserError names a bad path."""
     from PIL import Image
 
+    from evalsuite.files import read_input_bytes
     from evalsuite.images import open_rgb
 
     if isinstance(ref, Image.Image):
         rgb = ref.convert("RGB")
         return _image_bytes_key(f"{rgb.size}".encode() + rgb.tobytes()), rgb
     path = Path(ref)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: image not found") from None
-    except OSError as e:
-        raise UserError(f"{path}: image unreadable ({e.strerror or e})") from None
+    data = read_input_bytes(path, "image")
     return _image_bytes_key(data), open_rgb(data, name=path)
 
 

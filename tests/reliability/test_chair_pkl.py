@@ -3,12 +3,10 @@ never another exception, and bounded memory (memo indexes and file size are chec
 """
 from __future__ import annotations
 
-import pickle
 import random
 import resource
 import struct
 import sys
-import types
 
 import pytest
 
@@ -16,23 +14,7 @@ from evalsuite.errors import UserError
 from evalsuite.metrics import chair_gt
 from tests.conftest import run_cli
 from tests.reliability.helpers import one_error, snapshot
-
-
-def _chair_pickle(monkeypatch, protocol: int) -> bytes:
-    """A small pickle shaped like the circulating chair.pkl: a `chair.CHAIR` with imid_to_objects."""
-    mod = types.ModuleType("chair")
-
-    class CHAIR:
-        pass
-
-    CHAIR.__module__, CHAIR.__qualname__ = "chair", "CHAIR"
-    mod.CHAIR = CHAIR
-    monkeypatch.setitem(sys.modules, "chair", mod)
-    obj = CHAIR()
-    obj.imid_to_objects = {139: {"person", "tv"}, 285: set(), 632: {"bed", "book"}}
-    obj.synonyms = [["person", "girl", "boy"], ["tv", "television"]]
-    obj.double_word_dict = {"hot dog": "hot dog", "teddy bear": "teddy bear"}
-    return pickle.dumps(obj, protocol=protocol)
+from tests.unit.test_chair import _fake_chair_pickle
 
 
 def _mutate(data: bytes, rng: random.Random) -> bytes:
@@ -59,7 +41,7 @@ def test_fuzzed_pickles_are_success_or_user_error(monkeypatch, tmp_path):
     outcomes = {"ok": 0, "UserError": 0}
     f = tmp_path / "m.pkl"
     for protocol in (0, 2, 4):
-        base = _chair_pickle(monkeypatch, protocol)
+        base = _fake_chair_pickle(monkeypatch, protocol)
         for _ in range(200):
             f.write_bytes(_mutate(base, rng))
             try:

@@ -344,7 +344,8 @@ def _notes(tidy) -> list[str]:
     elif len(sources) > 1:
         for text, where in sources.items():
             names = [t + (f" [{s}]" if s else "") for t, s in dict.fromkeys(where)]
-            out.append(f"{', '.join(names)}: {text or 'source not recorded'}.")
+            if text:     # a run that recorded none has nothing to say here
+                out.append(f"{', '.join(names)}: {text}.")
     return ([""] + out) if out else []
 
 

@@ -42,6 +42,9 @@ def main(args) -> int:
     snap = store.snapshot()
     if args.list_versions:
         runs = snap.runs()
+        if runs.empty:
+            print(f"no runs in {args.store}")
+            return 0
         cols = ["version", "run_id", "written_at", "iteration", "method", "ckpt", "tasks"]
         print(runs[cols].to_string(index=False))
         return 0

@@ -244,8 +244,9 @@ def build_report(store, out: str | Path, *, as_of=None, runs=None, base: str | N
         ckpts = _present(all_ckpts, eval_tidy)
         ctx.update(ckpts=ckpts, summary=summary(eval_tidy, ckpts), plots=iteration_plots(eval_tidy, ckpts),
                    bases=list(dict.fromkeys(eval_tidy["base"].dropna())))
+    notes: list[str] = []     # what the page could not show (damaged sample files, bad images)
     # only the runs whose rows the page shows: each checkpoint's latest per metric and setup
-    samples = snap.samples(run_id=set(tidy["run_id"]))
+    samples = snap.samples(run_id=set(tidy["run_id"]), problems=notes)
     samples["ckpt_id"] = samples["run_id"].map(ckpt_of_run)
     key_of = dict(zip(zip(tidy["run_id"], tidy["task"]), tidy["eval_key"]))
     samples["eval_key"] = [key_of.get(rt) for rt in zip(samples["run_id"], samples["task"])]
@@ -255,19 +256,22 @@ def build_report(store, out: str | Path, *, as_of=None, runs=None, base: str | N
 
     roots = [Path(r) for r in image_roots] + [Path(m["data_root"]) for m in metas
                                               if m["run_id"] in keep and m.get("data_root")]
-    view = build_view(samples, ckpt_of_run, ctx["ckpts"], max_images, roots)
+    view = build_view(samples, ckpt_of_run, ctx["ckpts"], max_images, roots, notes)
     pages = [view["rows"][i:i + page_size] for i in range(0, len(view["rows"]), page_size)]
     ctx.update(view=view, pages=pages, provenance=provenance(metas, keep),
                title=title or f"evalsuite report: {snap.path}", store=str(snap.path),
                generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-               n_runs=len(keep), n_samples=len(samples), selector=_selector(as_of, runs, base))
+               n_runs=len(keep), n_samples=len(samples), selector=_selector(as_of, runs, base), notes=notes)
     # the page's only script, allowed by its hash: injected inline code or handlers would not run
     script = (TEMPLATES / "report.js").read_text(encoding="utf-8")
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
     ctx.update(script=script, script_hash=f"sha256-{digest}")
     html = _environment().get_template("report.html.j2").render(**ctx)
     path = Path(out) / "index.html"
-    write_text_atomic(path, html)
+    try:
+        write_text_atomic(path, html)
+    except OSError as e:
+        raise UserError(f"{path}: cannot write the report ({e.strerror or e})") from None
     log.info("report: %s (%.1f kB, %d runs, %d sample groups shown of %d)",
              path, len(html) / 1024, len(keep), len(view["rows"]), view["total"])
     return path

@@ -13,9 +13,8 @@ whitespace, and none of the substrings cannot, gimme, gonna, gotta, lemme, wanna
 (nltk/tokenize/destructive.py, nltk pinned in pyproject.toml) do only this:
 * the starting/ending quote, clitic, bracket, `[;@#$%&]`, `[?!]`, `*`, dash-range and MacIntyre
   contraction rules need a character or a substring a plain sentence lacks, and `--` is absent;
-* `([:,])([^\\d])` and `([:,])$` pad every comma with spaces (each comma is followed by whitespace
-  or the end, and a comma never follows a comma directly without whitespace in between, so no
-  match swallows the next comma);
+* `([:,])([^\\d])` and `([:,])$` pad every comma with spaces (each comma is followed by whitespace,
+  which is what `([^\\d])` consumes, never the next comma, or ends the sentence);
 * the two final-period rules pad the only period, which is the last non-whitespace character
   (their optional closing-bracket/quote part matches nothing but spaces); `\\.{2,}` cannot match;
 * `\\s+` -> " " and the padding spaces change no token, and the tokens are `str.split()`'s, whose
@@ -44,8 +43,6 @@ def plain_tokens(sentence: str) -> list[str] | None:
 
 class Tokenizer:
     """`nltk.word_tokenize(text.lower())`; the punkt tables are found (or written) while loading."""
-
-    resources = (res.PUNKT,)
 
     def __init__(self) -> None:
         res.find_resource(res.PUNKT)

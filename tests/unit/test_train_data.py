@@ -165,3 +165,48 @@ def test_truncation_counts_text_tokens_only():
     assert keep_prompt_end([5, 6], image_id=4, bos_id=1, limit=5) == [5, 6]
     assert _first_text_tokens([4, 4, 5, 6, 7], image_id=4, limit=2) == 4
     assert _first_text_tokens([4, 5], image_id=4, limit=9) == 2
+
+
+def _tok():
+    from types import SimpleNamespace
+
+    return SimpleNamespace(image_id=4, bos_id=1, text_len=lambda ids: sum(1 for x in ids if x != 4))
+
+
+def test_truncate_pair_vlrlhf_only_when_too_long():
+    """TRL 0.8.1 (VL-RLHF): prompt [BOS, 5, IMG, IMG, 6, 7, 8] has 5 text tokens, answers 3 and 6 tokens.
+    max_length 12: 5 + 6 = 11 fits, nothing is cut, though the prompt is longer than max_prompt_length 3.
+    max_length 10: 11 > 10 -> the prompt keeps BOS, the images and its last 3 text tokens (4 text tokens);
+      4 + 6 = 10 fits -> answers untouched.
+    max_length 8: prompt cut as above, 4 + 6 > 8 -> both answers cut to 8 - 3 = 5 tokens.
+    max_target_length (2) is never used."""
+    from training.trainers.collate import truncate_pair
+
+    p, c, r = [1, 5, 4, 4, 6, 7, 8], [20, 21, 2], [30, 31, 32, 33, 34, 2]
+    assert truncate_pair(p, [c, r], _tok(), 12, 3, 2) == (p, [c, r])
+    assert truncate_pair(p, [c, r], _tok(), 10, 3, 2) == ([1, 4, 4, 6, 7, 8], [c, r])
+    assert truncate_pair(p, [c, r], _tok(), 8, 3, 2) == ([1, 4, 4, 6, 7, 8], [c, r[:5]])
+
+
+def test_truncate_pair_per_field():
+    """per_field: the prompt always keeps its last 3 text tokens; each answer its first min(2, room) tokens."""
+    from training.trainers.collate import truncate_pair
+
+    p, c, r = [1, 5, 4, 4, 6, 7, 8], [20, 21, 2], [30, 31, 32, 33, 34, 2]
+    assert truncate_pair(p, [c, r], _tok(), 12, 3, 2, "per_field") == ([1, 4, 4, 6, 7, 8], [c[:2], r[:2]])
+    assert truncate_pair(p, [c, r], _tok(), 5, 3, 9, "per_field") == ([1, 4, 4, 6, 7, 8], [c[:1], r[:1]])
+
+
+def test_sft_answers_are_not_cut_by_max_target_length(tiny_vlm_dir):
+    """VL-RLHF's SFT only cuts the whole sequence at max_length; per_field also caps each answer."""
+    from transformers import AutoProcessor
+
+    from training.trainers.collate import SFTCollator
+
+    proc = AutoProcessor.from_pretrained(tiny_vlm_dir)
+    ex = {"image": None, "image_bytes": None, "messages": [
+        {"role": "user", "content": "describe the image."},
+        {"role": "assistant", "content": "a red cup is on the left of a blue cup."}]}
+    labelled = lambda cfg: int((SFTCollator(proc, **cfg)([ex])["labels"] != -100).sum())  # noqa: E731
+    full = labelled(dict(max_length=512, max_target_length=3))
+    assert full > 3 and labelled(dict(max_length=512, max_target_length=3, truncation="per_field")) == 3

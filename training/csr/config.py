@@ -203,6 +203,8 @@ class CSRConfig:
             _check(bool(getattr(self, name)), f"csr.{name}", "is required")
         _check(self.iterations >= 1, "csr.iterations", "must be >= 1")
         _check(self.limit is None or self.limit >= 1, "csr.limit", "must be >= 1 or null")
+        _check(self.dtype in (None, "float32", "float16", "bfloat16"), "csr.dtype",
+               f"{self.dtype!r} is not one of float32, float16, bfloat16 (or null)")
         if isinstance(self.eval_tasks, str):
             self.eval_tasks = [t for t in self.eval_tasks.split(",") if t]
 

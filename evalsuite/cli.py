@@ -17,7 +17,7 @@ from evalsuite.errors import RunFailure, UserError
 COMMANDS = [
     "run", "tasks", "table", "report",
     "chair", "chair_gt", "pope", "relevance",
-    "world", "tiny_ckpt",
+    "world", "tiny_ckpt", "csr_convert",
 ]
 
 

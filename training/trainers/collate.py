@@ -4,17 +4,22 @@ Text goes through the checkpoint's chat template (the image enters the first use
 a completion is the template's rendering of the full conversation minus the rendered prompt, so it
 carries whatever end-of-turn the template emits (EOS is appended if it emits none).
 
-Truncation counts text tokens only (image placeholder tokens are never cut):
-  prompt      keeps its last `max_prompt_length` text tokens (and a leading BOS);
-  completion  keeps its first `max_target_length` tokens, then is cut so prompt + completion fit
-              `max_length`.
+Truncation counts text tokens only (image placeholder tokens are never cut), per `truncation`:
+  vlrlhf     (default) TRL 0.8.1 as VL-RLHF runs it (`truncate_pair`): only when prompt + the longer
+             completion exceed `max_length` is the prompt cut to its last `max_prompt_length` text
+             tokens (and a leading BOS), and then, if still too long, both completions to
+             `max_length - max_prompt_length`; `max_target_length` is unused (decoder-only). SFT keeps
+             the first `max_length` text tokens of the conversation.
+  per_field  every field has its own cap: the prompt always keeps its last `max_prompt_length` text
+             tokens, a completion / SFT answer its first `max_target_length` tokens, and a completion
+             is then cut so prompt + completion fit `max_length`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from training.losses import diff_token_masks
+from training.losses import diff_token_masks, replaced_token_masks
 
 
 def load_example_image(example: dict):
@@ -95,6 +100,21 @@ class _Tok:
         return sum(1 for t in ids if t != self.image_id)
 
 
+def truncate_pair(prompt: list[int], answers: list[list[int]], t: _Tok, max_length: int, max_prompt_length: int,
+                  max_target_length: int, mode: str = "vlrlhf") -> tuple[list[int], list[list[int]]]:
+    """(prompt, answers) cut to the length limits (module docstring); answers already end with EOS."""
+    if mode == "per_field":
+        prompt = keep_prompt_end(prompt, t.image_id, t.bos_id, max_prompt_length)
+        room = max(1, max_length - t.text_len(prompt))
+        return prompt, [a[: min(max_target_length, room)] for a in answers]
+    longer = max(len(a) for a in answers)  # TRL 0.8.1 tokenize_row: measured once, before any cut
+    if t.text_len(prompt) + longer > max_length:
+        prompt = keep_prompt_end(prompt, t.image_id, t.bos_id, max_prompt_length)
+    if t.text_len(prompt) + longer > max_length:
+        answers = [a[: max_length - max_prompt_length] for a in answers]
+    return prompt, answers
+
+
 def _pad_right(rows: list[list[int]], value: int):
     import torch
 
@@ -115,17 +135,23 @@ class PreferenceCollator:
     max_length: int = 512
     max_prompt_length: int = 128
     max_target_length: int = 128
-    diff_mask: bool = False
+    diff_mask: str | None = None  # ddpo: "replaced" (VL-RLHF) | "changed" (training/losses.py)
+    truncation: str = "vlrlhf"
 
     def __post_init__(self):
         self._t = _Tok(self.processor)
 
-    def _completion(self, ids: list[int], prompt_text_len: int) -> list[int]:
+    def _completion(self, ids: list[int]) -> list[int]:
         t = self._t
-        if not ids or ids[-1] != t.eos_id:
-            ids = ids + [t.eos_id]
-        room = max(1, self.max_length - prompt_text_len)
-        return ids[: min(self.max_target_length, room)]
+        return ids if ids and ids[-1] == t.eos_id else ids + [t.eos_id]
+
+    def _masks(self, pairs: list[tuple[list[int], list[int], list[int]]]) -> list[tuple[list[int], list[int]]]:
+        """Per pair, the 0/1 masks of the chosen and rejected tokens entering the sequence log-probs."""
+        if self.diff_mask == "replaced":
+            return replaced_token_masks([(len(p), c, r) for p, c, r in pairs])
+        if self.diff_mask == "changed":
+            return [diff_token_masks(c, r) for _, c, r in pairs]
+        return [([1] * len(c), [1] * len(r)) for _, c, r in pairs]
 
     def __call__(self, examples: list[dict]) -> dict:
         import torch
@@ -141,22 +167,20 @@ class PreferenceCollator:
             chosen.append(c_text)
             rejected.append(r_text)
         prompt_ids, pixel = t.encode_prompts(prompts, images)
-        prompt_ids = [keep_prompt_end(p, t.image_id, t.bos_id, self.max_prompt_length) for p in prompt_ids]
         rows, comp_masks, logp_masks = [], [], []
         pairs = []
         for p, c, r in zip(prompt_ids, chosen, rejected):
-            n = t.text_len(p)
-            pairs.append((p, self._completion(t.encode_text(c), n), self._completion(t.encode_text(r), n)))
-        for side in (1, 2):  # chosen rows, then rejected rows
-            for p, c, r in pairs:
-                comp = (c, r)[side - 1]
-                if self.diff_mask:
-                    mask = diff_token_masks(c, r)[side - 1]
-                else:
-                    mask = [1] * len(comp)
+            answers = [self._completion(t.encode_text(c)), self._completion(t.encode_text(r))]
+            p, (c_ids, r_ids) = truncate_pair(p, answers, t, self.max_length, self.max_prompt_length,
+                                              self.max_target_length, self.truncation)
+            pairs.append((p, c_ids, r_ids))
+        masks = self._masks(pairs)
+        for side in (0, 1):  # chosen rows, then rejected rows
+            for (p, c, r), mask in zip(pairs, masks):
+                comp = (c, r)[side]
                 rows.append(p + comp)
                 comp_masks.append([0] * len(p) + [1] * len(comp))
-                logp_masks.append([0] * len(p) + mask)
+                logp_masks.append([0] * len(p) + mask[side])
         input_ids = _pad_right(rows, t.pad_id)
         batch = {
             "input_ids": input_ids,
@@ -176,8 +200,10 @@ class PreferenceCollator:
 class SFTCollator:
     """Examples {image, image_bytes, messages} -> input_ids / attention_mask / labels (+ pixel_values).
 
-    Only assistant turns are labelled; each is cut to `max_target_length`, and the whole sequence
-    keeps its first `max_length` text tokens (image tokens are in the first turn and always kept).
+    Only assistant turns are labelled; the whole sequence keeps its first `max_length` text tokens
+    (image tokens are in the first turn and always kept). With `truncation: per_field` the first
+    prompt also keeps only its last `max_prompt_length` text tokens and each answer its first
+    `max_target_length` tokens.
     """
 
     processor: Any
@@ -185,6 +211,7 @@ class SFTCollator:
     max_prompt_length: int = 128
     max_target_length: int = 128
     label_pad_token_id: int = -100
+    truncation: str = "vlrlhf"  # per_field: prompt and answers capped too (module docstring)
 
     def __post_init__(self):
         self._t = _Tok(self.processor)
@@ -213,14 +240,15 @@ class SFTCollator:
         first_ids, pixel = t.encode_prompts([s[0][0] for s in segs], images)
         rows, labels = [], []
         for first, pieces in zip(first_ids, segs):
-            ids = keep_prompt_end(first, t.image_id, t.bos_id, self.max_prompt_length)
+            per_field = self.truncation == "per_field"
+            ids = keep_prompt_end(first, t.image_id, t.bos_id, self.max_prompt_length) if per_field else list(first)
             lab = [self.label_pad_token_id] * len(ids)
             for text, is_answer in pieces[1:]:
                 piece = t.encode_text(text)
                 if is_answer:
                     if not piece or piece[-1] != t.eos_id:
                         piece = piece + [t.eos_id]
-                    piece = piece[: self.max_target_length]
+                    piece = piece[: self.max_target_length] if per_field else piece
                 ids += piece
                 lab += piece if is_answer else [self.label_pad_token_id] * len(piece)
             keep = _first_text_tokens(ids, t.image_id, self.max_length)

@@ -66,7 +66,7 @@ def _aggregated_groups(raw: dict) -> list[str]:
 
 def _leaf_tasks(raw: dict, group: str) -> list[str]:
     subs = raw.get("group_subtasks", {})
-    return [leaf for t in subs.get(group, []) for leaf in (_leaf_tasks(raw, t) if t in subs else [t])]
+    return [leaf for t in subs.get(group, []) for leaf in (_leaf_tasks(raw, t) if subs.get(t) else [t])]
 
 
 def _number(v) -> float | None:

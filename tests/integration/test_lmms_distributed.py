@@ -1,7 +1,9 @@
 """Data-parallel lmms-eval tasks: `torchrun --nproc_per_node 2` on CPU (gloo).
 
 Each rank answers every 2nd doc (rank 0: 0, 2, 4, ...; rank 1: 1, 3, 5, ...), lmms-eval gathers the
-answers on rank 0, and only rank 0 gets results. The scores must equal a single-process run.
+answers on rank 0, and only rank 0 gets results. The scores must equal a single-process run. Tested
+twice: the bridge under a worker that builds the process group itself, and the documented command
+`torchrun --nproc_per_node 2 -m evalsuite run ...` (docs/multi-gpu.md), which builds it on its own.
 """
 from __future__ import annotations
 
@@ -20,8 +22,8 @@ WORKER = textwrap.dedent('''
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    from evalsuite.tasks.base import RunContext
-    from evalsuite.tasks.lmms import run_lmms_tasks, is_main_process
+    from evalsuite.dist import Dist
+    from evalsuite.tasks.lmms import run_lmms_tasks
 
     class Yes:
         device, fingerprint, name = "cpu", "yes-model", "yes"
@@ -33,10 +35,10 @@ WORKER = textwrap.dedent('''
 
     world, out = Path(sys.argv[1]), Path(sys.argv[2])
     backend = Yes()
-    ctx = RunContext(ckpt="unused", data_root=world, output_dir=out, batch_size=2)
-    results = run_lmms_tasks(ctx, ["mme", "pope"], backend=backend)
+    results = run_lmms_tasks(["mme", "pope"], data_root=world, batch_size=2, backend=backend,
+                             cache_root=out / ".resume" / "lmms", dist=Dist.current())
     (out / f"docs_rank{rank}.json").write_text(json.dumps(backend.generated))
-    if is_main_process():
+    if Dist.current().is_main:
         (out / "results.json").write_text(json.dumps(
             {r.task: {"metrics": {m.metric: m.value for m in r.metrics}, "n": len(r.samples),
                       "doc_ids": [s["doc_id"] for s in r.samples]} for r in results}))
@@ -82,3 +84,35 @@ def test_torchrun_two_ranks_split_docs_and_rank0_writes(world_dir, tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert [json.loads((out / f"docs_rank{r}.json").read_text()) for r in (0, 1)] == [[], []]
     assert json.loads((out / "results.json").read_text()) == results
+
+
+def _answers(out) -> list[str]:
+    return [json.loads(line)["answer"] for line in (out / "pope" / "samples.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_torchrun_evalsuite_run_on_cpu_as_documented(tiny_vlm_dir, world_dir, tmp_path):
+    """`torchrun --nproc_per_node 2 -m evalsuite run --tasks pope --limit 8` on CPU, with no process group
+    set up by anyone but evalsuite (and no ACCELERATE_USE_CPU): rc 0; each rank answered 4 of the 8 docs
+    (its own cache file); the answers equal a single-process run; only rank 0 wrote (one store run)."""
+    from evalsuite.store import Store
+    from tests.conftest import run_cli
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HOME": str(tmp_path / "hf"),
+           "LM_HARNESS_CACHE_PATH": str(tmp_path / "req")}
+    env.pop("ACCELERATE_USE_CPU", None)
+    args = ["run", "--ckpt", str(tiny_vlm_dir), "--tasks", "pope", "--data-root", str(world_dir), "--limit", "8",
+            "--gen-kwargs", "max_new_tokens=4", "--batch-size", "2"]
+    single = run_cli(*args, "--store", str(tmp_path / "s1"), "--output", str(tmp_path / "o1"), env=env)
+    assert single.returncode == 0, single.stderr[-3000:]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29518",
+           "-m", "evalsuite", *args, "--store", str(tmp_path / "s2"), "--output", str(tmp_path / "o2")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _answers(tmp_path / "o2") == _answers(tmp_path / "o1") and len(_answers(tmp_path / "o1")) == 8
+    (cache_dir,) = (tmp_path / "s2" / ".resume" / "lmms").iterdir()
+    per_rank = {p.name.split(".rank")[1]: len(p.read_text().splitlines()) for p in cache_dir.glob("*.jsonl")}
+    assert per_rank == {"0.jsonl": 4, "1.jsonl": 4}
+    assert Store(tmp_path / "s2").metrics()["run_id"].nunique() == 1
+    assert json.loads((tmp_path / "o2" / "summary.json").read_text()).keys() == {"pope"}
+    assert proc.stdout.count('"run_id"') == 1  # rank 0 reports; rank 1 prints nothing

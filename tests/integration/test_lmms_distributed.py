@@ -90,29 +90,49 @@ def _answers(out) -> list[str]:
     return [json.loads(line)["answer"] for line in (out / "pope" / "samples.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.slow
-def test_torchrun_evalsuite_run_on_cpu_as_documented(tiny_vlm_dir, world_dir, tmp_path):
-    """`torchrun --nproc_per_node 2 -m evalsuite run --tasks pope --limit 8` on CPU, with no process group
-    set up by anyone but evalsuite (and no ACCELERATE_USE_CPU): rc 0; each rank answered 4 of the 8 docs
-    (its own cache file); the answers equal a single-process run; only rank 0 wrote (one store run)."""
-    from evalsuite.store import Store
+RUN_ARGS = ["--tasks", "pope", "--limit", "8", "--gen-kwargs", "max_new_tokens=4", "--batch-size", "2"]
+LAUNCHERS = {  # docs/multi-gpu.md: on a machine without GPUs both start 2 CPU processes
+    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29518"],
+    "accelerate": [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                   "--main_process_port", "29519"],
+}
+
+
+def _env(tmp) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HOME": str(tmp / "hf"), "LM_HARNESS_CACHE_PATH": str(tmp / "req")}
+    env.pop("ACCELERATE_USE_CPU", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def single_process_answers(tiny_vlm_dir, world_dir, tmp_path_factory) -> list[str]:
     from tests.conftest import run_cli
 
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HOME": str(tmp_path / "hf"),
-           "LM_HARNESS_CACHE_PATH": str(tmp_path / "req")}
-    env.pop("ACCELERATE_USE_CPU", None)
-    args = ["run", "--ckpt", str(tiny_vlm_dir), "--tasks", "pope", "--data-root", str(world_dir), "--limit", "8",
-            "--gen-kwargs", "max_new_tokens=4", "--batch-size", "2"]
-    single = run_cli(*args, "--store", str(tmp_path / "s1"), "--output", str(tmp_path / "o1"), env=env)
-    assert single.returncode == 0, single.stderr[-3000:]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29518",
-           "-m", "evalsuite", *args, "--store", str(tmp_path / "s2"), "--output", str(tmp_path / "o2")]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    tmp = tmp_path_factory.mktemp("single")
+    res = run_cli("run", "--ckpt", str(tiny_vlm_dir), "--data-root", str(world_dir), *RUN_ARGS,
+                  "--store", str(tmp / "s"), "--output", str(tmp / "o"), env=_env(tmp))
+    assert res.returncode == 0, res.stderr[-3000:]
+    return _answers(tmp / "o")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_evalsuite_run_on_two_cpu_processes_as_documented(launcher, single_process_answers, tiny_vlm_dir,
+                                                          world_dir, tmp_path):
+    """`torchrun --nproc_per_node 2 -m evalsuite run --tasks pope --limit 8` (and accelerate's
+    `--multi_gpu --num_processes 2`) on CPU, with no process group set up by anyone but evalsuite (and no
+    ACCELERATE_USE_CPU): rc 0; each rank answered 4 of the 8 docs (its own cache file); the answers equal
+    a single-process run; only rank 0 wrote (one store run, one printed result)."""
+    from evalsuite.store import Store
+
+    cmd = [*LAUNCHERS[launcher], "-m", "evalsuite", "run", "--ckpt", str(tiny_vlm_dir), "--data-root",
+           str(world_dir), *RUN_ARGS, "--store", str(tmp_path / "s"), "--output", str(tmp_path / "o")]
+    proc = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert _answers(tmp_path / "o2") == _answers(tmp_path / "o1") and len(_answers(tmp_path / "o1")) == 8
-    (cache_dir,) = (tmp_path / "s2" / ".resume" / "lmms").iterdir()
+    assert _answers(tmp_path / "o") == single_process_answers and len(single_process_answers) == 8
+    (cache_dir,) = (tmp_path / "s" / ".resume" / "lmms").iterdir()
     per_rank = {p.name.split(".rank")[1]: len(p.read_text().splitlines()) for p in cache_dir.glob("*.jsonl")}
     assert per_rank == {"0.jsonl": 4, "1.jsonl": 4}
-    assert Store(tmp_path / "s2").metrics()["run_id"].nunique() == 1
-    assert json.loads((tmp_path / "o2" / "summary.json").read_text()).keys() == {"pope"}
+    assert Store(tmp_path / "s").metrics()["run_id"].nunique() == 1
+    assert json.loads((tmp_path / "o" / "summary.json").read_text()).keys() == {"pope"}
     assert proc.stdout.count('"run_id"') == 1  # rank 0 reports; rank 1 prints nothing

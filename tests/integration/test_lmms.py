@@ -271,8 +271,9 @@ def _canon(obj):
 
 
 def test_shipped_yamls_equal_the_builtin_tasks_except_data(adapter):
-    """evalsuite_* yamls must score exactly like lmms-eval's mme / pope: same functions (by identity),
-    prompts, generation kwargs and metrics; only task name, dataset fields and metadata differ."""
+    """evalsuite_* yamls (the POPE ones through `include: _pope_base.yaml`) must score exactly like
+    lmms-eval's mme / pope: same functions (by identity), prompts, generation kwargs and metrics; only
+    task name, dataset fields and metadata differ."""
     import lmms_eval.tasks as lt
     from lmms_eval.utils import load_yaml_config
 
@@ -288,6 +289,12 @@ def test_shipped_yamls_equal_the_builtin_tasks_except_data(adapter):
             {k: v for k, v in ref.items() if k not in skip})
         assert mine["lmms_eval_specific_kwargs"]["default"] == ref["lmms_eval_specific_kwargs"]["default"]
         assert mine["task"] == ours
+    # the local group has the built-in group's members, each as evalsuite's local counterpart
+    from evalsuite.tasks.registry import local_name
+
+    group = load_yaml_config(str(adapter.YAML_DIR / "evalsuite_pope_full.yaml"), mode="simple")
+    ref_group = load_yaml_config(str(builtin_dir / "pope" / "pope_full.yaml"), mode="simple")
+    assert [local_name(t) for t in group["task"]] == ref_group["task"] == ["pope_adv", "pope_pop", "pope_random"]
 
 
 def test_entry_point_registers_the_evalsuite_model(adapter):

@@ -82,11 +82,9 @@ def load_prompts(path: str | Path, limit: int | None = None) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: prompt file not found")
-    text = path.read_text()
-    try:
-        rows = json.loads(text) if text.lstrip().startswith("[") else [json.loads(x) for x in text.splitlines() if x.strip()]
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid json/jsonl ({exc.msg}, line {exc.lineno})") from None
+    from evalsuite.files import read_json_records
+
+    rows = [r for _, r in read_json_records(path, "prompt")]
     out, seen = [], set()
     for i, row in enumerate(rows[:limit] if limit else rows):
         q = row.get("question", row.get("input")) if isinstance(row, dict) else None

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port
 from tests.integration.test_train import base_args, data  # noqa: F401  (the module fixture)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,8 +30,9 @@ def test_preset_is_accepted_by_accelerates_deepspeed_plugin(preset, stage):
     from accelerate.utils import DeepSpeedPlugin, patch_environment
     from accelerate.utils.launch import prepare_deepspeed_cmd_env
 
+    preset_path = REPO / "configs" / "accelerate" / preset
     args = launch_command_parser().parse_args(
-        ["--config_file", str(REPO / "configs" / "accelerate" / preset), "--main_process_port", "29531", "train.py"])
+        ["--config_file", str(preset_path), "--main_process_port", str(free_port()), "train.py"])
     args, defaults, mp_from_config = _validate_launch_command(args)
     assert args.use_deepspeed and (args.num_processes, args.mixed_precision) == (8, "bf16")
     fields = list(defaults.deepspeed_config) + (["mixed_precision"] if mp_from_config else [])
@@ -80,7 +82,7 @@ def test_zero2_dpo_two_steps_on_cpu(tiny_vlm_dir, world_dir, data, tmp_path):  #
     out = tmp_path / "z2"
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(REPO / "configs" / "accelerate" / "zero2.yaml"), "--num_processes", "2", "--mixed_precision", "no",
-           "--main_process_port", "29532", str(probe), str(REPO), *base_args(tiny_vlm_dir, world_dir, data, out)]
+           "--main_process_port", str(free_port()), str(probe), str(REPO), *base_args(tiny_vlm_dir, world_dir, data, out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PROBE_OUT": str(tmp_path)}
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=tmp_path, env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]

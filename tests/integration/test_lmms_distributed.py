@@ -50,7 +50,9 @@ WORKER = textwrap.dedent('''
 
 
 def _torchrun(worker, world, out, env):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+    from tests.conftest import free_port
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            str(worker), str(world), str(out)]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
 
@@ -92,9 +94,9 @@ def _answers(out) -> list[str]:
 
 RUN_ARGS = ["--tasks", "pope", "--limit", "8", "--gen-kwargs", "max_new_tokens=4", "--batch-size", "2"]
 LAUNCHERS = {  # docs/multi-gpu.md: on a machine without GPUs both start 2 CPU processes
-    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29518"],
+    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port"],
     "accelerate": [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                   "--main_process_port", "29519"],
+                   "--main_process_port"],
 }
 
 
@@ -125,8 +127,10 @@ def test_evalsuite_run_on_two_cpu_processes_as_documented(launcher, single_proce
     a single-process run; only rank 0 wrote (one store run, one printed result)."""
     from evalsuite.store import Store
 
-    cmd = [*LAUNCHERS[launcher], "-m", "evalsuite", "run", "--ckpt", str(tiny_vlm_dir), "--data-root",
-           str(world_dir), *RUN_ARGS, "--store", str(tmp_path / "s"), "--output", str(tmp_path / "o")]
+    from tests.conftest import free_port
+
+    cmd = [*LAUNCHERS[launcher], str(free_port()), "-m", "evalsuite", "run", "--ckpt", str(tiny_vlm_dir),
+           "--data-root", str(world_dir), *RUN_ARGS, "--store", str(tmp_path / "s"), "--output", str(tmp_path / "o")]
     proc = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _answers(tmp_path / "o") == single_process_answers and len(single_process_answers) == 8

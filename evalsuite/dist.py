@@ -50,3 +50,34 @@ class Dist:
     def shard(self, items: list) -> list:
         """This rank's share of `items` (every world_size-th, starting at rank), order kept."""
         return items[self.rank::self.world_size]
+
+
+def init_process_group(device: str | None = None) -> bool:
+    """Join the launcher's process group when started by torchrun or `accelerate launch` (WORLD_SIZE > 1,
+    MASTER_ADDR set) and nothing has initialised one yet: gloo on CPU, gloo + nccl when this rank has a
+    GPU (and `device` is not cpu), with `cuda:<LOCAL_RANK>` as the current device.
+
+    Without it lmms-eval's evaluator builds its own `Accelerator()`, which on CPU is not distributed, and
+    every rank fails in its gather (docs/multi-gpu.md). Returns whether it initialised the group, so the
+    entry point that called it can destroy it at the end."""
+    env = os.environ
+    if int(env.get("WORLD_SIZE", 1)) <= 1 or not env.get("MASTER_ADDR"):
+        return False
+    import torch
+    import torch.distributed as td
+
+    if not td.is_available() or td.is_initialized():
+        return False
+    if torch.cuda.is_available() and not str(device or "").startswith("cpu"):
+        torch.cuda.set_device(int(env.get("LOCAL_RANK", 0)))
+        td.init_process_group("cpu:gloo,cuda:nccl")
+    else:
+        td.init_process_group("gloo")
+    return True
+
+
+def destroy_process_group() -> None:
+    import torch.distributed as td
+
+    if td.is_initialized():
+        td.destroy_process_group()

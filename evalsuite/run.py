@@ -139,8 +139,30 @@ def shared_run_id() -> str:
     return run_id
 
 
+def store_run_id(eval_run: str, task: str, used: set[str]) -> str:
+    """The store run id of one task's result: `<eval run>-<task>`, with a group leaf's `/` (pope_full/pope_adv)
+    and anything else the store refuses turned into '.', unique within the eval run."""
+    import re
+
+    base = f"{eval_run}-{re.sub(r'[^A-Za-z0-9._-]+', '.', task)}"[:120]
+    run_id, i = base, 1
+    while run_id in used:
+        i += 1
+        run_id = f"{base}.{i}"
+    used.add(run_id)
+    return run_id
+
+
+def _gen_kwargs_arg(options: dict) -> str | None:
+    gk = options.get("gen_kwargs")
+    if isinstance(gk, dict):
+        return ",".join(f"{k}={v}" for k, v in gk.items()) or None
+    return gk or None
+
+
 def run_eval(spec: EvalSpec) -> dict:
     """Run every task of `spec` on its checkpoint; return the summary {task: result dict}."""
+    from evalsuite.dist import Dist
     from evalsuite.models.vlm import _check_dir
     from evalsuite.store import Store
 
@@ -153,35 +175,37 @@ def run_eval(spec: EvalSpec) -> dict:
     data_root = Path(spec.data_root) if spec.data_root else ensure_builtin_world()
     if not data_root.is_dir():
         raise UserError(f"--data-root {data_root}: not a directory")
+    dist = Dist.current()
+    own, lmms = split_tasks(spec.tasks)
+    lmms_specs = []
+    if lmms:  # every lmms task and its data resolved once, before any generation
+        from evalsuite.tasks.lmms import resolve_specs
+
+        lmms_specs = resolve_specs(lmms, data_root=data_root, split=spec.options.get("split", "val"),
+                                   data=spec.options.get("data"), limit=spec.limit)
     run_id = shared_run_id()
     out = Path(spec.output_dir) if spec.output_dir else Path(spec.store) / "runs" / run_id
     meta = run_meta(spec, run_id)
     meta["config"]["data_root"] = meta["data_root"] = str(data_root)
-    from evalsuite.tasks.lmms import is_main_process
-
-    main_rank = is_main_process()
-    if main_rank:
+    if dist.is_main:
         write_json_atomic(out / "run.json", meta)
     # the response cache lives in the store, so a rerun with a new output dir still resumes
     options = {"resume_dir": str(Path(spec.store) / ".resume" / "lmms"), **spec.options}
     ctx = RunContext(ckpt=spec.ckpt, data_root=data_root, output_dir=out, limit=spec.limit,
                      batch_size=spec.batch_size, gen=spec.gen, options=options,
-                     trust_remote_code=spec.trust_remote_code, device=spec.device)
+                     trust_remote_code=spec.trust_remote_code, device=dist.device(spec.device))
     store = Store(spec.store)
     summary: dict[str, dict] = {}
-    own, lmms = split_tasks(spec.tasks)
-    if lmms:  # fail on missing local data before any generation
-        from evalsuite.tasks.lmms import resolve_specs
-
-        resolve_specs(ctx, lmms)
+    used_ids: set[str] = set()
 
     def finish(result: TaskResult) -> None:
-        if not main_rank:  # under torchrun/accelerate only rank 0 writes
+        if not dist.is_main:  # under torchrun/accelerate only rank 0 writes
             return
         try:
             save_task(out, result)
             # one store run per task, so each lands as soon as it finishes; eval_run groups them
-            store.write_run({**meta, "run_id": f"{run_id}-{result.task}", "eval_run": run_id}, [result])
+            store.write_run({**meta, "run_id": store_run_id(run_id, result.task, used_ids), "eval_run": run_id},
+                            [result])
             summary[result.task] = result.to_dict()
             write_json_atomic(out / "summary.json", summary)
         except OSError as e:  # e.g. the disk filled or went read-only mid-run; writes are atomic
@@ -193,10 +217,16 @@ def run_eval(spec: EvalSpec) -> dict:
 
     for name in own:
         finish(load_task(name).run(ctx))
-    if lmms:
-        from evalsuite.tasks.lmms import run_lmms_tasks
+    if lmms_specs:
+        from evalsuite.models.backend import VLMBackend
+        from evalsuite.tasks.lmms import iter_lmms_tasks
 
-        for result in run_lmms_tasks(ctx, lmms):
+        backend = VLMBackend(ctx.vlm, meta["ckpt_hash"], name=str(spec.ckpt))  # reuses an own task's model
+        for result in iter_lmms_tasks(
+            lmms_specs, limit=spec.limit, batch_size=spec.batch_size, gen_kwargs=_gen_kwargs_arg(options),
+            bootstrap_iters=int(options.get("bootstrap_iters", 100)), cache_root=options["resume_dir"],
+            dist=dist, backend=backend, results_json=out / "lmms_results.json",
+        ):
             finish(result)
     log.info("run %s -> %s (store %s)", run_id, out, spec.store)
     return {"run_id": run_id, "output_dir": str(out), "tasks": summary}

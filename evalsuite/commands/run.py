@@ -52,7 +52,17 @@ def main(args) -> int:
         options={k: v for k, v in options.items() if v is not None},
         trust_remote_code=args.trust_remote_code, device=args.device, label=args.label,
     )
-    summary = run_eval(spec)
+    from evalsuite.dist import Dist, destroy_process_group, init_process_group
+
+    started = init_process_group(args.device)  # under torchrun / accelerate launch (docs/multi-gpu.md)
+    try:
+        summary = run_eval(spec)
+        main_rank = Dist.current().is_main
+    finally:
+        if started:
+            destroy_process_group()
+    if not main_rank:  # rank 0 reports for all
+        return 0
     for task, res in summary["tasks"].items():
         metrics = ", ".join(f"{m['metric']}={m['value']:.4g}" for m in res["metrics"])
         print(f"{task:12s} {metrics}")

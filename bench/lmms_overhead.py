@@ -25,19 +25,22 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def _ctx(ckpt, world, out, batch_size, limit=None):
-    from evalsuite.tasks.base import RunContext
+def _ctx(ckpt, world, out, batch_size, limit=None) -> dict:
+    """run_lmms_tasks' keyword arguments for a run writing under `out` (the checkpoint loads on first use)."""
+    def backend():
+        from evalsuite.adapters.lmms_eval import VLMBackend
 
-    return RunContext(ckpt=str(ckpt), data_root=Path(world), output_dir=Path(out), batch_size=batch_size,
-                      limit=limit, device="cpu")
+        return VLMBackend.from_checkpoint(ckpt, device="cpu")
+
+    return {"data_root": Path(world), "cache_root": Path(out) / ".resume" / "lmms", "batch_size": batch_size,
+            "limit": limit, "backend": backend}
 
 
 def _overhead(args, backend, scratch: Path) -> dict:
     from evalsuite.adapters import lmms_eval as adapter
     from evalsuite.tasks.lmms import resolve_specs, run_lmms_tasks
 
-    ctx = _ctx(args.ckpt, args.world, scratch / "probe", args.batch_size, args.limit)
-    (spec,) = resolve_specs(ctx, [args.task])
+    (spec,) = resolve_specs([args.task], data_root=Path(args.world), limit=args.limit)
     evaluator = adapter.import_evaluator()
     tm = adapter.task_manager()
     raw_times, ours_times = [], []
@@ -48,8 +51,8 @@ def _overhead(args, backend, scratch: Path) -> dict:
                                   log_samples=True, bootstrap_iters=100, task_manager=tm, verbosity="WARNING")
         raw_times.append(time.perf_counter() - t0)
         t0 = time.perf_counter()  # a fresh output dir: a cold cache, every answer generated and written
-        run_lmms_tasks(_ctx(args.ckpt, args.world, scratch / f"ours{rep}", args.batch_size, args.limit),
-                       [args.task], backend=backend)
+        run_lmms_tasks([args.task], **{**_ctx(args.ckpt, args.world, scratch / f"ours{rep}", args.batch_size,
+                                              args.limit), "backend": backend})
         ours_times.append(time.perf_counter() - t0)
     return {"raw_s": min(raw_times), "evalsuite_s": min(ours_times), "ratio": min(ours_times) / min(raw_times)}
 
@@ -78,11 +81,11 @@ def _resume(args, backend, scratch: Path) -> dict:
     child.wait()
     kept = _cache_lines(out)
     t0 = time.perf_counter()
-    (second,) = run_lmms_tasks(_ctx(args.ckpt, args.world, out, args.batch_size, args.limit), [args.task],
-                               backend=backend)
+    (second,) = run_lmms_tasks([args.task], **{**_ctx(args.ckpt, args.world, out, args.batch_size, args.limit),
+                                               "backend": backend})
     second_s = time.perf_counter() - t0
-    (third,) = run_lmms_tasks(_ctx(args.ckpt, args.world, out, args.batch_size, args.limit), [args.task],
-                              backend=backend)
+    (third,) = run_lmms_tasks([args.task], **{**_ctx(args.ckpt, args.world, out, args.batch_size, args.limit),
+                                              "backend": backend})
     return {"killed": child.returncode == -signal.SIGKILL, "kept_after_kill": kept,
             "docs": len(second.samples), "rerun_generated": second.extra["responses"]["generated"],
             "rerun_s": second_s, "third_run_generated": third.extra["responses"]["generated"]}
@@ -91,8 +94,7 @@ def _resume(args, backend, scratch: Path) -> dict:
 def _child(args) -> None:
     from evalsuite.tasks.lmms import resolve_specs, run_lmms_tasks
 
-    ctx = _ctx(args.ckpt, args.world, args.out, args.batch_size, args.limit)
-    resolve_specs(ctx, [args.task])
+    resolve_specs([args.task], data_root=Path(args.world), limit=args.limit)
     import pyarrow.parquet as pq  # tell the parent how many docs to expect
 
     from evalsuite.adapters.lmms_data import WORLD_FILES
@@ -102,7 +104,7 @@ def _child(args) -> None:
     docs = sum(pq.read_metadata(f).num_rows for f in files)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "total.json").write_text(json.dumps({"docs": min(docs, args.limit or docs)}))
-    run_lmms_tasks(ctx, [args.task])
+    run_lmms_tasks([args.task], **_ctx(args.ckpt, args.world, args.out, args.batch_size, args.limit))
 
 
 def main() -> int:

@@ -1,27 +1,25 @@
 """The bridge `evalsuite run` calls for every task name that is not evalsuite's own: lmms-eval tasks.
 
-    results = run_lmms_tasks(ctx, ["mme", "pope"])      # -> [TaskResult, ...]
+    results = run_lmms_tasks(["mme", "pope"], data_root=W, cache_root=R, backend=B)   # -> [TaskResult, ...]
 
 Order of work (all checks before the model is loaded, so a typo costs seconds, not a model load):
 1. resolve each name: evalsuite's local-data tasks (mme -> evalsuite_mme, ...) or any lmms-eval task;
-2. resolve its data: `ctx.options["data"][name]` (file(s), imagefolder, save_to_disk dir, hub snapshot),
-   else for the local tasks the world at `ctx.data_root/questions/`, else lmms-eval's hub dataset if it
-   is already in the local HF cache. Anything else is a UserError naming the task and the option;
+2. resolve its data: `data[name]` (the eval config's lmms.data: file(s), imagefolder, save_to_disk dir,
+   hub snapshot), else for the local tasks the world at `data_root/questions/`, else lmms-eval's hub
+   dataset if it is already in the local HF cache. Anything else is a UserError naming the task and the option;
 3. one `simple_evaluate` per task (resume granularity), through a model that caches every finished
    batch (`evalsuite.models.cache`), so a rerun after a crash regenerates only the missing samples.
 
 On data-parallel runs (torchrun / accelerate launch) every rank calls this; only rank 0 gets results,
 the other ranks get []. Scores are lmms-eval's own, converted to MetricValue without recomputation.
+Everything comes in as arguments (evalsuite.run.run_eval passes the typed `lmms:` section of its config).
 """
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from evalsuite.errors import RunFailure, UserError
-from evalsuite.tasks.base import RunContext
 from evalsuite.adapters.lmms_data import check_hub_cached, data_fingerprint, data_override, world_files
 from evalsuite.tasks.registry import LMMS_LOCAL_TASKS
 from evalsuite.types import MetricValue, TaskResult
@@ -52,10 +50,6 @@ class LmmsRunError(RunFailure):
     """An lmms-eval task failed while running (model or scoring); finished samples stay cached."""
 
 
-def is_main_process() -> bool:
-    return int(os.environ.get("RANK", 0)) == 0
-
-
 def validate_task_names(names: list[str], known_own: list[str] | None = None) -> None:
     """UserError for a name that is neither local nor an lmms-eval task/group/tag (data not checked yet)."""
     from evalsuite.adapters import lmms_eval as adapter
@@ -71,23 +65,25 @@ def validate_task_names(names: list[str], known_own: list[str] | None = None) ->
                         "lmms-eval task, group or tag)")
 
 
-def _local_spec(ctx: RunContext, name: str, data_opt) -> LmmsSpec:
+def _local_spec(name: str, data_opt, data_root, split: str) -> LmmsSpec:
     lmms_task = LOCAL_TASKS[name]
     if data_opt is not None:
         override = data_override(name, data_opt, split="test")
     else:
-        files = world_files(lmms_task, ctx.data_root, ctx.options.get("split", "val"), name)
+        files = world_files(lmms_task, data_root, split, name)
         override = data_override(name, [str(f) for f in files], split="test")
     desc = override.get("dataset_kwargs", {}).get("data_files") or override["dataset_path"]
     return LmmsSpec(name, lmms_task, {"task": lmms_task, **override}, data=str(desc))
 
 
-def resolve_specs(ctx: RunContext, names: list[str]) -> list[LmmsSpec]:
-    """Validate every name and its data; lmms-eval's task index is read only if a non-local name needs it."""
+def resolve_specs(names: list[str], data: dict | None = None, data_root=None, split: str = "val",
+                  limit: int | None = None) -> list[LmmsSpec]:
+    """Validate every name and its data (`data`: task -> local file(s)/dir, else the world at
+    `data_root/questions/` of `split`); lmms-eval's task index is read only if a non-local name needs it."""
     from evalsuite.adapters import lmms_eval as adapter
 
-    data_opts = ctx.options.get("data") or {}
-    specs = [_local_spec(ctx, n, data_opts.get(n)) for n in names if n in LOCAL_TASKS]
+    data_opts = data or {}
+    specs = [_local_spec(n, data_opts.get(n), data_root, split) for n in names if n in LOCAL_TASKS]
     others = [n for n in names if n not in LOCAL_TASKS]
     if others:
         tm = adapter.task_manager(include_defaults=True)
@@ -95,10 +91,10 @@ def resolve_specs(ctx: RunContext, names: list[str]) -> list[LmmsSpec]:
             specs.append(_builtin_spec(adapter, tm, name, data_opts.get(name)))
     order = {n: i for i, n in enumerate(names)}
     specs.sort(key=lambda s: order[s.name])
-    if ctx.limit is not None:
+    if limit is not None:
         for spec in specs:
-            if spec.lmms_task in PAIRED_TASKS and ctx.limit % 2:
-                raise UserError(f"--limit {ctx.limit}: {spec.name} scores question pairs (2 per image); "
+            if spec.lmms_task in PAIRED_TASKS and limit % 2:
+                raise UserError(f"--limit {limit}: {spec.name} scores question pairs (2 per image); "
                                 "use an even limit")
     return specs
 
@@ -122,23 +118,21 @@ def _builtin_spec(adapter, tm, name: str, data_opt) -> LmmsSpec:
                     builtin=True)
 
 
-def _gen_kwargs_arg(ctx: RunContext) -> str | None:
-    gk = ctx.options.get("gen_kwargs")
-    if isinstance(gk, dict):
-        return ",".join(f"{k}={v}" for k, v in gk.items()) or None
-    return gk or None
+def run_lmms_tasks(names: list[str], *, backend, cache_root, data: dict | None = None, data_root=None,
+                   split: str = "val", gen_kwargs: str | None = None, bootstrap_iters: int = 100,
+                   limit: int | None = None, batch_size: int = 8,
+                   specs: list[LmmsSpec] | None = None) -> list[TaskResult]:
+    """Run lmms-eval tasks with `backend` (anything with generate/loglikelihood/fingerprint, or a
+    zero-argument callable returning one: called only once every task's data is found).
 
-
-def run_lmms_tasks(ctx: RunContext, names: list[str], backend=None) -> list[TaskResult]:
-    """Run lmms-eval tasks on `ctx.ckpt` (or `backend`: anything with generate/loglikelihood/fingerprint)."""
+    data/data_root/split: where the documents come from (see resolve_specs; `specs` = already resolved);
+    gen_kwargs: lmms-eval's 'k=v,...' generation overrides; cache_root: the per-sample response cache."""
     from evalsuite.adapters import lmms_eval as adapter
 
-    specs = resolve_specs(ctx, names)
-    if backend is None:
-        backend = _checkpoint_backend(ctx)
-    cache_root = ctx.options.get("resume_dir") or Path(ctx.output_dir) / ".resume" / "lmms"
-    lm = adapter.make_model(backend, batch_size=ctx.batch_size, cache_root=cache_root)
-    gen_kwargs = _gen_kwargs_arg(ctx)
+    specs = specs if specs is not None else resolve_specs(names, data, data_root, split, limit)
+    if callable(backend) and not hasattr(backend, "generate"):
+        backend = backend()
+    lm = adapter.make_model(backend, batch_size=batch_size, cache_root=cache_root)
     results = []
     for spec in specs:
         lm.reset_counts()
@@ -147,8 +141,8 @@ def run_lmms_tasks(ctx: RunContext, names: list[str], backend=None) -> list[Task
         lm.cache_tags[spec.lmms_task] = f"{spec.lmms_task}.{data_fingerprint(spec.task)}"
         try:
             raw = adapter.evaluate_task(
-                lm, task, limit=ctx.limit, gen_kwargs=gen_kwargs, include_defaults=spec.builtin,
-                bootstrap_iters=int(ctx.options.get("bootstrap_iters", 100)),
+                lm, task, limit=limit, gen_kwargs=gen_kwargs, include_defaults=spec.builtin,
+                bootstrap_iters=bootstrap_iters,
             )
         except UserError:
             raise
@@ -158,20 +152,8 @@ def run_lmms_tasks(ctx: RunContext, names: list[str], backend=None) -> list[Task
                 f"newly finished samples are kept in {cache_root} and will not be regenerated"
             ) from exc
         if raw is not None:  # None on ranks != 0
-            results.extend(to_task_results(spec, raw, dict(lm.counts), gen_kwargs, ctx.limit))
+            results.extend(to_task_results(spec, raw, dict(lm.counts), gen_kwargs, limit))
     return results
-
-
-def _checkpoint_backend(ctx: RunContext):
-    from evalsuite.adapters.lmms_eval import VLMBackend
-    from evalsuite.manifest import checkpoint_hash
-
-    if ctx.device is None and int(os.environ.get("WORLD_SIZE", 1)) > 1:
-        import torch
-
-        if torch.cuda.is_available():  # data parallel: each rank its own GPU
-            ctx.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-    return VLMBackend(ctx.vlm, checkpoint_hash(ctx.ckpt), name=str(ctx.ckpt))
 
 
 def to_task_results(spec: LmmsSpec, raw: dict, counts: dict, gen_kwargs, limit) -> list[TaskResult]:

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from evalsuite.errors import UserError
-from evalsuite.tasks.base import RunContext
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -89,8 +88,12 @@ class AnswerBackend:
         return [(-1.0, True) for _ in pairs]
 
 
-def _ctx(tmp_path, data_root, **kw) -> RunContext:
-    return RunContext(ckpt="unused", data_root=data_root, output_dir=tmp_path / "out", **kw)
+def _ctx(tmp_path, data_root, limit=None, batch_size=8, options=None) -> dict:
+    """run_lmms_tasks' keyword arguments for a run writing under tmp_path; `options` as the eval config's
+    lmms section (data, gen_kwargs) plus resume_dir (the cache root)."""
+    o = options or {}
+    return {"data_root": data_root, "cache_root": o.get("resume_dir") or tmp_path / "out" / ".resume" / "lmms",
+            "data": o.get("data"), "gen_kwargs": o.get("gen_kwargs"), "limit": limit, "batch_size": batch_size}
 
 
 def _values(result) -> dict[str, float]:
@@ -104,7 +107,7 @@ def test_always_yes_gives_lmms_eval_numbers_on_mini_world(adapter, mini_world, t
     precision 0.5, recall 1.0, F1 2*0.5*1/(1.5) = 0.6667; yes_ratio (of the ground truth) 0.5."""
     from evalsuite.tasks.lmms import run_lmms_tasks
 
-    mme, pope = run_lmms_tasks(_ctx(tmp_path, mini_world), ["mme", "pope"], backend=AnswerBackend())
+    mme, pope = run_lmms_tasks(["mme", "pope"], **_ctx(tmp_path, mini_world), backend=AnswerBackend())
     assert mme.task == "mme" and pope.task == "pope"
     assert _values(mme) == {"mme_perception_score": 150.0, "mme_cognition_score": 50.0}
     pv = _values(pope)
@@ -143,7 +146,7 @@ def test_always_yes_on_the_synthetic_world(adapter, world_dir, tmp_path):
     has 3 present + 3 absent per image, so accuracy 0.5 and F1 2/3 as in the POPE paper's Yes-baseline."""
     from evalsuite.tasks.lmms import run_lmms_tasks
 
-    mme, pope = run_lmms_tasks(_ctx(tmp_path, world_dir), ["mme", "pope"], backend=AnswerBackend())
+    mme, pope = run_lmms_tasks(["mme", "pope"], **_ctx(tmp_path, world_dir), backend=AnswerBackend())
     perception, cognition = _mme_yes_expectation(world_dir / "questions" / "mme_val.parquet")
     assert perception > 0 and cognition > 0
     assert _values(mme) == {"mme_perception_score": perception, "mme_cognition_score": cognition}
@@ -167,7 +170,7 @@ def test_recorded_scores_equal_simple_evaluate(adapter, mini_world, tmp_path):
     ev = adapter.import_evaluator()
     raw = ev.simple_evaluate(model="dummy", model_args="response=Yes", tasks=[_mme_override(mini_world)],
                              log_samples=True, bootstrap_iters=100, task_manager=adapter.task_manager())
-    (mine,) = run_lmms_tasks(_ctx(tmp_path, mini_world), ["mme"], backend=AnswerBackend())
+    (mine,) = run_lmms_tasks(["mme"], **_ctx(tmp_path, mini_world), backend=AnswerBackend())
     expected = {k.split(",")[0]: v for k, v in raw["results"]["evalsuite_mme"].items()
                 if k.endswith(",none") and "_stderr" not in k}
     assert _values(mine) == expected
@@ -178,7 +181,7 @@ def test_recorded_scores_equal_simple_evaluate(adapter, mini_world, tmp_path):
 
     lm = adapter.make_model(AnswerBackend(answer_fn=odd_no, fingerprint="odd"), batch_size=3)
     raw2 = adapter.evaluate_task(lm, _mme_override(mini_world))
-    (mine2,) = run_lmms_tasks(_ctx(tmp_path / "b", mini_world), ["mme"],
+    (mine2,) = run_lmms_tasks(["mme"], **_ctx(tmp_path / "b", mini_world),
                               backend=AnswerBackend(answer_fn=odd_no, fingerprint="odd"))
     expected2 = {k.split(",")[0]: v for k, v in raw2["results"]["evalsuite_mme"].items()
                  if k.endswith(",none") and "_stderr" not in k}
@@ -195,17 +198,17 @@ def test_model_failure_keeps_finished_samples_and_resume_regenerates_only_the_re
     ctx = _ctx(tmp_path, mini_world, batch_size=3)
     dying = AnswerBackend(fail_after_calls=2)
     with pytest.raises(LmmsRunError, match=r"mme: lmms-eval run failed \(RuntimeError: CUDA out of memory"):
-        run_lmms_tasks(ctx, ["mme"], backend=dying)
+        run_lmms_tasks(["mme"], **ctx, backend=dying)
     assert len(dying.generated) == 6
     cache_files = list((tmp_path / "out" / ".resume" / "lmms" / "yes-model").glob("evalsuite_mme.*.rank0.jsonl"))
     assert len(cache_files) == 1 and len(cache_files[0].read_text().splitlines()) == 6
 
     second = AnswerBackend()
-    (res,) = run_lmms_tasks(ctx, ["mme"], backend=second)
+    (res,) = run_lmms_tasks(["mme"], **ctx, backend=second)
     assert len(second.generated) == 2 and res.extra["responses"] == {"generated": 2, "cached": 6}
     assert _values(res) == {"mme_perception_score": 150.0, "mme_cognition_score": 50.0}
     third = AnswerBackend()
-    (res3,) = run_lmms_tasks(ctx, ["mme"], backend=third)
+    (res3,) = run_lmms_tasks(["mme"], **ctx, backend=third)
     assert third.generated == [] and res3.extra["responses"] == {"generated": 0, "cached": 8}
 
 
@@ -216,7 +219,7 @@ def test_gen_kwargs_and_limit_pass_through(adapter, mini_world, tmp_path):
 
     backend = AnswerBackend()
     ctx = _ctx(tmp_path, mini_world, limit=4, options={"gen_kwargs": "max_new_tokens=3"})
-    (res,) = run_lmms_tasks(ctx, ["mme"], backend=backend)
+    (res,) = run_lmms_tasks(["mme"], **ctx, backend=backend)
     assert {g.max_new_tokens for g in backend.gens} == {3}
     assert {g.do_sample for g in backend.gens} == {False}
     assert len(res.samples) == 4 and res.config["gen_kwargs"] == "max_new_tokens=3"
@@ -234,7 +237,7 @@ def test_data_option_accepts_save_to_disk_and_explicit_files(adapter, mini_world
     ds.save_to_disk(str(disk))
     for spec in (str(disk), [str(mini_world / "questions" / "mme_val.parquet")]):
         ctx = _ctx(tmp_path / str(abs(hash(str(spec)))), None, options={"data": {"mme": spec}})
-        (res,) = run_lmms_tasks(ctx, ["mme"], backend=AnswerBackend())
+        (res,) = run_lmms_tasks(["mme"], **ctx, backend=AnswerBackend())
         assert _values(res) == {"mme_perception_score": 150.0, "mme_cognition_score": 50.0}
 
 
@@ -244,16 +247,16 @@ def test_errors_name_the_task_and_the_option(adapter, mini_world, tmp_path):
     empty = tmp_path / "empty-world"
     empty.mkdir()
     with pytest.raises(UserError, match=r"--tasks pope: local data not found: .*pope_val_random.parquet.*--data-root"):
-        run_lmms_tasks(_ctx(tmp_path, empty), ["pope"], backend=AnswerBackend())
+        run_lmms_tasks(["pope"], **_ctx(tmp_path, empty), backend=AnswerBackend())
     with pytest.raises(UserError, match=r"--tasks mme: no local data; pass --data-root"):
-        run_lmms_tasks(_ctx(tmp_path, None), ["mme"], backend=AnswerBackend())
+        run_lmms_tasks(["mme"], **_ctx(tmp_path, None), backend=AnswerBackend())
     with pytest.raises(UserError, match=r"data.mme: .*nope.parquet does not exist"):
-        run_lmms_tasks(_ctx(tmp_path, None, options={"data": {"mme": str(tmp_path / "nope.parquet")}}), ["mme"],
+        run_lmms_tasks(["mme"], **_ctx(tmp_path, None, options={"data": {"mme": str(tmp_path / "nope.parquet")}}),
                        backend=AnswerBackend())
     with pytest.raises(UserError, match=r"--limit 3: mme scores question pairs"):
-        run_lmms_tasks(_ctx(tmp_path, mini_world, limit=3), ["mme"], backend=AnswerBackend())
+        run_lmms_tasks(["mme"], **_ctx(tmp_path, mini_world, limit=3), backend=AnswerBackend())
     with pytest.raises(UserError, match=r"--tasks no_such_task: unknown task"):
-        run_lmms_tasks(_ctx(tmp_path, mini_world), ["mme", "no_such_task"], backend=AnswerBackend())
+        run_lmms_tasks(["mme", "no_such_task"], **_ctx(tmp_path, mini_world), backend=AnswerBackend())
     from evalsuite.tasks.lmms import validate_task_names
 
     with pytest.raises(UserError, match=r"--tasks nosuch: unknown task \(not an evalsuite task \(caption, mme"):
@@ -263,7 +266,7 @@ def test_errors_name_the_task_and_the_option(adapter, mini_world, tmp_path):
     start = time.monotonic()
     with pytest.raises(UserError, match=r"--tasks ok_vqa_val2014: .*hub dataset .* not in the local HF cache.*"
                                         r"map data.ok_vqa_val2014"):
-        run_lmms_tasks(_ctx(tmp_path, mini_world), ["ok_vqa_val2014"], backend=AnswerBackend())
+        run_lmms_tasks(["ok_vqa_val2014"], **_ctx(tmp_path, mini_world), backend=AnswerBackend())
     assert time.monotonic() - start < 5
 
 
@@ -314,15 +317,15 @@ def test_tiny_checkpoint_end_to_end(adapter, tiny_vlm_dir, world_dir, tmp_path):
     a rerun regenerates nothing and reproduces the scores exactly."""
     from evalsuite.tasks.lmms import run_lmms_tasks
 
-    ctx = RunContext(ckpt=str(tiny_vlm_dir), data_root=world_dir, output_dir=tmp_path / "out", limit=8,
-                     batch_size=4)
-    first = run_lmms_tasks(ctx, ["mme", "pope"])
+    ctx = _ctx(tmp_path, world_dir, limit=8, batch_size=4)
+    backend = adapter.VLMBackend.from_checkpoint(tiny_vlm_dir, device="cpu")
+    first = run_lmms_tasks(["mme", "pope"], **ctx, backend=backend)
     assert [r.task for r in first] == ["mme", "pope"]
     for r in first:
         assert len(r.samples) == 8 and all(isinstance(s["answer"], str) for s in r.samples)
         assert r.extra["responses"] == {"generated": 8, "cached": 0}
     assert 0 <= _values(first[1])["pope_accuracy"] <= 1
-    again = run_lmms_tasks(ctx, ["mme", "pope"])
+    again = run_lmms_tasks(["mme", "pope"], **ctx, backend=backend)
     assert [r.extra["responses"] for r in again] == [{"generated": 0, "cached": 8}] * 2
     assert [_values(r) for r in again] == [_values(r) for r in first]
     assert [s["answer"] for s in again[0].samples] == [s["answer"] for s in first[0].samples]
@@ -352,12 +355,12 @@ def test_shared_cache_never_serves_another_worlds_answers(adapter, mini_world, w
     from evalsuite.tasks.lmms import run_lmms_tasks
 
     shared = {"resume_dir": str(tmp_path / "shared-cache")}
-    (a,) = run_lmms_tasks(_ctx(tmp_path / "a", mini_world, options=dict(shared)), ["mme"], backend=AnswerBackend())
-    (b,) = run_lmms_tasks(_ctx(tmp_path / "b", world_dir, limit=8, options=dict(shared)), ["mme"],
+    (a,) = run_lmms_tasks(["mme"], **_ctx(tmp_path / "a", mini_world, options=dict(shared)), backend=AnswerBackend())
+    (b,) = run_lmms_tasks(["mme"], **_ctx(tmp_path / "b", world_dir, limit=8, options=dict(shared)),
                           backend=AnswerBackend())
     assert a.extra["responses"] == {"generated": 8, "cached": 0}
     assert b.extra["responses"] == {"generated": 8, "cached": 0}
-    (c,) = run_lmms_tasks(_ctx(tmp_path / "c", mini_world, options=dict(shared)), ["mme"], backend=AnswerBackend())
+    (c,) = run_lmms_tasks(["mme"], **_ctx(tmp_path / "c", mini_world, options=dict(shared)), backend=AnswerBackend())
     assert c.extra["responses"] == {"generated": 0, "cached": 8}
 
 

@@ -20,8 +20,7 @@ WORKER = textwrap.dedent('''
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    from evalsuite.tasks.base import RunContext
-    from evalsuite.tasks.lmms import run_lmms_tasks, is_main_process
+    from evalsuite.tasks.lmms import run_lmms_tasks
 
     class Yes:
         device, fingerprint, name = "cpu", "yes-model", "yes"
@@ -33,10 +32,10 @@ WORKER = textwrap.dedent('''
 
     world, out = Path(sys.argv[1]), Path(sys.argv[2])
     backend = Yes()
-    ctx = RunContext(ckpt="unused", data_root=world, output_dir=out, batch_size=2)
-    results = run_lmms_tasks(ctx, ["mme", "pope"], backend=backend)
+    results = run_lmms_tasks(["mme", "pope"], backend=backend, data_root=world, batch_size=2,
+                             cache_root=out / ".resume" / "lmms")
     (out / f"docs_rank{rank}.json").write_text(json.dumps(backend.generated))
-    if is_main_process():
+    if rank == 0:
         (out / "results.json").write_text(json.dumps(
             {r.task: {"metrics": {m.metric: m.value for m in r.metrics}, "n": len(r.samples),
                       "doc_ids": [s["doc_id"] for s in r.samples]} for r in results}))

@@ -87,16 +87,24 @@ def _train(*args, timeout=300):
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.name)
 def test_every_preset_dry_runs(preset):
-    """Each preset's first comment is its command, it names its method, and --dry-run exits 0 printing YAML."""
+    """Each preset's first comment is its command and --dry-run exits 0 printing the resolved YAML: training
+    presets name their method and go through train.py, eval presets (configs/eval/) through `evalsuite run`."""
     import yaml
 
     text = preset.read_text()
-    assert text.startswith("# ") and "training/train.py" in text.splitlines()[0], preset
     data = yaml.safe_load(text)
-    assert data.get("method") in ("sft", "dpo", "csr", "demo"), preset
-    r = _train("--config", str(preset), "--dry-run")
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert yaml.safe_load(r.stdout)["method"] == data["method"]
+    if preset.parent.name == "eval":
+        assert text.startswith("# evalsuite run --config configs/eval/"), preset
+        r = subprocess.run([sys.executable, "-m", "evalsuite.cli", "run", "--config", str(preset), "--dry-run"],
+                           capture_output=True, text=True, timeout=300, cwd=REPO)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert yaml.safe_load(r.stdout)["tasks"] == data["tasks"]
+    else:
+        assert text.startswith("# ") and "training/train.py" in text.splitlines()[0], preset
+        assert data.get("method") in ("sft", "dpo", "csr", "demo"), preset
+        r = _train("--config", str(preset), "--dry-run")
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert yaml.safe_load(r.stdout)["method"] == data["method"]
     assert "Traceback" not in r.stderr
 
 

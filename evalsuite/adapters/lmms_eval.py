@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from pathlib import Path
 
 from evalsuite.types import GenConfig, GenRequest
@@ -23,14 +22,14 @@ log = logging.getLogger(__name__)
 
 YAML_DIR = Path(__file__).resolve().parent.parent / "tasks" / "yaml"
 MODEL_ID = "evalsuite"
-OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
 def prepare_env() -> None:
-    """Offline flags, and a writable request-cache dir (else lmms-eval writes into site-packages)."""
-    for key in OFFLINE_ENV:
-        os.environ.setdefault(key, "1")
-    os.environ.setdefault("LM_HARNESS_CACHE_PATH", str(Path(tempfile.gettempdir()) / "evalsuite-lmms-cache"))
+    """Offline flags and lmms-eval's request-cache dir: set by the entry points (evalsuite/env.py); again
+    here only for lmms-eval's own CLI (`--model evalsuite`), which starts without them (setdefault: no-op)."""
+    from evalsuite.env import set_offline_env
+
+    set_offline_env()
 
 
 def _forward_loguru(message) -> None:

@@ -24,8 +24,10 @@ from evalsuite.types import GenConfig, GenRequest
 
 log = logging.getLogger(__name__)
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
-SKIPPED_FILES = ("evalsuite.json",)   # the manifest: metadata about the checkpoint, not read by the model
+# files beside the weights that shape an answer: configs, tokenizer, processor, chat template
+PROMPT_FILE_SUFFIXES = (".json", ".jinja", ".model", ".txt", ".tiktoken")
+# ... except metadata no model reads: the evalsuite manifest, trainer state, the weights' own index
+SKIPPED_FILES = ("evalsuite.json", "trainer_state.json")
 
 
 def digest(obj) -> str:
@@ -54,7 +56,8 @@ def prompt_files_id(ckpt: str | Path) -> str:
     """Fingerprint of a checkpoint's non-weight files (chat template, tokenizer, processor and generation
     configs): they change answers without changing the weights' hash."""
     files = sorted(p for p in Path(ckpt).iterdir()
-                   if p.is_file() and p.suffix not in WEIGHT_SUFFIXES and p.name not in SKIPPED_FILES)
+                   if p.is_file() and p.suffix in PROMPT_FILE_SUFFIXES and p.name not in SKIPPED_FILES
+                   and not p.name.endswith(".index.json"))
     return digest(file_fingerprint(files))
 
 

@@ -95,12 +95,12 @@ class ChairTask:
         scorer = chair.ChairScorer(variant.name)
         layout = CocoLayout(ctx.data_root, opts.split)
         files = [layout.instances_json, layout.captions_json]
-        gt, gt_meta = chair_io.gt_from_coco(files[:1], files[1:], variant.gt,
-                                            Path(opts.cache_dir) if opts.cache_dir else None)
         seed = ctx.gen.seed if opts.seed is None else opts.seed
         images = sample_images(coco_images(ctx.data_root, opts.split), opts.n_images, seed)[: ctx.limit]
         if not images:
             raise UserError(f"chair: split {opts.split!r} of {ctx.data_root} has no images")
+        gt, gt_meta = chair_io.gt_from_coco(files[:1], files[1:], variant.gt,
+                                            Path(opts.cache_dir) if opts.cache_dir else None)
         gen = ctx.gen if opts.max_new_tokens is None else dataclasses.replace(ctx.gen, max_new_tokens=opts.max_new_tokens)
         data = file_fingerprint(files)
         resources = nltk_resources.resource_checksums(scorer.resources)

@@ -77,6 +77,21 @@ def test_bad_setting_is_one_line_before_any_model(capsys, tiny_vlm_dir, world_di
     assert not out.exists() and not store.exists()
 
 
+@pytest.mark.parametrize("task", ["caption", "chair"])
+def test_a_split_without_images_is_refused_not_scored(capsys, tiny_vlm_dir, world_dir, tmp_path, task):
+    """0 images would give CHAIRs = CHAIRi = 0 (a perfect score) from nothing: exit 2, nothing stored."""
+    empty = tmp_path / "empty"
+    (empty / "annotations").mkdir(parents=True)
+    for kind in ("instances", "captions"):
+        data = json.loads((world_dir / "annotations" / f"{kind}_val.json").read_text())
+        data.update(images=[], annotations=[])
+        (empty / "annotations" / f"{kind}_val.json").write_text(json.dumps(data))
+    rc, lines = main_run(capsys, "--ckpt", str(tiny_vlm_dir), "--tasks", task, "--data-root", str(empty),
+                         "--output", str(tmp_path / "out"), "--store", str(tmp_path / "store"))
+    assert rc == 2 and lines == [f"evalsuite: error: {task}: split 'val' of {empty} has no images"]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "store").exists()
+
+
 @pytest.mark.parametrize("yaml_text, message", [
     ('batch_size: "3"\n', "batch_size: expected an int, got the string '3'"),
     ("chair:\n  n_imagez: 3\n", "unknown key 'chair.n_imagez' (did you mean 'chair.n_images'?)"),

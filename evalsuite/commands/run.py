@@ -44,10 +44,10 @@ def register(sub) -> None:
         "run", help="evaluate a checkpoint on tasks (caption, chair, relevance, mme, pope, any lmms-eval task)",
         usage="evalsuite run [--config FILE] --ckpt DIR --tasks A,B (--data-root DIR | --world) "
               "[--flag value ...] [section.key=value ...]",
-        description="Evaluate a local checkpoint directory. Writes OUT/run.json, OUT/summary.json and "
-                    "OUT/<task>/samples.jsonl, and appends every metric to the results store. A task "
-                    "already in the store for this checkpoint and setup is not run again; a killed run "
-                    "started again resumes from its last finished batch.",
+        description="Evaluate a local checkpoint directory. Writes OUT/run.json, OUT/summary.json and\n"
+                    "OUT/<task>/samples.jsonl, and appends every metric to the results store. A task already\n"
+                    "in the store for this checkpoint and setup is not run again; a killed run started again\n"
+                    "resumes from its last finished batch.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.set_defaults(func=main, raw_args=True)

@@ -91,3 +91,16 @@ def test_csr_eval_section_is_an_eval_config_checked_at_load():
             _csr("eval.tasks=[caption]", "eval.data_root=W", bad)
     with pytest.raises(UserError, match="data_root: not given"):
         _csr("eval.tasks=[caption]")
+
+
+def test_help_lists_every_top_level_field_and_flag():
+    """`evalsuite run --help` is static text (instant); it must not drift from EvalConfig."""
+    import dataclasses
+
+    from evalsuite.commands.run import EPILOG
+    from evalsuite.run_config import ALIASES
+
+    names = [f.name for f in dataclasses.fields(EvalConfig) if not dataclasses.is_dataclass(f.type)
+             and f.name not in ("gen", "caption", "chair", "relevance", "lmms")]
+    for name in [*names, *ALIASES, "config", "dry_run"]:
+        assert f"--{name.replace('_', '-')}" in EPILOG, name

@@ -42,7 +42,7 @@ def write_manifest(
     manifest = {
         "schema": SCHEMA,
         "iteration": iteration,
-        "parent": str(parent) if parent is not None else None,
+        "parent": _parent_ref(parent),
         "method": method,
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "code_version": code_version(),
@@ -54,6 +54,15 @@ def write_manifest(
     return write_json_atomic(ckpt / MANIFEST, manifest)
 
 
+def _parent_ref(parent: str | Path | None) -> str | None:
+    """A parent that is a local path is recorded absolute and resolved (a relative one would name a
+    different folder from any other working directory); anything else (a hub id) is kept as given."""
+    if parent is None:
+        return None
+    p = Path(parent).expanduser()
+    return str(p.resolve()) if p.exists() else str(parent)
+
+
 def read_manifest(ckpt: str | Path) -> dict | None:
     """The manifest of `ckpt`, or None for a checkpoint not written by evalsuite (e.g. llava-hf)."""
     path = Path(ckpt) / MANIFEST
@@ -63,6 +72,14 @@ def read_manifest(ckpt: str | Path) -> dict | None:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def resolve_parent(parent):
+    """A manifest's parent as an absolute path when it names a directory here (a relative one was
+    written from the same working directory), so result rows can link it to that checkpoint's rows."""
+    if isinstance(parent, str) and parent and Path(parent).is_dir():
+        return str(Path(parent).resolve())
+    return parent
 
 
 def verify_manifest(ckpt: str | Path) -> list[str]:

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evalsuite.dist import Dist
-from evalsuite.errors import UserError
-from evalsuite.files import write_json_atomic, write_jsonl_atomic
+from evalsuite.errors import RunFailure, UserError
+from evalsuite.files import ensure_writable_dir, write_json_atomic, write_jsonl_atomic
 from evalsuite.run_config import EvalConfig
 from evalsuite.tasks.base import Plan, RunContext
 from evalsuite.types import TaskResult
@@ -90,7 +90,7 @@ def check_task_names(names: list[str]) -> None:
 
 def run_meta(cfg: EvalConfig, run_id: str, ckpt_hash: str, data_root: Path | None) -> dict:
     from evalsuite.config import to_plain
-    from evalsuite.manifest import read_manifest
+    from evalsuite.manifest import read_manifest, resolve_parent
     from evalsuite.version import code_version, lmms_eval_version
 
     manifest = read_manifest(cfg.ckpt) or {}
@@ -101,7 +101,7 @@ def run_meta(cfg: EvalConfig, run_id: str, ckpt_hash: str, data_root: Path | Non
         "ckpt_hash": ckpt_hash,
         "iteration": manifest.get("iteration"),
         "method": manifest.get("method"),
-        "parent": manifest.get("parent"),
+        "parent": resolve_parent(manifest.get("parent")),
         "label": cfg.label,
         "data_root": str(data_root) if data_root else None,
         "config": to_plain(cfg),
@@ -192,6 +192,10 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     _check_dir(Path(cfg.ckpt))          # fail on a bad checkpoint before any work
     check_task_names(cfg.tasks)
     check_prompt_settings(cfg)
+    # a bad --store/--output must fail now, not after hours of generation
+    ensure_writable_dir(cfg.store, "--store", create=False)
+    if cfg.output:
+        ensure_writable_dir(cfg.output, "--output", create=False)
     data_root = Path(cfg.data_root) if cfg.data_root else (ensure_builtin_world() if cfg.world else None)
     if data_root is not None and not data_root.is_dir():
         raise UserError(f"--data-root {data_root}: not a directory")
@@ -241,15 +245,19 @@ def _run_tasks(ctx: RunContext, cfg: EvalConfig, steps: list[Step], lmms: list[s
     def finish(result: TaskResult) -> None:
         if not result.samples:
             raise UserError(f"{result.task}: the task produced no samples; nothing stored")
-        save_task(out, result)
-        # one store run per task, so each lands as soon as it finishes; eval_run groups them
         rid = f"{run_id}-{result.task}"
-        if (store.metrics_dir / f"{rid}.parquet").exists():  # stored by this run before it was stopped
-            log.info("%s: already stored by this run as %s", result.task, rid)
-        else:
-            store.write_run({**meta, "run_id": rid, "eval_run": run_id}, [result])
-        summary[result.task] = result.to_dict()
-        write_json_atomic(out / "summary.json", summary)
+        try:
+            save_task(out, result)
+            # one store run per task, so each lands as soon as it finishes; eval_run groups them
+            if (store.metrics_dir / f"{rid}.parquet").exists():  # stored by this run before it was stopped
+                log.info("%s: already stored by this run as %s", result.task, rid)
+            else:
+                store.write_run({**meta, "run_id": rid, "eval_run": run_id}, [result])
+            summary[result.task] = result.to_dict()
+            write_json_atomic(out / "summary.json", summary)
+        except OSError as e:  # e.g. the disk filled or went read-only mid-run; writes are atomic
+            raise RunFailure(f"{result.task}: cannot write its results ({e.strerror or e}: {e.filename}); "
+                             f"tasks finished before it are kept in {out} and {cfg.store}") from None
         log.info("%s: %s", result.task, ", ".join(f"{m.metric}={m.value:.4g}" for m in result.metrics))
 
     reused: dict[str, str] = {}

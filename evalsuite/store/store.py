@@ -78,6 +78,37 @@ def _opt_str(v) -> str | None:
     return None if v is None else str(v)
 
 
+def _refuse_empty(results: list[TaskResult]) -> None:
+    """The store's last line of defence against numbers computed from nothing: a metric with n == 0,
+    or a result with no per-sample record and no metric saying it covered any sample."""
+    def count(m) -> int | None:
+        try:
+            return None if m.n is None or isinstance(m.n, bool) else int(m.n)
+        except (TypeError, ValueError):
+            return None
+
+    for r in results:
+        empty = [m.metric for m in r.metrics if count(m) == 0]
+        if empty:
+            raise UserError(f"{r.task}: metric {empty[0]} was computed from 0 samples; "
+                            "refusing to store it")
+        if not r.samples and not any((count(m) or 0) > 0 for m in r.metrics):
+            raise UserError(f"{r.task}: the task produced no samples; refusing to store its metrics")
+
+
+def _damaged_meta(meta) -> str | None:
+    """What is wrong with a metrics file's footer metadata (None when it is usable)."""
+    if not isinstance(meta, dict):
+        return f"footer run metadata is a JSON {type(meta).__name__}, not an object"
+    for key, kinds in (("run_id", (str,)), ("samples_file", (str, type(None))), ("tasks", (dict,)),
+                       ("config", (dict,)), ("data_root", (str, type(None)))):
+        if key in meta and not isinstance(meta[key], kinds):
+            return f"footer field {key!r} has type {type(meta[key]).__name__}"
+    if any(not isinstance(d, dict) for d in (meta.get("tasks") or {}).values()):
+        return "footer field 'tasks' holds a non-object entry"
+    return None
+
+
 class Store:
     """A results store at `path` (created on first write)."""
 
@@ -92,6 +123,7 @@ class Store:
         import pyarrow as pa
 
         results = list(results)
+        _refuse_empty(results)
         meta = dict(meta)
         run_id = str(meta.get("run_id") or new_run_id())
         if not _RUN_ID_RE.match(run_id):
@@ -115,7 +147,8 @@ class Store:
 
         meta["samples_file"] = self._write_samples(run_id, results)
         meta["tasks"] = {r.task: {"version": str(r.version), "config": r.config, "extra": r.extra,
-                                  "num_samples": len(r.samples), "eval_key": r.eval_key} for r in results}
+                                  "num_samples": len(r.samples), "eval_key": r.eval_key,
+                                  "identity": r.identity} for r in results}
         rows = self._rows(meta, results)
         table = pa.Table.from_pylist(rows, schema=schema.arrow_schema())
         table = table.replace_schema_metadata({
@@ -143,14 +176,16 @@ class Store:
             "label": _opt_str(meta.get("label")), "ckpt": _opt_str(meta.get("ckpt")),
             "ckpt_hash": _opt_str(meta.get("ckpt_hash")), "iteration": meta.get("iteration"),
             "method": _opt_str(meta.get("method")), "parent": _opt_str(meta.get("parent")),
-            "config_hash": meta["config_hash"],
+            "generator": _opt_str(meta.get("generator")), "config_hash": meta["config_hash"],
             "evalsuite_version": _opt_str(meta.get("code_version")) or code_version(),
             "lmms_eval_version": _opt_str(meta.get("lmms_eval_version")),
         }
         rows = []
         for r in results:
+            setup = json.dumps(r.identity, default=str)     # the task's field order: labels follow it
             for m in r.metrics:
-                rows.append({**base, "task": r.task, "task_version": str(r.version), "metric": m.metric,
+                rows.append({**base, "task": r.task, "task_version": str(r.version), "eval_key": r.eval_key,
+                             "eval_setup": setup, "metric": m.metric,
                              "variant": m.variant, "value": float(m.value), "ci_low": m.ci_low,
                              "ci_high": m.ci_high, "n": m.n, "stderr": m.stderr,
                              "higher_is_better": bool(m.higher_is_better)})
@@ -221,6 +256,10 @@ class Store:
             version = int(md.get(SCHEMA_KEY, b"0"))
         except ValueError as e:
             raise UserError(f"{path}: damaged run metadata in the Parquet footer ({e})") from None
+        problem = _damaged_meta(meta)
+        if problem:
+            raise UserError(f"{path}: damaged store file ({problem}); move it out of the store "
+                            "to read the other runs")
         if not version and "schema_version" in table.column_names and table.num_rows:
             version = int(table.column("schema_version")[0].as_py())
         if not version:
@@ -232,7 +271,11 @@ class Store:
         out = []
         for path in self._metric_files():
             table, meta, version = self._read(path)
-            df = schema.upgrade(table.to_pandas(), version, str(path))
+            try:
+                df = schema.upgrade(table.to_pandas(), version, str(path), meta)
+            except (KeyError, TypeError, ValueError) as e:   # a column the upgrade needs is absent/odd
+                raise UserError(f"{path}: damaged schema v{version} store file ({type(e).__name__}: {e}); "
+                                "move it out of the store to read the other runs") from None
             meta = dict(meta)
             meta.setdefault("run_id", path.stem)
             meta.setdefault("written_at", meta.get("created_at"))
@@ -240,12 +283,16 @@ class Store:
         out.sort(key=lambda t: (str(t[2].get("written_at") or ""), str(t[2]["run_id"])))
         return out
 
-    def runs(self):
+    def snapshot(self) -> "Snapshot":
+        """The store read once: what `runs`, `run_meta`, `metrics` and `samples` answer from it."""
+        return Snapshot(self, self._load())
+
+    def runs(self, *, loaded=None):
         """One row per write, in store order: `version` (1, 2, ...) selects the table as of that write."""
         import pandas as pd
 
         rows = []
-        for i, (_, df, meta) in enumerate(self._load(), start=1):
+        for i, (_, df, meta) in enumerate(self._load() if loaded is None else loaded, start=1):
             rows.append({
                 "version": i, "run_id": meta["run_id"], "written_at": meta.get("written_at"),
                 "created_at": meta.get("created_at"), "label": meta.get("label"),
@@ -259,9 +306,9 @@ class Store:
         out["iteration"] = out["iteration"].astype("Int64")
         return out
 
-    def run_meta(self, run_id: str | None = None) -> dict | list[dict]:
+    def run_meta(self, run_id: str | None = None, *, loaded=None) -> dict | list[dict]:
         """The stored metadata (config, versions, task configs) of `run_id`, or of every run."""
-        metas = [m for _, _, m in self._load()]
+        metas = [m for _, _, m in (self._load() if loaded is None else loaded)]
         if run_id is None:
             return metas
         for m in metas:
@@ -269,9 +316,10 @@ class Store:
                 return m
         raise UserError(f"run {run_id!r}: not in store {self.path}")
 
-    def select_runs(self, as_of: int | str | None = None, runs: Iterable[str] | None = None) -> list[str]:
+    def select_runs(self, as_of: int | str | None = None, runs: Iterable[str] | None = None, *,
+                    loaded=None) -> list[str]:
         """Run ids visible in store version `as_of` (a version number or a run id), limited to `runs`."""
-        ids = [m["run_id"] for _, _, m in self._load()]
+        ids = [m["run_id"] for _, _, m in (self._load() if loaded is None else loaded)]
         if as_of is not None:
             if isinstance(as_of, int) or str(as_of).lstrip("-").isdigit():
                 v = int(as_of)
@@ -292,12 +340,12 @@ class Store:
             ids = [r for r in ids if r in wanted]
         return ids
 
-    def metrics(self, as_of: int | str | None = None, runs: Iterable[str] | None = None):
+    def metrics(self, as_of: int | str | None = None, runs: Iterable[str] | None = None, *, loaded=None):
         """Every metric row (long format, current schema), in store order; see `select_runs`."""
         import pandas as pd
 
-        loaded = self._load()
-        keep = set(self.select_runs(as_of, runs)) if (as_of is not None or runs) else None
+        loaded = self._load() if loaded is None else loaded
+        keep = set(self.select_runs(as_of, runs, loaded=loaded)) if (as_of is not None or runs) else None
         frames = [df for _, df, m in loaded if keep is None or m["run_id"] in keep]
         frames = [f for f in frames if len(f)]
         if not frames:
@@ -307,30 +355,78 @@ class Store:
         df["n"] = df["n"].astype("Int64")
         return df
 
-    def samples(self, task: str | None = None, run_id: str | Iterable[str] | None = None):
+    def samples(self, task: str | None = None, run_id: str | Iterable[str] | None = None,
+                problems: list[str] | None = None, *, loaded=None):
         """Per-sample records as a frame: run_id, task, then every field of the records (they vary by
-        task; absent fields are NaN). Records come from committed runs only."""
+        task; absent fields are NaN). Records come from committed runs only; only the samples files
+        of the `run_id`s asked for are read.
+
+        A run whose samples file is missing, unreadable or named outside STORE/samples (a crafted or
+        damaged footer) is skipped with a warning, and described in `problems` when a list is given:
+        the other runs' records still load."""
         import pandas as pd
-        import pyarrow as pa
-        import pyarrow.parquet as pq
 
         wanted = {run_id} if isinstance(run_id, str) else (set(run_id) if run_id is not None else None)
         records = []
-        for _, _, meta in self._load():
+        for path, _, meta in (self._load() if loaded is None else loaded):
             name = meta.get("samples_file")
             if not name or (wanted is not None and meta["run_id"] not in wanted):
                 continue
-            path = self.samples_dir / name
             try:
-                table = pq.read_table(path, columns=["run_id", "task", "record"],
-                                      filters=[("task", "=", task)] if task else None)
-            except (pa.ArrowException, OSError, ValueError) as e:
-                raise UserError(f"{path}: per-sample file of run {meta['run_id']} unreadable ({e}); "
-                                "move it away to read the rest") from None
-            for rid, t, rec in zip(*(table.column(c).to_pylist() for c in ("run_id", "task", "record"))):
-                records.append({**json.loads(rec), "run_id": rid, "task": t})
+                records += self._sample_records(name, task)
+            except UserError as e:
+                msg = f"run {meta['run_id']} ({path.name}): per-sample records not shown: {e}"
+                log.warning("%s", msg)
+                if problems is not None:
+                    problems.append(msg)
         if not records:
             return pd.DataFrame(columns=["run_id", "task", "key", "image_id", "image", "prompt", "answer"])
         df = pd.DataFrame.from_records(records)
         front = ["run_id", "task"]
         return df[front + [c for c in df.columns if c not in front]]
+
+    def _sample_records(self, name: str, task: str | None) -> list[dict]:
+        """The records of one samples file, which must lie directly in STORE/samples."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        root = self.samples_dir.resolve()
+        path = (self.samples_dir / name).resolve()
+        if path.parent != root:
+            raise UserError(f"samples_file {name!r} points outside {self.samples_dir} (damaged footer)")
+        if not path.is_file():
+            raise UserError(f"{self.samples_dir / name}: samples file missing")
+        try:
+            table = pq.read_table(path, columns=["run_id", "task", "record"],
+                                  filters=[("task", "=", task)] if task else None)
+            return [{**json.loads(rec), "run_id": rid, "task": t}
+                    for rid, t, rec in zip(*(table.column(c).to_pylist() for c in ("run_id", "task", "record")))]
+        except (pa.ArrowException, OSError, ValueError, TypeError) as e:
+            raise UserError(f"{self.samples_dir / name}: samples file unreadable "
+                            f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+
+class Snapshot:
+    """A store read once (`Store.snapshot()`): every metrics file decoded a single time, then answered
+    from memory, so a report that needs rows, run metadata and samples reads the store once."""
+
+    def __init__(self, store: Store, loaded: list):
+        self.store, self.loaded = store, loaded
+
+    @property
+    def path(self) -> Path:
+        return self.store.path
+
+    def runs(self):
+        return self.store.runs(loaded=self.loaded)
+
+    def run_meta(self, run_id: str | None = None):
+        return self.store.run_meta(run_id, loaded=self.loaded)
+
+    def select_runs(self, as_of=None, runs=None) -> list[str]:
+        return self.store.select_runs(as_of, runs, loaded=self.loaded)
+
+    def metrics(self, as_of=None, runs=None):
+        return self.store.metrics(as_of, runs, loaded=self.loaded)
+
+    def samples(self, task: str | None = None, run_id=None, problems: list[str] | None = None):
+        return self.store.samples(task, run_id, problems=problems, loaded=self.loaded)

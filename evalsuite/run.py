@@ -263,7 +263,7 @@ def _run_tasks(ctx: RunContext, cfg: EvalConfig, steps: list[Step], lmms: list[s
     reused: dict[str, str] = {}
     if dist.is_main:  # rank 0 reads the store, every rank follows its decision
         for st in steps:
-            found = store.has_result(ckpt_hash, st.plan.eval_key) if st.stored else None
+            found = store.has_result(ckpt_hash, st.plan.eval_key) if st.stored and not cfg.rerun else None
             if found:
                 reused[st.name] = found
     reused = dist.broadcast(reused)

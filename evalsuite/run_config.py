@@ -164,6 +164,7 @@ class EvalConfig:
     label: str | None = None
     trust_remote_code: bool = False
     seed: int = 0                         # generation seed; chair's image sample seed unless chair.seed
+    rerun: bool = False                   # score and store tasks even when the store has their result
     system_prompt: str | None = None      # prompt settings (evalsuite/models/vlm.py)
     chat_template: str | None = field(default=None, metadata={"path": "file"})
     image_aspect: Literal["crop", "pad"] = "crop"

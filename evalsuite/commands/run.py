@@ -23,6 +23,8 @@ flags (each sets the eval config field of the same name; values are read as YAML
   --seed N                generation seed, and chair's image sample seed (default 0)
   --label NAME            display name of this checkpoint in tables and reports
   --trust-remote-code     allow custom model code in the checkpoint
+  --rerun                 score and store tasks already in the store for this checkpoint and setup
+                          (answers still come from STORE/.resume where finished)
   --system-prompt TEXT, --chat-template FILE, --image-aspect crop|pad    prompt settings
 convenience flags (set typed fields of the sections the run's tasks read):
   --split S               caption.split, chair.split, lmms.split (default val)

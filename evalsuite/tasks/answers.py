@@ -104,8 +104,3 @@ def generate_answers(ctx, images: list[dict], prompt: str, gen: GenConfig, data_
                 "answer": answers[k]} for im, k in zip(mine, keys)]
     parts = ctx.dist.gather(records)
     return None if parts is None else ctx.dist.unshard(parts)
-
-
-def ids_digest(ids: list) -> dict:
-    """A compact identity for a list of sampled document ids: their count and a hash of the list."""
-    return {"n": len(ids), "sha256": digest(list(ids))}

@@ -47,11 +47,10 @@ def coco_images(data_root, split: str) -> list[dict]:
 
 
 def answer_identity(ctx: RunContext, data: dict, split: str, image_ids: list, prompt: str, gen) -> dict:
-    """What makes two sets of answers the same evaluation (besides the checkpoint)."""
-    from evalsuite.tasks.answers import ids_digest
-
-    return {"data": data, "split": split, "images": ids_digest(image_ids), "prompt": prompt,
-            "inputs": ctx.inputs, "gen": gen.to_dict()}
+    """What makes two sets of answers the same evaluation (besides the checkpoint): the data (annotation
+    file hashes), split, the documents answered, the prompt and prompt settings, the decoding."""
+    return {"data": data, "split": split, "prompt": prompt, "image_ids": list(image_ids), "gen": gen.to_dict(),
+            "inputs": ctx.inputs}
 
 
 class CaptionTask:

@@ -105,7 +105,8 @@ class ChairTask:
         data = file_fingerprint(files)
         resources = nltk_resources.resource_checksums(scorer.resources)
         identity = {**answer_identity(ctx, data, opts.split, [im["id"] for im in images], opts.prompt, gen),
-                    "variant": variant.name, "n_boot": opts.n_boot, "seed": seed, "nltk": resources}
+                    "n_images": opts.n_images, "seed": seed, "variant": variant.name, "n_boot": opts.n_boot,
+                    "nltk": resources}
         config = {"split": opts.split, "prompt": opts.prompt, "n_images": opts.n_images, "seed": seed,
                   "limit": ctx.limit, "variant": variant.name, "n_boot": opts.n_boot, "gen": gen.to_dict()}
         # answers are keyed by the images' own data (instances), so caption's answers serve chair too

@@ -37,7 +37,7 @@ def test_chair_task_on_tiny_model(tiny_vlm_dir, world_dir, nltk_models_dir, tmp_
     assert list((tmp_path / "cache").glob("chair_gt_pattern_*.json.gz"))
     assert all(x["gt_objects"] for x in result.samples)
     # the identity names what the numbers depend on; the answers are in the resume cache
-    assert result.identity["variant"] == "original" and result.identity["images"]["n"] == 5
+    assert result.identity["variant"] == "original" and len(result.identity["image_ids"]) == 5
     assert result.identity["gen"]["max_new_tokens"] == 8 and result.eval_key == plan.eval_key
     assert len((tmp_path / "resume" / "own" / "ck" / "answers.rank0.jsonl").read_text().splitlines()) == 5
     json.dumps(result.to_dict())

@@ -260,13 +260,7 @@ def _run_tasks(ctx: RunContext, cfg: EvalConfig, steps: list[Step], lmms: list[s
                              f"tasks finished before it are kept in {out} and {cfg.store}") from None
         log.info("%s: %s", result.task, ", ".join(f"{m.metric}={m.value:.4g}" for m in result.metrics))
 
-    reused: dict[str, str] = {}
-    if dist.is_main:  # rank 0 reads the store, every rank follows its decision
-        for st in steps:
-            found = store.has_result(ckpt_hash, st.plan.eval_key) if st.stored and not cfg.rerun else None
-            if found:
-                reused[st.name] = found
-    reused = dist.broadcast(reused)
+    reused = _stored_already(steps, store, ckpt_hash, cfg, dist)
     needed = {d for st in steps if st.stored and st.name not in reused for d in st.requires}
     answers: dict[str, list[dict] | None] = {}
     for st in steps:
@@ -286,21 +280,41 @@ def _run_tasks(ctx: RunContext, cfg: EvalConfig, steps: list[Step], lmms: list[s
             answers[st.name] = None if result is None else [{k: s[k] for k in ANSWER_FIELDS} for s in result.samples]
         if result is not None:
             finish(result)
+    if lmms:
+        _run_lmms(ctx, cfg, lmms, specs, summary, finish, ckpt_hash)
+
+
+def _stored_already(steps: list[Step], store, ckpt_hash: str, cfg: EvalConfig, dist: Dist) -> dict[str, str]:
+    """{task: store run} of the own tasks whose (checkpoint, eval_key) the store holds (none with --rerun);
+    rank 0 reads the store, every rank follows its answer."""
+    found: dict[str, str] = {}
+    if dist.is_main and not cfg.rerun:
+        for st in steps:
+            run = store.has_result(ckpt_hash, st.plan.eval_key) if st.stored else None
+            if run:
+                found[st.name] = run
+    return dist.broadcast(found)
+
+
+def _run_lmms(ctx: RunContext, cfg: EvalConfig, lmms: list[str], specs, summary: dict, finish, ckpt_hash: str):
+    """The lmms-eval tasks not finished earlier in this run (summary.json), through the same model."""
+    from evalsuite.tasks.lmms import run_lmms_tasks
+
     done = [n for n in lmms if any(k == n or k.startswith(n + "/") for k in summary)]
     if done:
-        log.info("%s: finished earlier in this run (%s)", ", ".join(done), out / "summary.json")
+        log.info("%s: finished earlier in this run (%s)", ", ".join(done), ctx.output_dir / "summary.json")
     pending = [n for n in lmms if n not in done]
-    if pending:
-        from evalsuite.tasks.lmms import run_lmms_tasks
+    if not pending:
+        return
 
-        def backend():
-            from evalsuite.adapters.lmms_eval import VLMBackend
+    def backend():
+        from evalsuite.adapters.lmms_eval import VLMBackend
 
-            return VLMBackend(ctx.vlm, ckpt_hash, name=str(ctx.ckpt))
+        return VLMBackend(ctx.vlm, ckpt_hash, name=str(ctx.ckpt))
 
-        for result in run_lmms_tasks(
-                pending, backend=backend, cache_root=Path(cfg.store) / ".resume" / "lmms", data=cfg.lmms.data,
-                data_root=ctx.data_root, split=cfg.lmms.split, gen_kwargs=cfg.lmms.gen_kwargs_arg(),
-                bootstrap_iters=cfg.lmms.bootstrap_iters, limit=cfg.limit, batch_size=cfg.batch_size,
-                specs=[s for s in specs if s.name in pending]):
-            finish(result)
+    for result in run_lmms_tasks(
+            pending, backend=backend, cache_root=Path(cfg.store) / ".resume" / "lmms", data=cfg.lmms.data,
+            data_root=ctx.data_root, split=cfg.lmms.split, gen_kwargs=cfg.lmms.gen_kwargs_arg(),
+            bootstrap_iters=cfg.lmms.bootstrap_iters, limit=cfg.limit, batch_size=cfg.batch_size,
+            specs=[s for s in specs if s.name in pending]):
+        finish(result)

@@ -2,6 +2,7 @@
 dry-runs; bad keys, types and values are one line naming the key and where it came from, exit 2."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -81,8 +82,11 @@ def test_yaml_dump_round_trips_and_paths_are_listed(tmp_path):
 
 
 def _train(*args, timeout=300):
+    # WANDB_MODE=offline (left in os.environ by an in-process training test) makes transformers print
+    # to stdout on import, which is not the resolved YAML this test reads
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
     return subprocess.run([sys.executable, str(REPO / "training" / "train.py"), *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO)
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.name)

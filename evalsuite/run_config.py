@@ -190,7 +190,7 @@ class EvalConfig:
 
     def tasks_needing_data_root(self) -> list[str]:
         """Own tasks, and evalsuite's local lmms tasks (mme, pope, ...) without an lmms.data mapping."""
-        from evalsuite.tasks.lmms import LOCAL_TASKS
+        from evalsuite.tasks.registry import LMMS_LOCAL_TASKS as LOCAL_TASKS
 
         return [t for t in self.tasks if t in OWN_SECTIONS or (t in LOCAL_TASKS and t not in self.lmms.data)]
 

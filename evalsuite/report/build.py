@@ -96,11 +96,7 @@ def build_report(store, out: str | Path, *, as_of=None, runs=None, base: str | N
     the store is read once either way); returns its path. `n_boot`/`seed` size and seed the bootstraps
     (`store.paired`: the same numbers `evalsuite table` prints with the same options)."""
     from evalsuite.files import write_text_atomic
-    from evalsuite.report import csr, summary as summ
-    from evalsuite.report.qa import build_qa
-    from evalsuite.report.samples import build_view, thumbnail
     from evalsuite.store.paired import group_records, with_sample_stats
-    from evalsuite.store.store import samples_frame
     from evalsuite.store.table import build_table
 
     snap = store.snapshot() if hasattr(store, "snapshot") else store
@@ -116,10 +112,40 @@ def build_report(store, out: str | Path, *, as_of=None, runs=None, base: str | N
     records = snap.sample_records(run_id=set(table.tidy["run_id"]), problems=notes)
     records_of = group_records(records)
     tidy = with_sample_stats(table.tidy, records_of, n_boot=n_boot, seed=seed)
+    ctx = _sections(tidy, table, records, records_of, meta_of, metas, keep, notes, base=base,
+                    image_roots=image_roots, max_images=max_images, max_questions=max_questions)
+    ctx.update(page_size=page_size, provenance=provenance(metas, keep),
+               title=title or f"evalsuite report: {snap.path}", store=str(snap.path),
+               generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+               n_runs=len(keep), n_samples=len(records), selector=_selector(as_of, runs, base), notes=notes,
+               n_boot=n_boot, seed=seed)
+    # the page's only script, allowed by its hash: injected inline code or handlers would not run
+    script = (TEMPLATES / "report.js").read_text(encoding="utf-8")
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+    ctx.update(script=script, script_hash=f"sha256-{digest}")
+    html = _environment().get_template("report.html.j2").render(**ctx)
+    path = Path(out) / "index.html"
+    try:
+        write_text_atomic(path, html)
+    except OSError as e:
+        raise UserError(f"{path}: cannot write the report ({e.strerror or e})") from None
+    log.info("report: %s (%.1f kB, %d runs, %d sample groups shown of %d, %d questions of %d)", path,
+             len(html) / 1024, len(keep), len(ctx["view"]["rows"]), ctx["view"]["total"], len(ctx["qa"]["rows"]),
+             ctx["qa"]["total"])
+    return path
+
+
+def _sections(tidy, table, records, records_of, meta_of, metas, keep, notes, *, base, image_roots,
+              max_images, max_questions) -> dict:
+    """The template context of every section but the header and provenance."""
+    from evalsuite.report import csr, summary as summ
+    from evalsuite.report.qa import build_qa
+    from evalsuite.report.samples import build_view, thumbnail
+    from evalsuite.store.store import samples_frame
+
     all_ckpts = _ckpt_list(table.ckpts)
     train_tasks = tidy["task"].isin([csr.CSR_TASK, csr.TRAIN_TASK])
     eval_tidy, csr_tidy = tidy[~train_tasks], tidy[tidy["task"] == csr.CSR_TASK]
-
     ctx: dict = {"summary": [], "plots": [], "ckpts": [], "bases": [], "explicit_base": base is not None,
                  "headline": None}
     if not eval_tidy.empty:
@@ -141,24 +167,8 @@ def build_report(store, out: str | Path, *, as_of=None, runs=None, base: str | N
     ctx["relevance_density"] = relevance_density(samples, eval_tidy, ctx["ckpts"])
     view = build_view(samples, table.ckpt_of_run, ctx["ckpts"], max_images, roots, notes)
     qa = build_qa(records_of, eval_tidy, ctx["ckpts"], max_questions)
-    ctx.update(view=view, qa=qa, page_size=page_size, provenance=provenance(metas, keep),
-               title=title or f"evalsuite report: {snap.path}", store=str(snap.path),
-               generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-               n_runs=len(keep), n_samples=len(records), selector=_selector(as_of, runs, base), notes=notes,
-               n_boot=n_boot, seed=seed, arrows=summ.ARROW, dir_text=summ.DIR_TEXT)
-    # the page's only script, allowed by its hash: injected inline code or handlers would not run
-    script = (TEMPLATES / "report.js").read_text(encoding="utf-8")
-    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
-    ctx.update(script=script, script_hash=f"sha256-{digest}")
-    html = _environment().get_template("report.html.j2").render(**ctx)
-    path = Path(out) / "index.html"
-    try:
-        write_text_atomic(path, html)
-    except OSError as e:
-        raise UserError(f"{path}: cannot write the report ({e.strerror or e})") from None
-    log.info("report: %s (%.1f kB, %d runs, %d sample groups shown of %d, %d questions of %d)",
-             path, len(html) / 1024, len(keep), len(view["rows"]), view["total"], len(qa["rows"]), qa["total"])
-    return path
+    ctx.update(view=view, qa=qa, arrows=summ.ARROW, dir_text=summ.DIR_TEXT)
+    return ctx
 
 
 def _data_roots(metas: list[dict], keep: set[str]) -> list[Path]:

@@ -51,7 +51,7 @@ def _counts(n: int, n_boot: int, seed: int, strata) -> tuple:
     return _cached_counts(n, n_boot, seed, None if strata is None else tuple(strata.tolist()))
 
 
-@functools.lru_cache(maxsize=3)
+@functools.lru_cache(maxsize=6)
 def _cached_counts(n: int, n_boot: int, seed: int, strata: tuple | None) -> tuple:
     """One draw of resample counts per sample size (and strata), shared by every metric of that size."""
     from evalsuite.metrics.stats import resample_counts

@@ -4,8 +4,8 @@ Rows come from `store.table.build_table` + `store.paired.with_sample_stats` (the
 table` prints). A delta is coloured better / worse only when its 95% CI excludes 0 and the metric has a
 direction; a delta with no CI is never coloured and says so; a diagnostic (direction "none": caption
 length, the model's POPE yes ratio) is marked "changed" when significant, never better or worse.
-Metrics whose values agree in every checkpoint (relevance_mean = relevance_whole_mean for one-sentence
-captions) share one row and one plot.
+Metrics of one task and setup whose values agree in every checkpoint, and differ between checkpoints
+(relevance_mean = relevance_whole_mean for one-sentence captions), share one row and one plot.
 """
 from __future__ import annotations
 
@@ -77,9 +77,12 @@ def summary(tidy, ckpts: list[dict]) -> list[dict]:
         by = {r["ckpt_id"]: r for _, r in g.iterrows()}
         first = g.iloc[0]
         values = [_num(by[c["ckpt_id"]]["value"]) if c["ckpt_id"] in by else None for c in ckpts]
-        # a POPE setting is another set of questions: its rows never merge with another setting's
+        # a POPE setting is another set of questions: its rows never merge with another setting's; a
+        # row that does not vary across checkpoints (all 0, or one checkpoint) equals others by chance
         subset = first["variant"] if first["variant"] in POPE_SETTINGS else None
-        sig = (first["task"], first["eval_key"], subset, _signature(values))
+        present = _signature(v for v in values if v is not None)
+        sig = (first["task"], first["eval_key"], subset, _signature(values)) if len(set(present)) > 1 \
+            else (key, first["eval_key"])
         if sig in seen:
             seen[sig]["also"].append(_label(first))
             continue

@@ -263,3 +263,19 @@ def test_y_axis_never_zooms_into_noise():
     lo, hi = y_limits([0.196, 0.012], [0.16, 0.005], [0.23, 0.02])
     assert lo == 0.0 and hi > 0.23
     assert y_limits([0.0, 0.0], [], []) == (0.0, 1.0)
+
+
+def test_only_rows_that_vary_together_collapse(tmp_path):
+    """relevance_mean and _whole_mean are 0.5 then 0.6 in both checkpoints: one row. CHAIRs and CHAIRi
+    are 0 everywhere: equal by chance, so two rows."""
+    store = Store(tmp_path / "s")
+    for it in range(2):
+        res = [TaskResult("relevance", "1", [MetricValue("relevance_mean", 0.5 + 0.1 * it, True, 4),
+                                             MetricValue("relevance_whole_mean", 0.5 + 0.1 * it, True, 4)]),
+               TaskResult("chair", "1", [MetricValue("CHAIRs", 0.0, False, 4), MetricValue("CHAIRi", 0.0, False, 4)])]
+        store.write_run({"ckpt": f"/c/{it}", "ckpt_hash": f"h{it}", "iteration": it, "parent": "/c/0" if it else None},
+                        res)
+    html = build_report(store, tmp_path / "r").read_text()
+    keys = re.findall(r'<tr data-metric="[^"]*" data-key="([^"]*)"', html)
+    assert keys == ["relevance/relevance_mean", "chair/CHAIRs", "chair/CHAIRi"]
+    assert "= relevance_whole_mean (equal values)" in html

@@ -40,7 +40,7 @@ def register(sub) -> None:
 def main(args) -> int:
     from evalsuite.errors import UserError
     from evalsuite.store import Store
-    from evalsuite.store.table import to_csv, to_json, to_markdown, tidy_table
+    from evalsuite.store.table import tidy_table, to_csv, to_json, to_markdown
 
     if args.n_boot < 1:
         raise UserError(f"--n-boot: must be >= 1, got {args.n_boot}")

@@ -138,7 +138,8 @@ def build_report(store, out: str | Path, *, as_of=None, runs=None, base: str | N
 def _sections(tidy, table, records, records_of, meta_of, metas, keep, notes, *, base, image_roots,
               max_images, max_questions) -> dict:
     """The template context of every section but the header and provenance."""
-    from evalsuite.report import csr, summary as summ
+    from evalsuite.report import csr
+    from evalsuite.report import summary as summ
     from evalsuite.report.qa import build_qa
     from evalsuite.report.samples import build_view, thumbnail
     from evalsuite.store.store import samples_frame

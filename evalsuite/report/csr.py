@@ -2,8 +2,9 @@
 the DPO training curves of each iteration (the `csr_train` runs, training/csr/train_log.py)."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
+
+from evalsuite.store.table import _num
 
 CSR_TASK = "csr_pairs"
 TRAIN_TASK = "csr_train"
@@ -11,19 +12,11 @@ CSR_METRICS = ("chosen_reward_mean", "rejected_reward_mean", "reward_gap", "chos
                "rejected_relevance_mean", "num_pairs", "num_skipped")
 
 
-def _num(x):
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
-
-
 def _fmt_stat(metric: str, v) -> str:
     from evalsuite.store.table import fmt
 
     if metric.startswith("num_") and _num(v) is not None:
-        return str(int(round(float(v))))       # counts are counts: 2, not 2.000
+        return str(round(float(v)))       # counts are counts: 2, not 2.000
     return fmt(v)
 
 

@@ -9,20 +9,11 @@ Metrics of one task and setup whose values agree in every checkpoint, and differ
 """
 from __future__ import annotations
 
-import math
-
 from evalsuite.store.sample_values import POPE_SETTINGS
+from evalsuite.store.table import _num
 
 ARROW = {"up": "↑", "down": "↓", "none": "·"}
 DIR_TEXT = {"up": "higher is better", "down": "lower is better", "none": "a diagnostic: no better or worse"}
-
-
-def _num(x):
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
 
 
 def setups(tidy, by: str):

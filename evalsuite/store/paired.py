@@ -21,16 +21,9 @@ import functools
 import math
 
 from evalsuite.store import sample_values as sv
+from evalsuite.store.table import _num
 
 EXTRA_COLUMNS = ["direction", "ci_source", "delta_method", "n_paired", "significant"]
-
-
-def _num(x) -> float | None:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
 
 
 def group_records(records: list[dict]) -> dict:

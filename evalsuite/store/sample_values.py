@@ -14,22 +14,14 @@ task's `relevance`/`relevance_whole`/`sentence_scores`, and lmms-eval's per-docu
 """
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from evalsuite.metrics.stats import f1_stat, ratio_stat, sum_of_ratios_stat
+from evalsuite.store.table import _num
 
 POPE_SETTINGS = ("random", "popular", "adversarial")
 MODEL_YES = "model_yes_ratio"      # the model's share of "yes" answers (lmms-eval's pope_yes_ratio is the truth's)
-
-
-def _num(x) -> float | None:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
 
 
 def _len(r: dict, *fields: str) -> int | None:

@@ -2,8 +2,14 @@
 import numpy as np
 import pytest
 
-from evalsuite.metrics.stats import (f1_stat, paired_delta_ci, ratio_stat, resample_counts, sum_of_ratios_stat,
-                                     sums_ci)
+from evalsuite.metrics.stats import (
+    f1_stat,
+    paired_delta_ci,
+    ratio_stat,
+    resample_counts,
+    sum_of_ratios_stat,
+    sums_ci,
+)
 
 
 def _mean_rows(x):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+_GLOO_GROUP = None
+
 
 @dataclass(frozen=True)
 class Dist:
@@ -51,6 +53,49 @@ class Dist:
         """This rank's share of `items` (every world_size-th, starting at rank), order kept."""
         return items[self.rank::self.world_size]
 
+    # ------------------------------------------------- collectives (no-ops in a single process)
+    def init_group(self) -> None:
+        """Join the launcher's process group if nobody has yet (gloo on CPU, nccl on this rank's GPU)."""
+        if self.distributed:
+            init_process_group()
+
+    def _object_group(self):
+        """A gloo group for Python objects (object collectives on NCCL need CUDA tensors), built once."""
+        import torch.distributed as td
+
+        global _GLOO_GROUP
+        if td.get_backend() == "gloo":
+            return None
+        if _GLOO_GROUP is None:  # every rank reaches this in the same collective, so all create it
+            _GLOO_GROUP = td.new_group(backend="gloo")
+        return _GLOO_GROUP
+
+    def gather(self, obj) -> list | None:
+        """[obj of rank 0, obj of rank 1, ...] on rank 0, None on the others; [obj] in one process."""
+        if not self.distributed:
+            return [obj]
+        import torch.distributed as td
+
+        out = [None] * self.world_size if self.is_main else None
+        td.gather_object(obj, out, dst=0, group=self._object_group())
+        return out
+
+    def broadcast(self, obj):
+        """Rank 0's `obj` on every rank (what rank 0 decided, e.g. a run id)."""
+        if not self.distributed:
+            return obj
+        import torch.distributed as td
+
+        box = [obj]
+        td.broadcast_object_list(box, src=0, group=self._object_group())
+        return box[0]
+
+    def unshard(self, parts: list[list]) -> list:
+        """Inverse of `shard` on rank 0: the per-rank lists gathered back into the original order."""
+        out: list = []
+        for i in range(max((len(p) for p in parts), default=0)):
+            out.extend(p[i] for p in parts if i < len(p))
+        return out
 
 def init_process_group(device: str | None = None) -> bool:
     """Join the launcher's process group when started by torchrun or `accelerate launch` (WORLD_SIZE > 1,

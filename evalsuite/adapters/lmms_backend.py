@@ -30,14 +30,15 @@ log = logging.getLogger(__name__)
 
 YAML_DIR = Path(__file__).resolve().parent.parent / "tasks" / "yaml"
 MODEL_ID = "evalsuite"
-OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
 def prepare_env() -> None:
-    """Offline flags, and a writable request-cache dir (else lmms-eval writes into site-packages)."""
-    for key in OFFLINE_ENV:
-        os.environ.setdefault(key, "1")
-    os.environ.setdefault("LM_HARNESS_CACHE_PATH", str(Path(tempfile.gettempdir()) / "evalsuite-lmms-cache"))
+    """Offline flags and lmms-eval's request-cache dir (evalsuite/env.py). The entry points set them already;
+    lmms-eval's own CLI (`--model evalsuite`) starts without them, and lmms_eval/huggingface_hub read them
+    when imported, so this module (imported lazily, only where lmms-eval runs) sets them too (setdefault)."""
+    from evalsuite.env import set_offline_env
+
+    set_offline_env()
 
 
 prepare_env()  # lmms_eval and huggingface_hub read these at import time (docs/lmms-eval.md)

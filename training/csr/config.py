@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evalsuite.errors import UserError
+from evalsuite.run_config import EvalConfig
 
 EXPANDERS = ("group_beam", "sample")
 STOP_RULES = ("released", "sentence_marks")
@@ -175,8 +176,10 @@ class CSRConfig:
     iterations: T. limit: use only the first N prompts (None = all).
     train: mapping handed to `training.trainers.dpo.run_dpo` on top of what the loop sets
       (model, data, output dir); e.g. lora_r, lora_alpha, learning_rate, beta, num_train_epochs.
-    eval_tasks / eval_options / eval_data_root / store: coupled evaluation of the base and every merged
-      checkpoint through `evalsuite.run.run_eval`; pair statistics go to `store` as task `csr_pairs`.
+    eval: the coupled evaluation of the base and every merged checkpoint through `evalsuite.run.run_eval`:
+      an `evalsuite.run_config.EvalConfig` section (tasks, data_root, limit, chair:, lmms:, ...; see
+      configs/eval/), validated when the preset loads; null = no evaluation. The loop sets its ckpt,
+      output, label and store (results and pair statistics, as task `csr_pairs`, go to `store`).
     device / dtype: where generation and scoring run (None = cuda if available, else cpu).
     """
 
@@ -190,10 +193,7 @@ class CSRConfig:
     output_dir: str | None = None
     limit: int | None = None
     store: str = "results"
-    eval_tasks: list[str] = field(default_factory=list)
-    eval_options: dict[str, Any] = field(default_factory=dict)
-    eval_data_root: str | None = field(default=None, metadata={"path": "dir"})
-    eval_limit: int | None = None
+    eval: EvalConfig | None = None
     device: str | None = None
     dtype: Literal["float32", "float16", "bfloat16"] | None = None
     tree: TreeConfig = field(default_factory=TreeConfig)
@@ -206,18 +206,34 @@ class CSRConfig:
             _check(bool(getattr(self, name)), f"csr.{name}", "is required")
         _check(self.iterations >= 1, "csr.iterations", "must be >= 1")
         _check(self.limit is None or self.limit >= 1, "csr.limit", "must be >= 1 or null")
+        if self.eval is not None:
+            defaults = EvalConfig()
+            for name in ("ckpt", "output", "label", "store"):
+                _check(getattr(self.eval, name) == getattr(defaults, name), f"eval.{name}",
+                       "is set by the loop (the checkpoint of each iteration, its eval dir, the top-level store)")
         self.train_config(self.model, 1, self.run_dir / "iter_1", portable=True)  # fail now, not at the train stage
 
     def check_ready(self) -> None:
         """Before the loop starts: the inputs exist and the train section fits this machine."""
         from evalsuite.config import missing_paths
 
-        missing = [m for m in missing_paths(self) if not m.startswith("eval_data_root")]
+        missing = missing_paths(self)
         if missing:
             raise UserError(missing[0])
         if not (Path(self.model) / "config.json").is_file():
             raise UserError(f"model: no config.json in {self.model} (not a Hugging Face checkpoint directory)")
         self.train_config(self.model, 1, self.run_dir / "iter_1")
+
+    @property
+    def evaluates(self) -> bool:
+        return self.eval is not None and bool(self.eval.tasks)
+
+    def eval_config(self, ckpt: str | Path, label: str, out: Path) -> EvalConfig:
+        """The `eval:` section completed with what the loop owns, for one checkpoint."""
+        import dataclasses
+
+        return dataclasses.replace(self.eval, ckpt=str(ckpt), output=str(out), label=label, store=self.store,
+                                   device=self.eval.device or self.device)
 
     def train_config(self, ckpt: str | Path, t: int, d: Path, portable: bool = False):
         """The trainer's TrainConfig for iteration t: the preset's `train:` mapping + what the loop owns.

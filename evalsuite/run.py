@@ -42,6 +42,15 @@ class EvalSpec:
     trust_remote_code: bool = False
     device: str | None = None
     label: str | None = None
+    system_prompt: str | None = None          # evalsuite.models.inputs.InputConfig fields
+    chat_template: str | None = None          # a Jinja file replacing the checkpoint's template
+    image_aspect: str = "crop"                # crop (the processor's own) | pad (LLaVA-1.5's pad-to-square)
+
+    def input_config(self):
+        from evalsuite.models.inputs import InputConfig
+
+        return InputConfig(system_prompt=self.system_prompt, chat_template=self.chat_template,
+                           image_aspect=self.image_aspect)
 
 
 def default_world_dir() -> Path:
@@ -146,6 +155,7 @@ def run_eval(spec: EvalSpec) -> dict:
 
     _check_dir(Path(spec.ckpt))          # fail on a bad checkpoint before any work
     check_task_names(spec.tasks)
+    inputs = spec.input_config()         # a missing template file or bad image_aspect fails here too
     data_root = Path(spec.data_root) if spec.data_root else ensure_builtin_world()
     if not data_root.is_dir():
         raise UserError(f"--data-root {data_root}: not a directory")
@@ -153,6 +163,7 @@ def run_eval(spec: EvalSpec) -> dict:
     out = Path(spec.output_dir) if spec.output_dir else Path(spec.store) / "runs" / run_id
     meta = run_meta(spec, run_id)
     meta["config"]["data_root"] = meta["data_root"] = str(data_root)
+    meta["inputs"] = inputs.to_dict()  # completed with the prompt format once the model is loaded
     from evalsuite.tasks.lmms import is_main_process
 
     main_rank = is_main_process()
@@ -162,7 +173,7 @@ def run_eval(spec: EvalSpec) -> dict:
     options = {"resume_dir": str(Path(spec.store) / ".resume" / "lmms"), **spec.options}
     ctx = RunContext(ckpt=spec.ckpt, data_root=data_root, output_dir=out, limit=spec.limit,
                      batch_size=spec.batch_size, gen=spec.gen, options=options,
-                     trust_remote_code=spec.trust_remote_code, device=spec.device)
+                     trust_remote_code=spec.trust_remote_code, device=spec.device, inputs=inputs)
     store = Store(spec.store)
     summary: dict[str, dict] = {}
     own, lmms = split_tasks(spec.tasks)
@@ -174,6 +185,9 @@ def run_eval(spec: EvalSpec) -> dict:
     def finish(result: TaskResult) -> None:
         if not main_rank:  # under torchrun/accelerate only rank 0 writes
             return
+        if ctx._vlm is not None and "prompt_format" not in meta["inputs"]:
+            meta["inputs"] = ctx.vlm.inputs.describe()  # the prompt actually sent, around {question}
+            write_json_atomic(out / "run.json", meta)
         save_task(out, result)
         # one store run per task, so each lands as soon as it finishes; eval_run groups them
         store.write_run({**meta, "run_id": f"{run_id}-{result.task}", "eval_run": run_id}, [result])

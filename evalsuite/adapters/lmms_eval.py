@@ -160,6 +160,12 @@ class VLMBackend:
 
         return generate(self.vlm, requests, gen, batch_size=max(1, len(requests)), progress=False)
 
+    def prompt_text(self, context: str, with_image: bool = True) -> str:
+        """The text the processor receives for `context` (chat template, system prompt, family format)."""
+        from evalsuite.models.vlm import build_prompt
+
+        return build_prompt(self.vlm, context, with_image)
+
     def loglikelihood(self, pairs: list[tuple[GenRequest, str]]) -> list[tuple[float, bool]]:
         from evalsuite.models import vlm as vlm_mod
 

@@ -32,6 +32,13 @@ def register(sub) -> None:
     p.add_argument("--label", default=None, help="display name of this checkpoint in tables and reports")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code in the checkpoint")
+    p.add_argument("--system-prompt", default=None,
+                   help="system message before every prompt (default: none beyond the chat template's own)")
+    p.add_argument("--chat-template", default=None, metavar="FILE",
+                   help="Jinja chat template file used instead of the checkpoint's (needed when it has none)")
+    p.add_argument("--image-aspect", choices=["crop", "pad"], default="crop",
+                   help="crop: the processor's own resizing; pad: pad to a square with the image mean "
+                        "colour first (LLaVA-1.5's image_aspect_ratio=pad)")
     p.set_defaults(func=main)
 
 
@@ -51,6 +58,7 @@ def main(args) -> int:
         batch_size=args.batch_size, gen=GenConfig(max_new_tokens=args.max_new_tokens, seed=args.seed),
         options={k: v for k, v in options.items() if v is not None},
         trust_remote_code=args.trust_remote_code, device=args.device, label=args.label,
+        system_prompt=args.system_prompt, chat_template=args.chat_template, image_aspect=args.image_aspect,
     )
     summary = run_eval(spec)
     for task, res in summary["tasks"].items():

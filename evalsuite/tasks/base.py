@@ -21,6 +21,7 @@ class RunContext:
     options: dict[str, Any] = field(default_factory=dict)   # task options: split, prompt, variant, clip, ...
     trust_remote_code: bool = False
     device: str | None = None
+    inputs: Any = None              # evalsuite.models.inputs.InputConfig (system prompt, template, image_aspect)
     _vlm: Any = None
     # answers generated in this run, keyed by (split, prompt, gen) so `relevance` reuses `caption`/`chair`
     generations: dict[tuple, list[dict]] = field(default_factory=dict)
@@ -30,7 +31,8 @@ class RunContext:
         if self._vlm is None:
             from evalsuite.models.vlm import load_vlm
 
-            self._vlm = load_vlm(self.ckpt, trust_remote_code=self.trust_remote_code, device=self.device)
+            self._vlm = load_vlm(self.ckpt, trust_remote_code=self.trust_remote_code, device=self.device,
+                                 inputs=self.inputs)
         return self._vlm
 
     def generate(self, requests: list[GenRequest], gen: GenConfig | None = None) -> list[str]:

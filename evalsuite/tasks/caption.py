@@ -35,8 +35,10 @@ def generate_for_images(ctx: RunContext, task: str, images: list[dict], split: s
     if key not in ctx.generations:
         requests = [GenRequest(key=str(im["id"]), image=im["path"], prompt=prompt) for im in images]
         answers = ctx.generate(requests)
+        sent = ctx.vlm.inputs.prompt(prompt)  # the text the processor received (template, system prompt)
         ctx.generations[key] = [
-            {"key": r.key, "image_id": im["id"], "image": im["path"], "prompt": prompt, "answer": a}
+            {"key": r.key, "image_id": im["id"], "image": im["path"], "prompt": prompt, "prompt_text": sent,
+             "answer": a}
             for r, im, a in zip(requests, images, answers)
         ]
     return ctx.generations[key]

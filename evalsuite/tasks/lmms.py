@@ -158,7 +158,8 @@ def run_lmms_tasks(ctx: RunContext, names: list[str], backend=None) -> list[Task
                 f"newly finished samples are kept in {cache_root} and will not be regenerated"
             ) from exc
         if raw is not None:  # None on ranks != 0
-            results.extend(to_task_results(spec, raw, dict(lm.counts), gen_kwargs, ctx.limit))
+            results.extend(to_task_results(spec, raw, dict(lm.counts), gen_kwargs, ctx.limit,
+                                           getattr(backend, "prompt_text", None)))
     return results
 
 
@@ -171,11 +172,13 @@ def _checkpoint_backend(ctx: RunContext):
 
         if torch.cuda.is_available():  # data parallel: each rank its own GPU
             ctx.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-    return VLMBackend(ctx.vlm, checkpoint_hash(ctx.ckpt), name=str(ctx.ckpt))
+    suffix = ctx.inputs.cache_suffix() if ctx.inputs is not None else ""
+    return VLMBackend(ctx.vlm, checkpoint_hash(ctx.ckpt) + suffix, name=str(ctx.ckpt))
 
 
-def to_task_results(spec: LmmsSpec, raw: dict, counts: dict, gen_kwargs, limit) -> list[TaskResult]:
-    """lmms-eval's results dict -> one TaskResult per leaf task (a group gives several)."""
+def to_task_results(spec: LmmsSpec, raw: dict, counts: dict, gen_kwargs, limit, prompt_text=None) -> list[TaskResult]:
+    """lmms-eval's results dict -> one TaskResult per leaf task (a group gives several).
+    `prompt_text(context, with_image)`: the text the model received for a context (recorded per sample)."""
     from evalsuite.version import lmms_eval_version
 
     out = []
@@ -186,13 +189,18 @@ def to_task_results(spec: LmmsSpec, raw: dict, counts: dict, gen_kwargs, limit) 
         n = raw.get("n-samples", {}).get(leaf, {})
         out.append(TaskResult(
             task=name, version=_task_version(raw, leaf), metrics=metrics,
-            samples=_samples(name, raw["samples"][leaf], metrics),
+            samples=_samples(name, raw["samples"][leaf], metrics, prompt_text),
             config={"lmms_task": leaf, "data": spec.data, "limit": limit, "gen_kwargs": gen_kwargs},
             extra={"lmms_eval_version": lmms_eval_version(), "lmms_task": leaf,
                    "task_version": _task_version(raw, leaf), "n_samples": n,
                    "stderr_clt": stderr_clt, "responses": counts},
         ))
     return out
+
+
+def _has_image(doc: dict) -> bool:
+    """Whether a (logged) lmms-eval doc came with an image: its image column or evalsuite's image_source."""
+    return any(doc.get(k) is not None for k in ("image", "image_source", "images"))
 
 
 def _number(v) -> float | None:
@@ -227,7 +235,7 @@ def _task_version(raw: dict, task: str) -> str:
     return str(raw["versions"].get(task))
 
 
-def _samples(name: str, rows: list[dict], metrics: list[MetricValue]) -> list[dict]:
+def _samples(name: str, rows: list[dict], metrics: list[MetricValue], prompt_text=None) -> list[dict]:
     names = {m.metric for m in metrics}
     out = []
     for row in sorted(rows, key=lambda r: r["doc_id"]):
@@ -240,6 +248,8 @@ def _samples(name: str, rows: list[dict], metrics: list[MetricValue]) -> list[di
         rec = {"key": f"{name}/{row['doc_id']}", "doc_id": row["doc_id"],
                "image_id": doc.get("question_id", doc.get("image_id")), "image": doc.get("image_source"),
                "prompt": prompt, "answer": answer, "target": row.get("target"), "doc": doc}
+        if prompt_text is not None and isinstance(prompt, str):
+            rec["prompt_text"] = prompt_text(prompt, _has_image(doc))
         rec.update({k: v for k, v in row.items() if k in names})
         out.append(rec)
     return out

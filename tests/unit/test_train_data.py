@@ -128,11 +128,13 @@ def test_split_and_hash(root):
 
 
 def test_truncation_counts_text_tokens_only():
-    """ids [BOS=1, 5, IMG=4, 4, 6, 7, 8], limit 2: BOS and both image tokens stay, text keeps its last 2 (7, 8).
-    _first_text_tokens([4, 4, 5, 6, 7], image 4, limit 2): 5 and 6 fit, 7 is the 3rd text token -> prefix length 4."""
+    """ids [BOS=1, 5, IMG=4, 4, 6, 7, 8] with BOS and both image tokens protected (positions 0, 2, 3),
+    limit 2: they stay and text keeps its last 2 (7, 8) -> positions [0, 2, 3, 5, 6].
+    _first_text_tokens([4, 4, 5, 6, 7], protected {0, 1}, limit 2): 5 and 6 fit, 7 is the 3rd text
+    token -> prefix length 4."""
     from training.trainers.collate import _first_text_tokens, keep_prompt_end
 
-    assert keep_prompt_end([1, 5, 4, 4, 6, 7, 8], image_id=4, bos_id=1, limit=2) == [1, 4, 4, 7, 8]
-    assert keep_prompt_end([5, 6], image_id=4, bos_id=1, limit=5) == [5, 6]
-    assert _first_text_tokens([4, 4, 5, 6, 7], image_id=4, limit=2) == 4
-    assert _first_text_tokens([4, 5], image_id=4, limit=9) == 2
+    assert keep_prompt_end([1, 5, 4, 4, 6, 7, 8], protected={0, 2, 3}, limit=2) == [0, 2, 3, 5, 6]
+    assert keep_prompt_end([5, 6], protected=set(), limit=5) == [0, 1]
+    assert _first_text_tokens([4, 4, 5, 6, 7], protected={0, 1}, limit=2) == 4
+    assert _first_text_tokens([4, 5], protected={0}, limit=9) == 2

@@ -139,6 +139,9 @@ class CSRConfig:
     eval_tasks / eval_options / eval_data_root / store: coupled evaluation of the base and every merged
       checkpoint through `evalsuite.run.run_eval`; pair statistics go to `store` as task `csr_pairs`.
     device / dtype: where generation and scoring run (None = cuda if available, else cpu).
+    system_prompt / chat_template / image_aspect: the prompt and image settings used identically by
+      candidate generation, reward scoring, DPO collation and the coupled evaluation
+      (`evalsuite.models.inputs.InputConfig`; configs/csr.yaml sets the released code's).
     """
 
     name: str = "csr"
@@ -156,6 +159,9 @@ class CSRConfig:
     eval_limit: int | None = None
     device: str | None = None
     dtype: str | None = None
+    system_prompt: str | None = None
+    chat_template: str | None = None
+    image_aspect: str = "crop"
     tree: TreeConfig = field(default_factory=TreeConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     pairs: PairConfig = field(default_factory=PairConfig)
@@ -168,6 +174,13 @@ class CSRConfig:
         _check(self.limit is None or self.limit >= 1, "csr.limit", "must be >= 1 or null")
         if isinstance(self.eval_tasks, str):
             self.eval_tasks = [t for t in self.eval_tasks.split(",") if t]
+        self.input_config()  # bad image_aspect, missing chat_template file: fail before any model loads
+
+    def input_config(self):
+        from evalsuite.models.inputs import InputConfig
+
+        return InputConfig(system_prompt=self.system_prompt, chat_template=self.chat_template,
+                           image_aspect=self.image_aspect)
 
     @property
     def run_dir(self) -> Path:

@@ -122,7 +122,8 @@ class _Models:
             from evalsuite.models.vlm import load_vlm
 
             self.release()
-            self._vlm, self._vlm_path = load_vlm(path, device=_device(self.cfg), dtype=self.cfg.dtype), str(path)
+            self._vlm = load_vlm(path, device=_device(self.cfg), dtype=self.cfg.dtype, inputs=self.cfg.input_config())
+            self._vlm_path = str(path)
         return self._vlm
 
     def scorer(self):
@@ -221,7 +222,9 @@ def train_config(cfg: CSRConfig, ckpt: str, t: int, d: Path):
 
     owned = {"method": "csr", "model_name_or_path": str(ckpt), "output_dir": str(d / "train"),
              "merged_dir": str(d / "merged"), "data_path": str(d / "pairs.json"), "dataset_name": "csr_pairs",
-             "image_root": str(cfg.image_root), "iteration": t, "parent": str(ckpt), "save_merged": True}
+             "image_root": str(cfg.image_root), "iteration": t, "parent": str(ckpt), "save_merged": True,
+             # the prompt and images DPO trains on are the ones the candidates were generated from
+             "system_prompt": cfg.system_prompt, "chat_template": cfg.chat_template, "image_aspect": cfg.image_aspect}
     clash = sorted(set(owned) & set(cfg.train))
     if clash:
         raise UserError(f"csr.train: {', '.join(clash)} are set by the loop, remove them from the preset")
@@ -246,7 +249,8 @@ def stage_train(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> 
     if rank == 0:
         write_json_atomic(d / "manifest.json", {
             "iteration": t, "parent": str(ckpt), "merged": merged, "pairs_hash": info["pairs_hash"],
-            "num_pairs": info["pairs"], "config": cfg.to_dict(), "train_config": tcfg.resolved()})
+            "num_pairs": info["pairs"], "config": cfg.to_dict(), "inputs": cfg.input_config().to_dict(),
+            "train_config": tcfg.resolved()})
         _mark(d, "train", merged=merged)
     _barrier()
     return merged
@@ -257,7 +261,8 @@ def stage_eval(cfg: CSRConfig, ckpt: str, label: str, out: Path) -> None:
 
     run_eval(EvalSpec(ckpt=str(ckpt), tasks=list(cfg.eval_tasks), data_root=cfg.eval_data_root,
                       output_dir=str(out), store=cfg.store, limit=cfg.eval_limit, options=dict(cfg.eval_options),
-                      device=cfg.device, label=label))
+                      device=cfg.device, label=label, system_prompt=cfg.system_prompt,
+                      chat_template=cfg.chat_template, image_aspect=cfg.image_aspect))
 
 
 # ---------------------------------------------------------------- driver

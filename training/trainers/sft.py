@@ -25,7 +25,8 @@ def build_sft_trainer(cfg, model, processor, train_ds, eval_ds=None) -> SFTTrain
     args = SFTConfig(**trainer_args(cfg), max_length=None, dataset_num_proc=cfg.dataset_num_proc,
                      dataset_kwargs={"skip_prepare_dataset": True})  # SFTCollator tokenises on the fly
     collator = SFTCollator(processor, max_length=cfg.max_length, max_prompt_length=cfg.max_prompt_length,
-                           max_target_length=cfg.max_target_length, label_pad_token_id=cfg.label_pad_token_id)
+                           max_target_length=cfg.max_target_length, label_pad_token_id=cfg.label_pad_token_id,
+                           inputs=cfg.input_config())
     return SFTTrainer(model=model, args=args, data_collator=collator, train_dataset=train_ds, eval_dataset=eval_ds,
                       processing_class=processor, peft_config=lora_config(cfg, model),
                       callbacks=[JsonLogCallback(Path(cfg.output_dir) / "metrics.jsonl")])

@@ -1,0 +1,129 @@
+"""Every transformers-native VLM family of the kit, end to end (issue 18's matrix).
+
+Per family (`evalsuite tiny-ckpt --arch ...`, built offline): `evalsuite run --tasks caption,chair,pope`
+gives identical answers at batch size 8 and 1; DPO and SFT with LoRA `auto` train 2 steps and change
+every trainable parameter, which are LoRA weights of the language model only; one CSR iteration
+(search, reward pass, pairs, DPO, merge) ends in a loadable checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from evalsuite.kit.families import ARCHS
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory):
+    """arch -> its tiny checkpoint, built on first use."""
+    from evalsuite.kit.families import build_tiny_family
+
+    root, built = tmp_path_factory.mktemp("families"), {}
+
+    def get(arch: str) -> Path:
+        if arch not in built:
+            built[arch] = build_tiny_family(arch, root / arch, seed=0)
+        return built[arch]
+
+    return get
+
+
+def _answers(out: Path, task: str) -> list[str]:
+    return [json.loads(x)["answer"] for x in (out / task / "samples.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_eval_answers_do_not_depend_on_batch_size(arch, ckpts, world_dir, tmp_path):
+    if not os.environ.get("NLTK_DATA"):
+        pytest.skip("CHAIR needs NLTK_DATA (make test sets it)")
+    from evalsuite.run import EvalSpec, run_eval
+    from evalsuite.types import GenConfig
+
+    outs = {}
+    for bs in (8, 1):
+        outs[bs] = tmp_path / f"bs{bs}"
+        run_eval(EvalSpec(ckpt=str(ckpts(arch)), tasks=["caption", "chair", "pope"], data_root=str(world_dir),
+                          output_dir=str(outs[bs]), store=str(tmp_path / "store"), limit=4, batch_size=bs,
+                          gen=GenConfig(max_new_tokens=6), device="cpu",
+                          options={"n_images": 4, "n_boot": 10, "gen_kwargs": "max_new_tokens=6",
+                                   "resume_dir": str(tmp_path / f"resume{bs}")}))
+    for task in ("caption", "chair", "pope"):
+        assert _answers(outs[8], task) == _answers(outs[1], task), task
+    sample = json.loads((outs[8] / "caption" / "samples.jsonl").read_text().splitlines()[0])
+    run = json.loads((outs[8] / "run.json").read_text())
+    assert sample["prompt_text"] == run["inputs"]["prompt_example"].replace("{question}", sample["prompt"])
+    want = "paligemma" if arch == "paligemma" else "chat_template"
+    assert run["inputs"]["prompt_format"] == want and run["inputs"]["image_aspect"] == "crop"
+    pope = json.loads((outs[8] / "pope" / "samples.jsonl").read_text().splitlines()[0])
+    assert pope["prompt_text"].endswith(run["inputs"]["prompt_example"].split("{question}")[1])
+
+
+def _train_data(world: Path, root: Path) -> tuple[Path, Path]:
+    caps = json.loads((world / "annotations" / "captions_train.json").read_text())
+    files = {im["id"]: f"images/train/{im['file_name']}" for im in caps["images"]}
+    first: dict = {}
+    for a in caps["annotations"]:
+        first.setdefault(a["image_id"], a["caption"])
+    cc = [(files[i], c) for i, c in sorted(first.items())][:4]
+    pairs = [{"image": img, "prompt": "describe the image.", "chosen": cap, "rejected": cc[(i + 1) % 4][1]}
+             for i, (img, cap) in enumerate(cc)]
+    sft = [{"image": img, "conversations": [{"from": "user", "value": "<image>\ndescribe the image."},
+                                            {"from": "assistant", "value": cap}]} for img, cap in cc]
+    (root / "pairs.json").write_text(json.dumps(pairs))
+    (root / "sft.json").write_text(json.dumps(sft))
+    return root / "pairs.json", root / "sft.json"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_dpo_and_sft_train_lora_on_the_language_model_only(arch, ckpts, world_dir, tmp_path):
+    import torch
+
+    from training.config import load_config
+    from training.data import load_examples
+    from training.trainers.dpo import build_dpo_trainer
+    from training.trainers.model import PROJECTOR_PARTS, VISION_PARTS, load_model_and_processor
+    from training.trainers.sft import build_sft_trainer
+
+    pairs, sft = _train_data(world_dir, tmp_path)
+    for method, data, build in (("dpo", pairs, build_dpo_trainer), ("sft", sft, build_sft_trainer)):
+        cfg = load_config(["--config", str(REPO / "configs" / "train" / "tiny_cpu.yaml"), "--method", method,
+                           "--model_name_or_path", str(ckpts(arch)), "--data_path", str(data),
+                           "--image_root", str(world_dir), "--output_dir", str(tmp_path / method),
+                           "--dataset_name", "plain_dpo" if method == "dpo" else "vlquery_json"])
+        train_ds, _, _ = load_examples(cfg)
+        model, processor = load_model_and_processor(cfg)
+        trainer = build(cfg, model, processor, train_ds)
+        before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+        assert before and all("lora_" in n for n in before), method
+        parts = {part for n in before for part in n.split(".")}
+        assert not parts & set(VISION_PARTS + PROJECTOR_PARTS), (method, parts & set(VISION_PARTS + PROJECTOR_PARTS))
+        trainer.train()
+        after = dict(trainer.model.named_parameters())
+        assert [n for n, p in before.items() if torch.equal(p, after[n].detach())] == [], method
+        assert trainer.state.global_step == 2
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_one_csr_iteration(arch, ckpts, tiny_clip_dir, world_dir, tmp_path):
+    from evalsuite.manifest import read_manifest
+    from training.csr.config import load_config
+    from training.csr.loop import run_csr
+
+    images = world_dir / "images" / "train"
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": p.stem, "image": p.name, "question": "Describe the image."}) + "\n"
+                               for p in sorted(images.iterdir())[:4]))
+    overrides = [f"model={ckpts(arch)}", f"clip={tiny_clip_dir}", f"prompts={prompts}", f"image_root={images}",
+                 f"output_dir={tmp_path / 'run'}", f"store={tmp_path / 'store'}", "iterations=1",
+                 "tree.max_depth=2", "tree.max_new_tokens=6", "train.max_steps=2"]
+    (merged,) = run_csr(load_config(REPO / "configs" / "csr_tiny.yaml", overrides))
+    man = read_manifest(merged)
+    assert man["method"] == "csr" and man["parent"] == str(ckpts(arch))
+    assert man["config"]["inputs"]["image_aspect"] == "crop"
+    assert json.loads((tmp_path / "run" / "iter_1" / "pair_stats.json").read_text())["metrics"]

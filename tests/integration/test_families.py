@@ -127,3 +127,54 @@ def test_one_csr_iteration(arch, ckpts, tiny_clip_dir, world_dir, tmp_path):
     assert man["method"] == "csr" and man["parent"] == str(ckpts(arch))
     assert man["config"]["inputs"]["image_aspect"] == "crop"
     assert json.loads((tmp_path / "run" / "iter_1" / "pair_stats.json").read_text())["metrics"]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_csr_search_and_reward_pass_use_the_models_own_inputs(arch, ckpts, world_dir):
+    """One group of 5 beams from our KV-cached search == transformers' beam search on the processor's full
+    output (token ids and sequences_scores): the per-row tensors, the cache expansion and the positions
+    (Qwen-VL's M-RoPE rows, PaliGemma's 1-based prefix-LM) are the model's own. With no length or
+    diversity penalty a beam's score is its mean token log-prob, which the teacher-forced reward pass
+    must give again for two left-padded sentences of different lengths in one batch."""
+    from evalsuite.models.vlm import load_vlm, suppressed_token_ids
+    from training.csr.generate import Node, Tree, encode_prompt, response_fill, sentence_end_ids
+    from training.csr.reward import language_scores
+    from training.csr.search import SearchSpec, group_beam_search
+
+    vlm = load_vlm(ckpts(arch), device="cpu")
+    images = world_dir / "images" / "train"
+    image = sorted(images.iterdir())[0].name
+    ids, feats = encode_prompt(vlm, images, image, "Describe the image.")
+    tok = vlm.tokenizer
+    spec = SearchSpec(num_beams=5, num_groups=1, diversity_penalty=0.0, max_new_tokens=6,
+                      stop_ids=tuple(sentence_end_ids(tok, [".", "!", "?"]) + [tok.eos_token_id]),
+                      suppress_ids=tuple(i for i in suppressed_token_ids(vlm) if i != tok.eos_token_id),
+                      pad_id=tok.pad_token_id, response_fill=response_fill(vlm))
+    ours = group_beam_search(vlm.model, [ids], [feats], spec)[0]
+    enc = vlm.inputs.encode([vlm.inputs.prompt("Describe the image.")], [_image(images / image)])
+    hf = vlm.model.generate(**enc, num_beams=5, num_return_sequences=5, max_new_tokens=6, do_sample=False,
+                            eos_token_id=list(spec.stop_ids), suppress_tokens=list(spec.suppress_ids),
+                            pad_token_id=spec.pad_id, return_dict_in_generate=True, output_scores=True)
+    assert [h.ids for h in ours] == [_strip(s[enc["input_ids"].shape[1]:], spec.pad_id) for s in hf.sequences]
+    assert [h.score for h in ours] == pytest.approx(hf.sequences_scores.tolist(), abs=1e-4)
+
+    a = ours[0]
+    b = next((h for h in ours if len(h.ids) != len(a.ids)), ours[1])  # another length: left padding at work
+    nodes = [Node(0, None, 0, [], [], "", 0.0, 0.0, children=[1, 2])]
+    nodes += [Node(i, 0, 1, [], list(h.ids), "sentence", h.score, h.score) for i, h in ((1, a), (2, b))]
+    tree = Tree(id="t", image=image, question="Describe the image.", prompt_ids=ids, nodes=nodes)
+    lm = language_scores(vlm, [tree], [feats], batch=2)[0]
+    assert [lm[1], lm[2]] == pytest.approx([a.score, b.score], abs=1e-4)
+
+
+def _strip(seq, pad: int) -> tuple[int, ...]:
+    ids = seq.tolist()
+    while ids and ids[-1] == pad:
+        ids.pop()
+    return tuple(ids)
+
+
+def _image(path):
+    from evalsuite.models.vlm import load_image
+
+    return load_image(path)

@@ -42,7 +42,7 @@ def write_manifest(
     manifest = {
         "schema": SCHEMA,
         "iteration": iteration,
-        "parent": str(parent) if parent is not None else None,
+        "parent": _parent_ref(parent),
         "method": method,
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "code_version": code_version(),
@@ -52,6 +52,15 @@ def write_manifest(
         "extra": extra or {},
     }
     return write_json_atomic(ckpt / MANIFEST, manifest)
+
+
+def _parent_ref(parent: str | Path | None) -> str | None:
+    """A parent that is a local path is recorded absolute and resolved (a relative one would name a
+    different folder from any other working directory); anything else (a hub id) is kept as given."""
+    if parent is None:
+        return None
+    p = Path(parent).expanduser()
+    return str(p.resolve()) if p.exists() else str(parent)
 
 
 def read_manifest(ckpt: str | Path) -> dict | None:

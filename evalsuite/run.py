@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalsuite.errors import UserError
-from evalsuite.files import write_json_atomic, write_jsonl_atomic
+from evalsuite.errors import RunFailure, UserError
+from evalsuite.files import ensure_writable_dir, write_json_atomic, write_jsonl_atomic
 from evalsuite.tasks.base import RunContext
 from evalsuite.types import GenConfig, TaskResult
 
@@ -155,7 +155,12 @@ def run_eval(spec: EvalSpec) -> dict:
 
     _check_dir(Path(spec.ckpt))          # fail on a bad checkpoint before any work
     check_task_names(spec.tasks)
-    inputs = spec.input_config()         # a missing template file or bad image_aspect fails here too
+    inputs = spec.input_config()         # a bad image_aspect or unreadable template file fails here too
+    inputs.template_text()
+    # a bad --store/--output must fail now, not after hours of generation
+    ensure_writable_dir(spec.store, "--store", create=False)
+    if spec.output_dir:
+        ensure_writable_dir(spec.output_dir, "--output", create=False)
     data_root = Path(spec.data_root) if spec.data_root else ensure_builtin_world()
     if not data_root.is_dir():
         raise UserError(f"--data-root {data_root}: not a directory")
@@ -185,14 +190,18 @@ def run_eval(spec: EvalSpec) -> dict:
     def finish(result: TaskResult) -> None:
         if not main_rank:  # under torchrun/accelerate only rank 0 writes
             return
-        if ctx._vlm is not None and "prompt_format" not in meta["inputs"]:
-            meta["inputs"] = ctx.vlm.inputs.describe()  # the prompt actually sent, around {question}
-            write_json_atomic(out / "run.json", meta)
-        save_task(out, result)
-        # one store run per task, so each lands as soon as it finishes; eval_run groups them
-        store.write_run({**meta, "run_id": f"{run_id}-{result.task}", "eval_run": run_id}, [result])
-        summary[result.task] = result.to_dict()
-        write_json_atomic(out / "summary.json", summary)
+        try:
+            if ctx._vlm is not None and "prompt_format" not in meta["inputs"]:
+                meta["inputs"] = ctx.vlm.inputs.describe()  # the prompt actually sent, around {question}
+                write_json_atomic(out / "run.json", meta)
+            save_task(out, result)
+            # one store run per task, so each lands as soon as it finishes; eval_run groups them
+            store.write_run({**meta, "run_id": f"{run_id}-{result.task}", "eval_run": run_id}, [result])
+            summary[result.task] = result.to_dict()
+            write_json_atomic(out / "summary.json", summary)
+        except OSError as e:  # e.g. the disk filled or went read-only mid-run; writes are atomic
+            raise RunFailure(f"{result.task}: cannot write its results ({e.strerror or e}: {e.filename}); "
+                             f"tasks finished before it are kept in {out} and {spec.store}") from None
         log.info("%s: %s", result.task, ", ".join(f"{m.metric}={m.value:.4g}" for m in result.metrics))
 
     from evalsuite.tasks.registry import load_task

@@ -56,9 +56,24 @@ class MetricValue:
         return asdict(self)
 
 
+def eval_key(task: str, version: str, identity: dict) -> str:
+    """The identity of an evaluation: two results are comparable exactly when their keys are equal.
+
+    sha256 (first 16 hex) over canonical JSON of the task name and version and `identity`: everything
+    that can change the number other than the checkpoint itself (data fingerprint, split, sampled
+    document ids, prompt and system prompt, prompt format, generation settings, variant, options)."""
+    import hashlib
+    import json
+
+    text = json.dumps({"task": task, "version": str(version), "identity": identity}, sort_keys=True,
+                      default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
 @dataclass
 class TaskResult:
-    """What a task returns: its metrics, its per-sample records and the config that produced them."""
+    """What a task returns: its metrics, its per-sample records, the config that produced them, and
+    `identity`: the subset of that setup which changes the number (see `eval_key`)."""
 
     task: str
     version: str
@@ -66,11 +81,18 @@ class TaskResult:
     samples: list[dict] = field(default_factory=list)
     config: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)  # e.g. lmms_eval_version, nltk resource checksums
+    identity: dict = field(default_factory=dict)
+
+    @property
+    def eval_key(self) -> str:
+        return eval_key(self.task, self.version, self.identity)
 
     def to_dict(self) -> dict:
         return {
             "task": self.task,
             "version": self.version,
+            "eval_key": self.eval_key,
+            "identity": self.identity,
             "metrics": [m.to_dict() for m in self.metrics],
             "config": self.config,
             "extra": self.extra,

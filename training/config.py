@@ -1,31 +1,40 @@
 """Training configuration: the VL-RLHF argument names on top of `transformers.TrainingArguments`.
 
 One flat dataclass, `TrainConfig`, holds every field (HF trainer fields + the seed's script, LoRA and
-DPO fields + evalsuite's own), so `--help` lists them all and callers read `cfg.beta`, `cfg.lora_r`, ...
-
-Sources, later wins: the dataclass defaults < `--config X.yaml` < command-line flags.
+DPO fields + evalsuite's own), so callers read `cfg.beta`, `cfg.lora_r`, ... It is built by the
+project's one config mechanism (`evalsuite/config.py`: typed fields, YAML, overrides):
 
     cfg = load_config(["--config", "configs/train/tiny_cpu.yaml", "--loss_type", "ipo"])
     cfg = load_config({"model_name_or_path": "/ckpt", "output_dir": "/out", "data_path": "pairs.json"})
 
-`validate(cfg)` rejects bad values and impossible combinations with a `UserError` naming the field,
-before any model or dataset is loaded. Length semantics (as in VL-RLHF, whose LLaVA kept `<image>` as
-one token): `max_length`, `max_prompt_length` and `max_target_length` count *text* tokens; the image
-placeholder tokens the processor expands `<image>` into are never counted nor cut.
+Sources, later wins: the dataclass defaults < the YAML preset < the overrides. Construction checks
+keys, types and values (`__post_init__` -> `validate_values`, no file touched), then `check_paths`
+checks the files; each problem is one `UserError` naming the field, before any model is loaded.
+
+What runs is what is printed: every TrainingArguments field reaches TRL's DPOConfig/SFTConfig with
+TrainingArguments' default unless set (TRL's own defaults differ for learning_rate, logging_steps,
+bf16 and gradient checkpointing; VL-RLHF ran on TrainingArguments' defaults).
+
+Length semantics (as in VL-RLHF, whose LLaVA kept `<image>` as one token): `max_length`,
+`max_prompt_length` and `max_target_length` count *text* tokens; the image placeholder tokens the
+processor expands `<image>` into are never counted nor cut.
 """
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from transformers import TrainingArguments
 
 from evalsuite.errors import UserError
 
-METHODS = ("sft", "dpo", "csr", "demo")
+log = logging.getLogger(__name__)
+
+METHODS = ("sft", "dpo", "csr")   # what a TrainConfig trains (csr: the CSR loop's DPO stage)
 # Which dataset formats each method trains on (the loaders live in training/data/).
 SFT_DATASETS = ("vlquery_json",)
 PAIR_DATASETS = ("plain_dpo", "csr_pairs", "vlfeedback_paired", "rlhfv")
@@ -41,7 +50,7 @@ def _f(default: Any, help: str, **kw) -> Any:
 class TrainConfig(TrainingArguments):
     """All training fields. Beyond the HF `TrainingArguments` ones (output_dir, learning_rate, ...):
 
-    Run: `method` (sft|dpo|csr|demo), `config` (the YAML it came from), `model_name_or_path` (a local
+    Run: `method` (sft|dpo|csr), `config` (the YAML it came from), `model_name_or_path` (a local
     checkpoint dir; nothing is downloaded), `iteration` and `parent` (written into the merged
     checkpoint's manifest; parent defaults to model_name_or_path), `merged_dir` (default
     OUTPUT_DIR/merged), `save_merged`.
@@ -58,16 +67,16 @@ class TrainConfig(TrainingArguments):
     (a Jinja file), `image_aspect` (crop | pad).
     """
 
-    method: str = _f("dpo", "Training method.", choices=list(METHODS))
-    config: str | None = _f(None, "YAML file of defaults; command-line flags override it.")
-    model_name_or_path: str | None = _f(None, "Local checkpoint directory (llava-hf layout).")
+    method: Literal["sft", "dpo", "csr"] = _f("dpo", "Training method (csr: the CSR loop's DPO stage).")
+    config: str | None = _f(None, "YAML preset this config came from (set by the loader).")
+    model_name_or_path: str | None = _f(None, "Local checkpoint directory (llava-hf layout).", path="dir")
     iteration: int = _f(0, "Iteration number written into the merged checkpoint's manifest.")
     parent: str | None = _f(None, "Parent recorded in the manifest (default: model_name_or_path).")
     merged_dir: str | None = _f(None, "Where the merged full checkpoint goes (default OUTPUT_DIR/merged).")
     save_merged: bool = _f(True, "Merge the adapter and write a full checkpoint at the end.")
     dataset_name: str | None = _f(None, "vlquery_json (SFT) | plain_dpo | csr_pairs | vlfeedback_paired | rlhfv.")
-    data_path: str | None = _f(None, "Data file (json/jsonl/parquet) or local dataset snapshot directory.")
-    image_root: str | None = _f(None, "Directory joined with each record's image path (escapes refused).")
+    data_path: str | None = _f(None, "Data file (json/jsonl/parquet) or local dataset snapshot directory.", path="any")
+    image_root: str | None = _f(None, "Directory joined with each record's image path (escapes refused).", path="dir")
     data_ratio: float = _f(1.0, "Fraction of records used for training; the rest is the eval split.")
     dataset_num_proc: int = _f(1, "Processes for dataset preprocessing (datasets.map num_proc).")
     skip_missing_images: bool = _f(False, "Drop (and count) records whose image file is missing.")
@@ -95,9 +104,9 @@ class TrainConfig(TrainingArguments):
     trust_remote_code: bool = _f(False, "Allow custom modelling code in the checkpoint.")
     system_prompt: str | None = _f(None, "System message put before every conversation (default: none; the "
                                    "checkpoint's chat template decides).")
-    chat_template: str | None = _f(None, "Jinja chat template file used instead of the checkpoint's.")
-    image_aspect: str = _f("crop", "crop = the processor's own resizing; pad = pad to a square with the image "
-                           "mean colour first (LLaVA-1.5's image_aspect_ratio=pad).", choices=["crop", "pad"])
+    chat_template: str | None = _f(None, "Jinja chat template file used instead of the checkpoint's.", path="file")
+    image_aspect: Literal["crop", "pad"] = _f("crop", "crop = the processor's own resizing; pad = pad to a square "
+                                              "with the image mean colour first (LLaVA-1.5's image_aspect_ratio=pad).")
     project_name: str | None = _f(None, "wandb project.")
     group_name: str | None = _f(None, "wandb group.")
     wandb_mode: str = _f("offline", "offline | online | disabled (WANDB_MODE when unset).")
@@ -110,10 +119,22 @@ class TrainConfig(TrainingArguments):
     def merged_path(self) -> Path:
         return Path(self.merged_dir) if self.merged_dir else Path(self.output_dir) / "merged"
 
+    def __post_init__(self) -> None:
+        # TrainingArguments would quietly default output_dir to ./trainer_output in the cwd
+        _require(bool(self.output_dir), "output_dir", "required (where checkpoints, logs and the merged model go)")
+        self._raw = _raw_training_arguments(self)
+        super().__post_init__()
+        validate_values(self)
+
     def trainer_kwargs(self) -> dict[str, Any]:
-        """The HF TrainingArguments fields as given (to build a DPOConfig / SFTConfig from)."""
-        names = {f.name for f in fields(TrainingArguments) if f.init}
-        return {k: v for k, v in self._given.items() if k in names}
+        """Every HF TrainingArguments field as given or defaulted (to build a DPOConfig / SFTConfig from)."""
+        return dict(self._raw)
+
+    def check_paths(self) -> None:
+        """The files this config names exist (what `--dry-run` only warns about)."""
+        _validate_paths(self)
+
+    check_ready = check_paths  # the method-agnostic name train.py calls before starting
 
     def input_config(self):
         """The prompt/image settings shared with evaluation and CSR (evalsuite.models.inputs)."""
@@ -130,103 +151,85 @@ class TrainConfig(TrainingArguments):
         return out
 
 
-def _parser(*extra_types):
-    from transformers import HfArgumentParser
+def _raw_training_arguments(cfg) -> dict[str, Any]:
+    """The TrainingArguments init values as given (before its __post_init__ normalises them)."""
+    import copy
 
-    parser = HfArgumentParser((TrainConfig, *extra_types))
-
-    def error(message: str):  # argparse would print usage + exit; we want one line via UserError
-        raise UserError(f"arguments: {message}")
-
-    parser.error = error
-    return parser
+    return copy.deepcopy({f.name: getattr(cfg, f.name) for f in fields(TrainingArguments) if f.init})
 
 
-def _split_config_flag(argv: list[str]) -> tuple[str | None, list[str]]:
-    rest, path, i = [], None, 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "--config":
-            if i + 1 >= len(argv):
-                raise UserError("arguments: --config needs a path")
-            path, i = argv[i + 1], i + 2
-            continue
-        if a.startswith("--config="):
-            path = a.split("=", 1)[1]
-        else:
-            rest.append(a)
-        i += 1
-    return path, rest
+def build_train_config(data: dict[str, Any], where: str = "config", origins: dict | None = None,
+                       portable: bool = False) -> "TrainConfig":
+    """A TrainConfig from a mapping through the one config mechanism (`evalsuite.config.build`).
+
+    portable: check keys, types and values without this machine's devices (for `--dry-run` and GPU
+    presets validated on a laptop): bf16/tf32/flash-attention/QLoRA requests that this machine cannot
+    serve, and a missing output_dir (presets leave it to the command line), are warnings, not errors."""
+    from evalsuite.config import build
+
+    data = dict(data)
+    if not portable:
+        return build(TrainConfig, data, where, origins)
+    if not data.get("output_dir"):
+        log.warning("%s: output_dir is not set (required to run)", where)
+        data["output_dir"] = "<output_dir>"
+    restore = {}
+    for key, usable, stand_in in _DEVICE_FIELDS:
+        if data.get(key) and not data.get("use_cpu") and not usable():
+            log.warning("%s: %s is set but this machine cannot use it; checked without it (the run itself "
+                        "needs a machine that can)", where, key)
+            restore[key], data[key] = data[key], stand_in
+    cfg = build(TrainConfig, data, where, origins)
+    for key, value in restore.items():
+        setattr(cfg, key, value)
+    return cfg
 
 
-def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
-    import yaml
+def _cuda() -> bool:
+    import torch
 
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"--config: no such file {str(p)!r}")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise UserError(f"{p}: invalid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{p}: expected a mapping of field: value, got {type(data).__name__}")
-    return data
+    return torch.cuda.is_available()
 
 
-def _as_default(value: Any) -> Any:
-    # argparse converts string defaults with the field's type (and reports bad ones through
-    # parser.error); scalars from YAML are stringified so they get the same checks as flags.
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return str(value)
-    return value
+def _bf16_available() -> bool:
+    from transformers.utils import is_torch_bf16_gpu_available
+
+    return is_torch_bf16_gpu_available()
 
 
-def parse_config(source: Any = None, *extra_types) -> tuple:
-    """Parse argv (list), a YAML path (str/Path) or a dict into (TrainConfig, *extras), validated.
+# (field, can this machine serve it, value it is checked with when it cannot)
+_DEVICE_FIELDS = (
+    ("bf16", _bf16_available, False), ("bf16_full_eval", _bf16_available, False), ("tf32", _cuda, None),
+    ("use_flash_attention_2", lambda: _cuda() and _has("flash_attn"), False),
+    ("q_lora", lambda: _cuda() and _has("bitsandbytes"), False),
+)
 
-    `extra_types` are further dataclasses (e.g. the CSR loop's own arguments) parsed from the same
-    sources; their fields share the YAML and the command line.
-    """
+def load_config(source: Any = None, dry_run: bool = False) -> TrainConfig:
+    """argv list, YAML path or dict -> validated TrainConfig (see module docstring).
+
+    A list is train.py's command line minus its own switches: `--config F` plus overrides. Paths are
+    checked too unless `dry_run` (then `missing_paths` lists them as warnings)."""
+    from evalsuite.config import apply_overrides, read_yaml, split_args
+
+    origins: dict[str, str] = {}
     if source is None:
         source = []
     if isinstance(source, dict):
-        base, origin, argv = dict(source), "config", []
+        data, where = dict(source), "config"
     elif isinstance(source, (str, os.PathLike)):
-        base, origin, argv = read_yaml(source), str(source), []
+        data, where = read_yaml(source), str(source)
+        data.setdefault("config", str(source))
     else:
-        path, argv = _split_config_flag(list(source))
-        base, origin = (read_yaml(path), path) if path else ({}, "config")
-        if path:
-            base.setdefault("config", path)
-    parser = _parser(*extra_types)
-    known = {a.dest for a in parser._actions}
-    unknown = sorted(set(base) - known)
-    if unknown:
-        raise UserError(f"{origin}: unknown field(s) {', '.join(unknown)}")
-    parser.set_defaults(**{k: _as_default(v) for k, v in base.items()})
-    namespace, leftover = parser.parse_known_args(argv)
-    if leftover:
-        raise UserError(f"arguments: unrecognized {' '.join(leftover)}")
-    given = vars(namespace)
-    objs = []
-    for dtype in (TrainConfig, *extra_types):
-        names = {f.name for f in fields(dtype) if f.init}
-        try:
-            objs.append(dtype(**{k: v for k, v in given.items() if k in names}))
-        except (ValueError, TypeError) as e:
-            raise UserError(f"{origin}: {str(e).splitlines()[0]}") from None
-    cfg = objs[0]
-    object.__setattr__(cfg, "_given", {k: v for k, v in given.items()})
-    validate(cfg)
-    return tuple(objs)
-
-
-def load_config(source: Any = None) -> TrainConfig:
-    """argv list, YAML path or dict -> validated TrainConfig (see module docstring)."""
-    return parse_config(source)[0]
+        own, items = split_args(list(source), ("config",))
+        data, where = ({}, "command line")
+        if own.get("config"):
+            data, where = read_yaml(own["config"]), str(own["config"])
+            data.setdefault("config", str(own["config"]))
+        apply_overrides(data, items, origins)
+    cfg = build_train_config(data, where, origins, portable=dry_run)
+    if not dry_run:
+        cfg.check_paths()
+    return cfg
 
 
 def _require(cond: bool, field_name: str, message: str) -> None:
@@ -238,34 +241,36 @@ def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def validate(cfg: TrainConfig) -> TrainConfig:
-    """Reject bad values and combinations; no model, dataset or image is touched."""
+def validate_values(cfg: TrainConfig) -> TrainConfig:
+    """Reject bad values and combinations; no model, dataset, image or file is touched."""
     _require(cfg.method in METHODS, "method", f"{cfg.method!r} is not one of {', '.join(METHODS)}")
-    if cfg.method == "demo":
-        return cfg  # the demo builds its own model and data; its main checks its own arguments
-    _require(bool(cfg.model_name_or_path), "model_name_or_path", "required")
-    model_dir = Path(cfg.model_name_or_path)
-    _require(model_dir.is_dir(), "model_name_or_path", f"{str(model_dir)!r} is not a local checkpoint directory")
-    _require((model_dir / "config.json").is_file(), "model_name_or_path", f"no config.json in {str(model_dir)!r}")
-    _require(bool(cfg.output_dir), "output_dir", "required")
     _validate_data(cfg)
     _validate_lengths(cfg)
     _validate_dpo(cfg)
     _validate_model(cfg)
     _validate_logging(cfg)
-    cfg.input_config()  # image_aspect value, chat_template file, empty system_prompt
+    cfg.input_config()  # image_aspect value, empty system_prompt
     return cfg
+
+
+def _validate_paths(cfg: TrainConfig) -> None:
+    _require(bool(cfg.model_name_or_path), "model_name_or_path", "required")
+    model_dir = Path(cfg.model_name_or_path)
+    _require(model_dir.is_dir(), "model_name_or_path", f"{str(model_dir)!r} is not a local checkpoint directory")
+    _require((model_dir / "config.json").is_file(), "model_name_or_path", f"no config.json in {str(model_dir)!r}")
+    if cfg.method != "csr":  # the CSR loop writes its pair file per iteration
+        _require(bool(cfg.data_path), "data_path", "required")
+        _require(Path(cfg.data_path).exists(), "data_path", f"no such file or directory {cfg.data_path!r}")
+    if cfg.image_root:
+        _require(Path(cfg.image_root).is_dir(), "image_root", f"no such directory {cfg.image_root!r}")
+    if cfg.chat_template:
+        _require(Path(cfg.chat_template).is_file(), "chat_template", f"no such file {cfg.chat_template!r}")
 
 
 def _validate_data(cfg: TrainConfig) -> None:
     name = cfg.resolved_dataset
     allowed = SFT_DATASETS if cfg.method == "sft" else PAIR_DATASETS
     _require(name in allowed, "dataset_name", f"{name!r} is not a {cfg.method} dataset ({', '.join(allowed)})")
-    if cfg.method != "csr":  # the CSR loop writes its pair file per iteration
-        _require(bool(cfg.data_path), "data_path", "required")
-        _require(Path(cfg.data_path).exists(), "data_path", f"no such file or directory {cfg.data_path!r}")
-    if cfg.image_root:
-        _require(Path(cfg.image_root).is_dir(), "image_root", f"no such directory {cfg.image_root!r}")
     _require(0.0 < cfg.data_ratio <= 1.0, "data_ratio", f"must be in (0, 1], got {cfg.data_ratio}")
     _require(cfg.dataset_num_proc >= 1, "dataset_num_proc", f"must be >= 1, got {cfg.dataset_num_proc}")
 

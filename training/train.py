@@ -1,67 +1,159 @@
-"""Training entry point: parse -> validate -> dispatch by method.
+"""Training entry point: one config mechanism, validated before any model loads, then dispatch by method.
 
-    python training/train.py                      # no arguments: the built-in demo (configs/demo.yaml)
-    python training/train.py --config configs/train/tiny_cpu.yaml --loss_type ipo
-    python training/train.py --config configs/train/tiny_cpu.yaml --method sft --data_path sft.json
+    python training/train.py                                   # no arguments: the built-in demo (configs/demo.yaml)
+    python training/train.py --config configs/train/tiny_cpu.yaml --loss_type ipo --output_dir out
+    python training/train.py --config configs/csr.yaml iterations=1 tree.max_depth=4
+    python training/train.py --config configs/csr.yaml --dry-run     # check + print the resolved config
+    python training/train.py --method sft --model_name_or_path CK --data_path sft.json --output_dir out
     torchrun --nproc_per_node 2 training/train.py --config ...          # DDP (gloo on CPU)
     accelerate launch --config_file configs/accelerate/zero2.yaml training/train.py --config ...
 
-Each method is a lazily imported `main(argv) -> int`, so `--help` and bad flags answer at once.
-A bad value or path is one line on stderr and exit code 2, before any model is loaded.
+Every preset names its `method:` (sft | dpo | csr | demo); `--method` overrides it. Overrides follow the
+preset: `--key value` (the VL-RLHF / TrainingArguments names), `key=value` and `section.key=value`
+(nested CSR/demo sections, e.g. `train.learning_rate=1e-7`). A bad key, type or value is one line on
+stderr and exit code 2 before any model is loaded; `--dry-run` prints the resolved config as YAML,
+warns about paths that do not exist (presets carry placeholders) and exits 0. The resolved config is
+saved beside every checkpoint (its manifest) and run directory.
 """
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-METHODS = {
-    "sft": "training.trainers.sft:main",
-    "dpo": "training.trainers.dpo:main",
-    "csr": "training.csr.loop:main",
-    "demo": "training.demo:main",
-}
+REPO = Path(__file__).resolve().parent.parent
+DEMO_CONFIG = REPO / "configs" / "demo.yaml"
+METHODS = ("sft", "dpo", "csr", "demo")
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+log = logging.getLogger("train.py")
+
+USAGE = """usage: train.py [--config PRESET.yaml] [--method {sft,dpo,csr,demo}] [--dry-run] [OVERRIDES ...]
+
+Train a VLM: SFT, DPO (--loss_type sigmoid|hinge|ipo|kto_pair|ddpo), the CSR loop, or the built-in demo.
+With no arguments: the demo (configs/demo.yaml).
+
+  --config F      a YAML preset (configs/); it names its method
+  --method M      sft | dpo | csr | demo (overrides the preset's)
+  --dry-run       validate everything, print the resolved config as YAML, warn about missing paths, exit
+  --help          this text; with --method/--config also the method's fields
+
+OVERRIDES (later wins over the preset): --key value, --key=value, --flag (= true), key=value,
+section.key=value; values are read as YAML (1e-7, true, [chair, pope]).
+sft/dpo take the VL-RLHF names (model_name_or_path, data_path, image_root, dataset_name, beta, loss_type,
+lora_r, ...) on top of every transformers TrainingArguments field (output_dir, learning_rate, ...)."""
 
 
-DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
+def load(method: str | None, path: str | None, items: list, dry_run: bool = False):
+    """The validated config object of `method` from the preset at `path` plus override `items`."""
+    from evalsuite.config import apply_overrides, build, read_yaml
+    from evalsuite.errors import UserError
+
+    data = read_yaml(path) if path else {}
+    where = str(path) if path else "command line"
+    origins: dict[str, str] = {}
+    apply_overrides(data, items, origins)
+    method = method or data.get("method")
+    if method is None:
+        raise UserError("no method: pass --method sft|dpo|csr|demo or a --config preset that names its `method:`")
+    if method not in METHODS:
+        raise UserError(f"method: {method!r} is not one of {', '.join(METHODS)}")
+    data["method"] = method
+    if method in ("sft", "dpo"):
+        from training.config import build_train_config
+
+        if path:
+            data.setdefault("config", str(path))
+        return build_train_config(data, where, origins, portable=dry_run)
+    if method == "csr":
+        from training.csr.config import CSRConfig as cls
+    else:
+        from training.demo import DemoConfig as cls
+    return build(cls, data, where, origins)
 
 
-def _method(argv: list[str]) -> str:
-    """--method from the command line, else from the --config YAML, else dpo."""
-    for i, a in enumerate(argv):
-        if a == "--method" and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--method="):
-            return a.split("=", 1)[1]
-    from training.config import _split_config_flag, read_yaml
+def run(cfg) -> object:
+    """Start the method's workflow on a validated config (paths are checked first)."""
+    cfg.check_ready()
+    if cfg.method == "sft":
+        from training.trainers.sft import run_sft
 
-    path, _ = _split_config_flag(argv)
-    return str(read_yaml(path).get("method", "dpo")) if path else "dpo"
+        return run_sft(cfg)
+    if cfg.method == "dpo":
+        from training.trainers.dpo import run_dpo
+
+        return run_dpo(cfg)
+    if cfg.method == "csr":
+        from training.csr.loop import run_csr
+
+        return run_csr(cfg)[-1]
+    from training.demo import run_demo
+
+    return run_demo(cfg)
+
+
+def dry_run(cfg) -> int:
+    from evalsuite.config import missing_paths, to_yaml
+
+    for problem in missing_paths(cfg):
+        log.warning("path does not exist (a placeholder?): %s", problem)
+    sys.stdout.write(to_yaml(cfg))
+    return 0
+
+
+def help_text(method: str | None, path: str | None) -> str:
+    """USAGE, plus the fields of the method named on the command line or in the preset."""
+    import dataclasses
+
+    from evalsuite.config import read_yaml
+
+    method = method or (read_yaml(path).get("method") if path else None)
+    if method not in METHODS:
+        return USAGE
+    if method in ("sft", "dpo"):
+        from transformers import TrainingArguments
+
+        from training.config import TrainConfig as cls
+        skip = {f.name for f in dataclasses.fields(TrainingArguments)}
+    else:
+        from training.csr.config import CSRConfig as cls0
+        from training.demo import DemoConfig as cls1
+        cls, skip = (cls0 if method == "csr" else cls1), set()
+    lines = [USAGE, "", f"{method} fields ({cls.__module__}.{cls.__name__}):"]
+    for f in dataclasses.fields(cls):
+        if f.name in skip or f.name.startswith("_"):
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else "(section)"
+        lines.append(f"  {f.name:28s} {f.metadata.get('help', '')} [default: {default}]")
+    if skip:
+        lines.append("  ... and every transformers TrainingArguments field (output_dir, learning_rate, bf16, ...)")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    import importlib
-
+    from evalsuite.config import split_args
     from evalsuite.errors import UserError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:  # no arguments: the built-in demo, the first thing a new user runs
         argv = ["--config", str(DEMO_CONFIG)]
+    for key in OFFLINE_ENV:  # nothing is downloaded: checkpoints and data are local paths
+        os.environ.setdefault(key, "1")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        if any(a in ("-h", "--help") for a in argv):
-            from training.config import _parser
-
-            _parser().print_help()
+        argv = ["--help" if a == "-h" else a for a in argv]
+        own, items = split_args(argv, ("config", "method", "dry_run!", "help!"))
+        if own.get("help"):
+            print(help_text(own.get("method"), own.get("config")))
             return 0
-        method = _method(argv)
-        if method not in METHODS:
-            raise UserError(f"method: {method!r} is not one of {', '.join(METHODS)}")
-        module, func = METHODS[method].split(":")
-        return int(getattr(importlib.import_module(module), func)(argv) or 0)
+        cfg = load(own.get("method"), own.get("config"), items, dry_run=bool(own.get("dry_run")))
+        if own.get("dry_run"):
+            return dry_run(cfg)
+        print(run(cfg))
+        return 0
     except UserError as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         return UserError.exit_code

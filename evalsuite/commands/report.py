@@ -28,6 +28,7 @@ def register(sub) -> None:
 
 def main(args) -> int:
     from evalsuite.errors import UserError
+    from evalsuite.files import ensure_writable_dir
     from evalsuite.report import build_report
     from evalsuite.store import Store
 
@@ -36,6 +37,7 @@ def main(args) -> int:
         raise UserError(f"--store {args.store}: no results store there (no metrics/ folder)")
     if args.max_images < 0 or args.page_size < 1:
         raise UserError("--max-images must be >= 0 and --page-size >= 1")
+    ensure_writable_dir(args.out, "--out", create=False)
     path = build_report(store, args.out, as_of=args.as_of, runs=args.run, max_images=args.max_images,
                         page_size=args.page_size, image_roots=args.image_root, title=args.title)
     print(path)

@@ -35,6 +35,9 @@ def main(args) -> int:
         raise UserError(f"--store {args.store}: no results store there (no metrics/ folder)")
     if args.list_versions:
         runs = store.runs()
+        if runs.empty:
+            print(f"no runs in {args.store}")
+            return 0
         cols = ["version", "run_id", "written_at", "iteration", "method", "ckpt", "tasks"]
         print(runs[cols].to_string(index=False))
         return 0

@@ -134,20 +134,54 @@ class _RestrictedUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
 
 
+# A COCO chair.pkl (80 categories x ~120k images plus the evaluator's word lists) is a few MB.
+MAX_PKL_BYTES = 256 << 20
+_MEMO_PUTS = {"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"}
+_MEMO_INDEXED = {"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"}
+
+
+def _check_opcodes(data: bytes) -> None:
+    """Walk the opcode stream before unpickling and refuse what a valid pickle never holds but a crafted
+    one uses to exhaust memory: a memo index beyond the memo entries written so far (picklers number
+    them 0, 1, 2, ...; the C unpickler sizes its memo table to the index, so one 98-byte file could ask
+    for gigabytes) or a frame longer than the file. `pickletools.genops` itself checks every declared
+    string/bytes length against the bytes present."""
+    import pickletools
+
+    puts = 0
+    for op, arg, pos in pickletools.genops(data):
+        if op.name in _MEMO_INDEXED:
+            limit = puts + 1 if op.name in _MEMO_PUTS else puts
+            if not (isinstance(arg, int) and 0 <= arg < limit):
+                raise pickle.UnpicklingError(f"{op.name} memo index {arg} at byte {pos} is out of range "
+                                             f"({puts} memo entries so far)")
+        if op.name in _MEMO_PUTS:
+            puts += 1
+        if op.name == "FRAME" and arg > len(data):
+            raise pickle.UnpicklingError(f"FRAME of {arg} bytes at byte {pos} is longer than the file")
+
+
 def import_chair_pkl(path: str | Path) -> dict[int, list[str]]:
-    """GT objects (`imid_to_objects`) from a `chair.pkl` cache, without executing pickled code."""
+    """GT objects (`imid_to_objects`) from a `chair.pkl` cache, without executing pickled code.
+
+    The file is untrusted input: every failure while parsing it (whatever exception the unpickler or
+    the checks raise on malformed bytes) is a UserError naming the file, never a traceback."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: chair.pkl not found")
+    size = path.stat().st_size
+    if size > MAX_PKL_BYTES:
+        raise UserError(f"{path}: {size} bytes is larger than any chair.pkl ({MAX_PKL_BYTES} bytes at most)")
+    data = path.read_bytes()
     try:
-        with open(path, "rb") as fh:
-            obj = _RestrictedUnpickler(fh, encoding="latin1").load()
-    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError, TypeError) as exc:
-        raise UserError(f"{path}: cannot import this chair.pkl ({exc})") from None
-    table = getattr(obj, "imid_to_objects", None) if not isinstance(obj, dict) else obj.get("imid_to_objects", obj)
-    if not isinstance(table, dict):
-        raise UserError(f"{path}: no imid_to_objects mapping in this pickle")
-    try:
+        _check_opcodes(data)
+        obj = _RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
+        table = getattr(obj, "imid_to_objects", None) if not isinstance(obj, dict) else obj.get("imid_to_objects", obj)
+        if not isinstance(table, dict):
+            raise UserError(f"{path}: no imid_to_objects mapping in this pickle")
         return {int(k): sorted(str(c) for c in v) for k, v in table.items()}
-    except (TypeError, ValueError) as exc:
-        raise UserError(f"{path}: bad imid_to_objects entry ({exc})") from None
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - malformed untrusted bytes can raise nearly any type
+        reason = str(exc).splitlines()[0][:200] if str(exc) else ""
+        raise UserError(f"{path}: cannot import this chair.pkl ({type(exc).__name__}: {reason})") from None

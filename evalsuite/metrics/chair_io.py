@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import re
@@ -32,26 +31,20 @@ def read_captions(path: str | os.PathLike) -> list[tuple[int, str]]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: captions file not found")
+    from evalsuite.files import read_json_records
+
     items = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise UserError(f"{where}: expected a JSON object")
-            if "image_id" not in row:
-                raise UserError(f"{where}: missing field 'image_id'")
-            text = row.get("caption", row.get("text"))
-            if text is None:
-                raise UserError(f"{where}: missing field 'caption' (or 'text')")
-            if not isinstance(text, str):
-                raise UserError(f"{where}: field 'caption' must be a string")
-            items.append((parse_image_id(row["image_id"], where), text))
+    for where, row in read_json_records(path, "captions", jsonl=True):
+        if not isinstance(row, dict):
+            raise UserError(f"{where}: expected a JSON object")
+        if "image_id" not in row:
+            raise UserError(f"{where}: missing field 'image_id'")
+        text = row.get("caption", row.get("text"))
+        if text is None:
+            raise UserError(f"{where}: missing field 'caption' (or 'text')")
+        if not isinstance(text, str):
+            raise UserError(f"{where}: field 'caption' must be a string")
+        items.append((parse_image_id(row["image_id"], where), text))
     if not items:
         raise UserError(f"{path}: no captions")
     return items

@@ -17,7 +17,6 @@ Usage:
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 from collections import OrderedDict
@@ -135,24 +134,17 @@ def _image_bytes_key(data: bytes) -> str:
 
 def _load_image(ref: Any):
     """(content key, PIL RGB image) of a path or PIL image; UserError names a bad path."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
+
+    from evalsuite.files import read_input_bytes
+    from evalsuite.images import open_rgb
 
     if isinstance(ref, Image.Image):
         rgb = ref.convert("RGB")
         return _image_bytes_key(f"{rgb.size}".encode() + rgb.tobytes()), rgb
     path = Path(ref)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: image not found") from None
-    except OSError as e:
-        raise UserError(f"{path}: image unreadable ({e.strerror or e})") from None
-    try:
-        img = Image.open(io.BytesIO(data))
-        img.load()
-    except (UnidentifiedImageError, OSError, ValueError) as e:
-        raise UserError(f"{path}: image unreadable ({e})") from None
-    return _image_bytes_key(data), img.convert("RGB")
+    data = read_input_bytes(path, "image")
+    return _image_bytes_key(data), open_rgb(data, name=path)
 
 
 def _pooled(out: Any):
@@ -354,20 +346,10 @@ def parse_pair(rec: Any, index: int, source: str = "pairs") -> Pair:
 
 def read_pairs(path: str | Path) -> list[Pair]:
     """Pairs of a .json list or a .jsonl file (one record per line)."""
+    from evalsuite.files import read_json_records
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: pairs file not found") from None
-    try:
-        if path.suffix == ".jsonl":
-            records = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            records = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}: not valid json ({e})") from None
-    if not isinstance(records, list):
-        raise UserError(f"{path}: expected a json list of pair records (or .jsonl)")
+    records = [r for _, r in read_json_records(path, "pairs", jsonl=path.suffix == ".jsonl")]
     return [parse_pair(rec, i, str(path)) for i, rec in enumerate(records)]
 
 

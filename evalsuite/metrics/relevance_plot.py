@@ -59,7 +59,9 @@ def density_plot(sets: dict[str, Sequence[float]], out_stem: Path, title: str | 
     colours = plt.get_cmap("tab10")
     means: dict[str, float] = {}
     bandwidths: dict[str, float] = {}
-    with plt.rc_context({"svg.hashsalt": "evalsuite", "svg.fonttype": "none"}):
+    # set labels are user text: "$...$" in them stays literal (no mathtext parsing)
+    with plt.rc_context({"svg.hashsalt": "evalsuite", "svg.fonttype": "none", "text.parse_math": False,
+                         "text.usetex": False}):
         fig, ax = plt.subplots(figsize=(6.0, 4.0))
         for label, a in arrays.items():
             means[label] = float(a.mean()) if a.size else float("nan")

@@ -63,16 +63,19 @@ class InputConfig:
     chat_template: str | None = None   # path of a Jinja chat template file (replaces the checkpoint's)
     image_aspect: str = "crop"
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # values only: the template file is read (and checked) where it is used
         if self.image_aspect not in IMAGE_ASPECTS:
             raise UserError(f"image_aspect: {self.image_aspect!r} is not one of {', '.join(IMAGE_ASPECTS)}")
-        if self.chat_template is not None and not Path(self.chat_template).is_file():
-            raise UserError(f"chat_template: no such file {self.chat_template!r}")
         if self.system_prompt is not None and not self.system_prompt.strip():
             raise UserError("system_prompt: empty (leave it unset for the checkpoint's default)")
 
     def template_text(self) -> str | None:
-        return Path(self.chat_template).read_text() if self.chat_template else None
+        if not self.chat_template:
+            return None
+        try:
+            return Path(self.chat_template).read_text()
+        except OSError as exc:
+            raise UserError(f"chat_template: cannot read {self.chat_template!r} ({exc.strerror or exc})") from None
 
     def cache_suffix(self) -> str:
         """"" for the defaults, else a short hash of the settings: response caches keyed by checkpoint
@@ -87,7 +90,7 @@ class InputConfig:
     def to_dict(self) -> dict[str, Any]:
         """For run.json / manifests: the settings plus the template file's hash."""
         out = asdict(self)
-        if self.chat_template:
+        if self.chat_template and Path(self.chat_template).is_file():
             from evalsuite.files import sha256_file
 
             out["chat_template_sha256"] = sha256_file(self.chat_template)

@@ -123,17 +123,9 @@ def load_vlm(
 
 def load_image(image: Any):
     """A PIL RGB image from a path or a PIL image; unreadable files are a UserError naming the path."""
-    from PIL import Image, UnidentifiedImageError
+    from evalsuite.images import open_rgb
 
-    if isinstance(image, Image.Image):
-        return image.convert("RGB")
-    try:
-        with Image.open(image) as im:
-            return im.convert("RGB")
-    except FileNotFoundError:
-        raise UserError(f"{image}: image file not found") from None
-    except (UnidentifiedImageError, OSError) as exc:
-        raise UserError(f"{image}: unreadable image ({exc})") from None
+    return open_rgb(image)
 
 
 def build_prompt(vlm: VLM, question: str, with_image: bool = True) -> str:

@@ -212,7 +212,8 @@ def build_report(store, out: str | Path, *, as_of=None, runs=None, max_images: i
         ctx.update(ckpts=ckpts, summary=summary(tidy, ckpts), plots=iteration_plots(tidy, ckpts),
                    base=tidy.loc[tidy["is_base"], "checkpoint"].iloc[0])
     csr_ckpts = _ckpt_list(checkpoints(csr_df)[0]) if not csr_df.empty else []
-    samples = store.samples(run_id=keep)
+    notes: list[str] = []     # what the page could not show (damaged sample files, bad images)
+    samples = store.samples(run_id=keep, problems=notes)
     samples["ckpt_id"] = samples["run_id"].map(ckpt_of_run)
     pair_samples = samples[samples["task"] == CSR_TASK]
     ctx["csr"] = csr_section(tidy_table(csr_df) if not csr_df.empty else None, csr_ckpts, pair_samples)
@@ -221,19 +222,22 @@ def build_report(store, out: str | Path, *, as_of=None, runs=None, max_images: i
     metas = store.run_meta()
     roots = [Path(r) for r in image_roots] + [Path(m["data_root"]) for m in metas
                                               if m["run_id"] in keep and m.get("data_root")]
-    view = build_view(samples, ckpt_of_run, ctx["ckpts"], max_images, roots)
+    view = build_view(samples, ckpt_of_run, ctx["ckpts"], max_images, roots, notes)
     pages = [view["rows"][i:i + page_size] for i in range(0, len(view["rows"]), page_size)]
     ctx.update(view=view, pages=pages, provenance=provenance(metas, keep),
                title=title or f"evalsuite report: {store.path}", store=str(store.path),
                generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-               n_runs=len(keep), n_samples=len(samples), selector=_selector(as_of, runs))
+               n_runs=len(keep), n_samples=len(samples), selector=_selector(as_of, runs), notes=notes)
     # the page's only script, allowed by its hash: injected inline code or handlers would not run
     script = (TEMPLATES / "report.js").read_text(encoding="utf-8")
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
     ctx.update(script=script, script_hash=f"sha256-{digest}")
     html = _environment().get_template("report.html.j2").render(**ctx)
     path = Path(out) / "index.html"
-    write_text_atomic(path, html)
+    try:
+        write_text_atomic(path, html)
+    except OSError as e:
+        raise UserError(f"{path}: cannot write the report ({e.strerror or e})") from None
     log.info("report: %s (%.1f kB, %d runs, %d sample groups shown of %d)",
              path, len(html) / 1024, len(keep), len(view["rows"]), view["total"])
     return path

@@ -34,6 +34,9 @@ def _style() -> dict:
         "savefig.facecolor": "none", "axes.grid": True, "grid.color": _INK, "grid.alpha": 0.15,
         "axes.spines.top": False, "axes.spines.right": False, "legend.frameon": False,
         "axes.prop_cycle": __import__("cycler").cycler(color=PALETTE),
+        # labels, titles and legends carry user strings (checkpoint labels, metric names): "$...$" in
+        # them is literal text, never mathtext (which would fail to parse or render something else)
+        "text.parse_math": False, "text.usetex": False,
     }
 
 

@@ -79,31 +79,36 @@ def _locate(answer: str, word: str, position, tokens, cursor) -> tuple[int, int]
     return None
 
 
-def thumbnail(path: str | None, roots: list[Path], cache: dict) -> str | None:
-    """A data: URI of a small thumbnail of `path` (PNG, or JPEG when that is smaller), or None."""
+def thumbnail(path: str | None, roots: list[Path], cache: dict, notes: list[str] | None = None) -> str | None:
+    """A data: URI of a small thumbnail of `path` (PNG, or JPEG when that is smaller), or None.
+
+    An image that cannot be decoded (damaged, a decompression bomb) gets no thumbnail, a warning, and a
+    line in `notes`; one bad file never stops the report."""
     if not path:
         return None
     if path in cache:
         return cache[path]
-    from PIL import Image
+    from evalsuite.errors import UserError
+    from evalsuite.images import open_rgb
 
     cands = [Path(path)] + [r / path for r in roots if not Path(path).is_absolute()]
     found = next((p for p in cands if p.is_file()), None)
     uri = None
     if found is not None:
         try:
-            with Image.open(found) as im:
-                im = im.convert("RGB")
-                im.thumbnail((THUMB_PX, THUMB_PX))
-                best = None
-                for fmt, kw in (("PNG", {"optimize": True}), ("JPEG", {"quality": 78})):
-                    buf = io.BytesIO()
-                    im.save(buf, fmt, **kw)
-                    if best is None or buf.tell() < len(best[1]):
-                        best = (fmt.lower(), buf.getvalue())
-                uri = f"data:image/{best[0]};base64," + base64.b64encode(best[1]).decode("ascii")
-        except OSError as e:
-            log.warning("thumbnail of %s failed: %s", found, e)
+            im = open_rgb(found)
+            im.thumbnail((THUMB_PX, THUMB_PX))
+            best = None
+            for fmt, kw in (("PNG", {"optimize": True}), ("JPEG", {"quality": 78})):
+                buf = io.BytesIO()
+                im.save(buf, fmt, **kw)
+                if best is None or buf.tell() < len(best[1]):
+                    best = (fmt.lower(), buf.getvalue())
+            uri = f"data:image/{best[0]};base64," + base64.b64encode(best[1]).decode("ascii")
+        except (UserError, OSError) as e:
+            log.warning("thumbnail skipped: %s", e)
+            if notes is not None:
+                notes.append(f"thumbnail skipped: {e}")
     cache[path] = uri
     return uri
 
@@ -158,8 +163,10 @@ def cell(rec: dict | None) -> dict | None:
     }
 
 
-def build_view(samples, ckpt_of_run: dict, ckpts: list[dict], max_images: int, roots: list[Path]) -> dict:
-    """Rows for the per-sample section: [{image, key, prompt, thumb, cells: [cell per checkpoint]}]."""
+def build_view(samples, ckpt_of_run: dict, ckpts: list[dict], max_images: int, roots: list[Path],
+               notes: list[str] | None = None) -> dict:
+    """Rows for the per-sample section: [{image, key, prompt, thumb, cells: [cell per checkpoint]}];
+    images without a thumbnail are named in `notes`."""
     if samples.empty or "answer" not in samples.columns:
         return {"rows": [], "total": 0, "ckpts": []}
     df = samples[samples["answer"].notna() & (samples["task"] != "csr_pairs")]
@@ -189,7 +196,7 @@ def build_view(samples, ckpt_of_run: dict, ckpts: list[dict], max_images: int, r
     for _, img, prompt, merged, cells in ranked[:max_images]:
         first = next(iter(merged.values()))
         rows.append({"image_id": img, "prompt": prompt, "image": first.get("image"),
-                     "key": first.get("key"), "thumb": thumbnail(first.get("image"), roots, cache),
+                     "key": first.get("key"), "thumb": thumbnail(first.get("image"), roots, cache, notes),
                      "cells": cells})
     names = {c["ckpt_id"]: c["name"] for c in ckpts}
     return {"rows": rows, "total": len(ranked), "ckpts": [names[c] for c in order]}

@@ -78,6 +78,37 @@ def _opt_str(v) -> str | None:
     return None if v is None else str(v)
 
 
+def _refuse_empty(results: list[TaskResult]) -> None:
+    """The store's last line of defence against numbers computed from nothing: a metric with n == 0,
+    or a result with no per-sample record and no metric saying it covered any sample."""
+    def count(m) -> int | None:
+        try:
+            return None if m.n is None or isinstance(m.n, bool) else int(m.n)
+        except (TypeError, ValueError):
+            return None
+
+    for r in results:
+        empty = [m.metric for m in r.metrics if count(m) == 0]
+        if empty:
+            raise UserError(f"{r.task}: metric {empty[0]} was computed from 0 samples; "
+                            "refusing to store it")
+        if not r.samples and not any((count(m) or 0) > 0 for m in r.metrics):
+            raise UserError(f"{r.task}: the task produced no samples; refusing to store its metrics")
+
+
+def _damaged_meta(meta) -> str | None:
+    """What is wrong with a metrics file's footer metadata (None when it is usable)."""
+    if not isinstance(meta, dict):
+        return f"footer run metadata is a JSON {type(meta).__name__}, not an object"
+    for key, kinds in (("run_id", (str,)), ("samples_file", (str, type(None))), ("tasks", (dict,)),
+                       ("config", (dict,)), ("data_root", (str, type(None)))):
+        if key in meta and not isinstance(meta[key], kinds):
+            return f"footer field {key!r} has type {type(meta[key]).__name__}"
+    if any(not isinstance(d, dict) for d in (meta.get("tasks") or {}).values()):
+        return "footer field 'tasks' holds a non-object entry"
+    return None
+
+
 class Store:
     """A results store at `path` (created on first write)."""
 
@@ -92,6 +123,7 @@ class Store:
         import pyarrow as pa
 
         results = list(results)
+        _refuse_empty(results)
         meta = dict(meta)
         run_id = str(meta.get("run_id") or new_run_id())
         if not _RUN_ID_RE.match(run_id):
@@ -199,6 +231,10 @@ class Store:
             version = int(md.get(SCHEMA_KEY, b"0"))
         except ValueError as e:
             raise UserError(f"{path}: damaged run metadata in the Parquet footer ({e})") from None
+        problem = _damaged_meta(meta)
+        if problem:
+            raise UserError(f"{path}: damaged store file ({problem}); move it out of the store "
+                            "to read the other runs")
         if not version and "schema_version" in table.column_names and table.num_rows:
             version = int(table.column("schema_version")[0].as_py())
         if not version:
@@ -210,7 +246,11 @@ class Store:
         out = []
         for path in self._metric_files():
             table, meta, version = self._read(path)
-            df = schema.upgrade(table.to_pandas(), version, str(path))
+            try:
+                df = schema.upgrade(table.to_pandas(), version, str(path))
+            except (KeyError, TypeError, ValueError) as e:   # a column the upgrade needs is absent/odd
+                raise UserError(f"{path}: damaged schema v{version} store file ({type(e).__name__}: {e}); "
+                                "move it out of the store to read the other runs") from None
             meta = dict(meta)
             meta.setdefault("run_id", path.stem)
             meta.setdefault("written_at", meta.get("created_at"))
@@ -285,30 +325,51 @@ class Store:
         df["n"] = df["n"].astype("Int64")
         return df
 
-    def samples(self, task: str | None = None, run_id: str | Iterable[str] | None = None):
+    def samples(self, task: str | None = None, run_id: str | Iterable[str] | None = None,
+                problems: list[str] | None = None):
         """Per-sample records as a frame: run_id, task, then every field of the records (they vary by
-        task; absent fields are NaN). Records come from committed runs only."""
+        task; absent fields are NaN). Records come from committed runs only.
+
+        A run whose samples file is missing, unreadable or named outside STORE/samples (a crafted or
+        damaged footer) is skipped with a warning, and described in `problems` when a list is given:
+        the other runs' records still load."""
         import pandas as pd
-        import pyarrow as pa
-        import pyarrow.parquet as pq
 
         wanted = {run_id} if isinstance(run_id, str) else (set(run_id) if run_id is not None else None)
         records = []
-        for _, _, meta in self._load():
+        for path, _, meta in self._load():
             name = meta.get("samples_file")
             if not name or (wanted is not None and meta["run_id"] not in wanted):
                 continue
-            path = self.samples_dir / name
             try:
-                table = pq.read_table(path, columns=["run_id", "task", "record"],
-                                      filters=[("task", "=", task)] if task else None)
-            except (pa.ArrowException, OSError, ValueError) as e:
-                raise UserError(f"{path}: per-sample file of run {meta['run_id']} unreadable ({e}); "
-                                "move it away to read the rest") from None
-            for rid, t, rec in zip(*(table.column(c).to_pylist() for c in ("run_id", "task", "record"))):
-                records.append({**json.loads(rec), "run_id": rid, "task": t})
+                records += self._sample_records(name, task)
+            except UserError as e:
+                msg = f"run {meta['run_id']} ({path.name}): per-sample records not shown: {e}"
+                log.warning("%s", msg)
+                if problems is not None:
+                    problems.append(msg)
         if not records:
             return pd.DataFrame(columns=["run_id", "task", "key", "image_id", "image", "prompt", "answer"])
         df = pd.DataFrame.from_records(records)
         front = ["run_id", "task"]
         return df[front + [c for c in df.columns if c not in front]]
+
+    def _sample_records(self, name: str, task: str | None) -> list[dict]:
+        """The records of one samples file, which must lie directly in STORE/samples."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        root = self.samples_dir.resolve()
+        path = (self.samples_dir / name).resolve()
+        if path.parent != root:
+            raise UserError(f"samples_file {name!r} points outside {self.samples_dir} (damaged footer)")
+        if not path.is_file():
+            raise UserError(f"{self.samples_dir / name}: samples file missing")
+        try:
+            table = pq.read_table(path, columns=["run_id", "task", "record"],
+                                  filters=[("task", "=", task)] if task else None)
+            return [{**json.loads(rec), "run_id": rid, "task": t}
+                    for rid, t, rec in zip(*(table.column(c).to_pylist() for c in ("run_id", "task", "record")))]
+        except (pa.ArrowException, OSError, ValueError, TypeError) as e:
+            raise UserError(f"{self.samples_dir / name}: samples file unreadable "
+                            f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None

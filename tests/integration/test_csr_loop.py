@@ -31,7 +31,7 @@ def csr_setup(tmp_path, tiny_vlm_dir, tiny_clip_dir, world_dir):
 def _kill_after(marker: Path, overrides: list[str], timeout: float = 120.0) -> None:
     """Start the loop as a subprocess and SIGKILL it as soon as `marker` exists."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "training.csr.loop", "--config", "configs/csr_tiny.yaml",
+    proc = subprocess.Popen([sys.executable, "training/train.py", "--config", "configs/csr_tiny.yaml",
                              *overrides], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + timeout
     try:

@@ -143,7 +143,7 @@ def test_tensorboard_logs(tiny_vlm_dir, world_dir, data, tmp_path):
 
 @pytest.mark.parametrize("record, extra, msg", [
     ({"image": "../../../etc/passwd"}, [], "escapes the image root"),
-    (None, [], "invalid JSON"),
+    (None, [], "bad.json:1: not valid JSON"),
     ({}, ["--dataset_name", "nope"], "dataset_name: 'nope'"),
     ({"chosen": 3}, [], r"\[0\]: field 'chosen'"),
 ])

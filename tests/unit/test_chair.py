@@ -126,7 +126,7 @@ def test_gt_cache_roundtrip_and_bare_mapping(tmp_path):
         load_gt(tmp_path / "bad.json")
 
 
-def _fake_chair_pickle(monkeypatch) -> bytes:
+def _fake_chair_pickle(monkeypatch, protocol: int = 2) -> bytes:
     """A pickle shaped like the circulating chair.pkl: a `chair.CHAIR` object with imid_to_objects."""
     mod = types.ModuleType("chair")
 
@@ -139,7 +139,7 @@ def _fake_chair_pickle(monkeypatch) -> bytes:
     obj = CHAIR()
     obj.imid_to_objects = {139: {"person", "tv"}, 285: set()}
     obj.double_word_dict = {"hot dog": "hot dog"}
-    return pickle.dumps(obj, protocol=2)
+    return pickle.dumps(obj, protocol=protocol)
 
 
 def test_restricted_unpickler_imports_chair_pkl(tmp_path, monkeypatch):

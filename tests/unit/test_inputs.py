@@ -106,8 +106,8 @@ def test_no_chat_template_is_an_error_unless_a_file_is_given(processor, tmp_path
     assert inputs.prompt("why?") == "Q: <image> why? A:" and inputs.prompt_format == "chat_template_file"
     with pytest.raises(UserError, match="does not render a system message"):
         ModelInputs(bare, InputConfig(chat_template=str(f), system_prompt="Be brief."))
-    with pytest.raises(UserError, match="no such file"):
-        InputConfig(chat_template=str(tmp_path / "missing.jinja"))
+    with pytest.raises(UserError, match="chat_template: cannot read"):
+        ModelInputs(processor, InputConfig(chat_template=str(tmp_path / "missing.jinja")))
     with pytest.raises(UserError, match="image_aspect"):
         InputConfig(image_aspect="stretch")
 

@@ -141,7 +141,7 @@ def test_sample_view_is_bounded_and_paged(tmp_path):
 
 def test_report_without_training_pairs_says_so(tmp_path):
     store = Store(tmp_path / "s")
-    store.write_run({"ckpt": "/c/0", "iteration": 0}, [TaskResult("pope", "0", [MetricValue("f1", 0.8, True)])])
+    store.write_run({"ckpt": "/c/0", "iteration": 0}, [TaskResult("pope", "0", [MetricValue("f1", 0.8, True, n=300)])])
     html = build_report(store, tmp_path / "r").read_text()
     assert "No <code>csr_pairs</code> rows" in html and "No per-sample records" in html
 

@@ -65,7 +65,7 @@ def test_malformed_record_names_file_and_index(root, record, msg):
 def test_malformed_json_and_unknown_dataset(root):
     f = root / "broken.json"
     f.write_text('[{"prompt": "q",]')
-    with pytest.raises(UserError, match=r"broken.json: invalid JSON .* line 1"):
+    with pytest.raises(UserError, match=r"broken.json:1: not valid JSON"):
         read_examples("plain_dpo", f)
     with pytest.raises(UserError, match="unknown dataset 'nope'"):
         read_examples("nope", f)

@@ -7,15 +7,17 @@ Four pieces, each validated on construction so a bad preset fails before any mod
 * `PairConfig`   pair selection guards (§3.2(g), §10.1.4): minimum distinct paths, optional min gap.
 * `CSRConfig`    the iteration driver (§6): data, models, T, output dir, training and evaluation knobs.
 
-`CSRConfig.from_dict(yaml_dict)` accepts nested `tree:`, `reward:`, `pairs:` sections and a free
-`train:` mapping that is passed to the trainer (`training.trainers.dpo.run_dpo`) unchanged, so this
-file never duplicates the trainer's own argument dataclasses.
+`load_config(path, overrides)` goes through the project's one config mechanism (`evalsuite/config.py`):
+nested `tree:`, `reward:`, `pairs:` sections are typed dataclasses, and the `train:` mapping holds
+`training.config.TrainConfig` fields, checked (keys, types, values) when the preset is loaded, so a
+typo there fails in seconds, not after hours of generation. The loop adds the fields it owns (model,
+data, output dir) per iteration.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from evalsuite.errors import UserError
 
@@ -144,24 +146,25 @@ class CSRConfig:
       (`evalsuite.models.inputs.InputConfig`; configs/csr.yaml sets the released code's).
     """
 
+    method: Literal["csr"] = "csr"
     name: str = "csr"
-    model: str = ""
-    prompts: str = ""
-    image_root: str = ""
-    clip: str = ""
+    model: str = field(default="", metadata={"path": "dir"})
+    prompts: str = field(default="", metadata={"path": "file"})
+    image_root: str = field(default="", metadata={"path": "dir"})
+    clip: str = field(default="", metadata={"path": "dir"})
     iterations: int = 3
     output_dir: str | None = None
     limit: int | None = None
     store: str = "results"
     eval_tasks: list[str] = field(default_factory=list)
     eval_options: dict[str, Any] = field(default_factory=dict)
-    eval_data_root: str | None = None
+    eval_data_root: str | None = field(default=None, metadata={"path": "dir"})
     eval_limit: int | None = None
     device: str | None = None
     dtype: str | None = None
     system_prompt: str | None = None
-    chat_template: str | None = None
-    image_aspect: str = "crop"
+    chat_template: str | None = field(default=None, metadata={"path": "file"})
+    image_aspect: Literal["crop", "pad"] = "crop"
     tree: TreeConfig = field(default_factory=TreeConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     pairs: PairConfig = field(default_factory=PairConfig)
@@ -172,9 +175,8 @@ class CSRConfig:
             _check(bool(getattr(self, name)), f"csr.{name}", "is required")
         _check(self.iterations >= 1, "csr.iterations", "must be >= 1")
         _check(self.limit is None or self.limit >= 1, "csr.limit", "must be >= 1 or null")
-        if isinstance(self.eval_tasks, str):
-            self.eval_tasks = [t for t in self.eval_tasks.split(",") if t]
-        self.input_config()  # bad image_aspect, missing chat_template file: fail before any model loads
+        self.input_config()  # an empty system_prompt fails before any model loads
+        self.train_config(self.model, 1, self.run_dir / "iter_1", portable=True)  # fail now, not at the train stage
 
     def input_config(self):
         from evalsuite.models.inputs import InputConfig
@@ -182,71 +184,51 @@ class CSRConfig:
         return InputConfig(system_prompt=self.system_prompt, chat_template=self.chat_template,
                            image_aspect=self.image_aspect)
 
+    def check_ready(self) -> None:
+        """Before the loop starts: the inputs exist and the train section fits this machine."""
+        from evalsuite.config import missing_paths
+
+        missing = [m for m in missing_paths(self) if not m.startswith("eval_data_root")]
+        if missing:
+            raise UserError(missing[0])
+        if not (Path(self.model) / "config.json").is_file():
+            raise UserError(f"model: no config.json in {self.model} (not a Hugging Face checkpoint directory)")
+        self.train_config(self.model, 1, self.run_dir / "iter_1")
+
+    def train_config(self, ckpt: str | Path, t: int, d: Path, portable: bool = False):
+        """The trainer's TrainConfig for iteration t: the preset's `train:` mapping + what the loop owns.
+
+        portable: check values without this machine's devices (bf16 on a CPU-only machine is only warned
+        about when the preset is loaded; the train stage itself checks for real)."""
+        from training.config import build_train_config
+
+        owned = {"method": "csr", "model_name_or_path": str(ckpt), "output_dir": str(d / "train"),
+                 "merged_dir": str(d / "merged"), "data_path": str(d / "pairs.json"), "dataset_name": "csr_pairs",
+                 "image_root": str(self.image_root), "iteration": t, "parent": str(ckpt), "save_merged": True,
+                 # the prompt and images DPO trains on are the ones the candidates were generated from
+                 "system_prompt": self.system_prompt, "chat_template": self.chat_template,
+                 "image_aspect": self.image_aspect}
+        clash = sorted(set(owned) & set(self.train))
+        if clash:
+            raise UserError(f"train: {', '.join(clash)} are set by the loop, remove them from the preset")
+        return build_train_config({**self.train, **owned}, "csr.train", portable=portable)
+
     @property
     def run_dir(self) -> Path:
         return Path(self.output_dir) if self.output_dir else Path("runs") / self.name
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "config") -> "CSRConfig":
-        data = dict(data)
-        data.pop("method", None)  # training/train.py dispatches on it
-        sections = {"tree": TreeConfig, "reward": RewardConfig, "pairs": PairConfig}
-        for key, klass in sections.items():
-            if key in data:
-                data[key] = _build(klass, data[key] or {}, f"{where}: {key}")
-        return _build(cls, data, where)
+        from evalsuite.config import build
+
+        return build(cls, data, where)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _build(klass, data: dict, where: str):
-    if not isinstance(data, dict):
-        raise UserError(f"{where}: expected a mapping, got {type(data).__name__}")
-    known = {f.name for f in fields(klass)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise UserError(f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    return klass(**data)
+def load_config(path: str | Path, overrides: list | None = None) -> CSRConfig:
+    """A CSR preset with `key=value` / `section.key=value` / `--key value` overrides (evalsuite/config.py)."""
+    from evalsuite.config import load
 
-
-def load_config(path: str | Path, overrides: list[str] | None = None) -> CSRConfig:
-    """Read a YAML preset and apply `key.sub=value` overrides (values parsed as YAML scalars)."""
-    import yaml
-
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise UserError(f"{path}: config file not found") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    return CSRConfig.from_dict(apply_overrides(data, overrides or []), where=str(path))
-
-
-def apply_overrides(data: dict[str, Any], items: list[str]) -> dict[str, Any]:
-    """Apply `key=value` / `section.sub.key=value` overrides to a config mapping in place (values
-    parsed as YAML; a leading `--` on the key is ignored)."""
-    import yaml
-
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UserError(f"override {item!r}: expected key=value")
-        node = data
-        *parents, leaf = key.lstrip("-").split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                raise UserError(f"override {item!r}: {p} is not a section")
-        node[leaf] = _yaml_scalar(yaml.safe_load(value))
-    return data
-
-
-def _yaml_scalar(value: Any) -> Any:
-    """PyYAML (YAML 1.1) reads `1e-4` as a string; a learning rate written that way is a float."""
-    import re
-
-    if isinstance(value, str) and re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+", value):
-        return float(value)
-    return value
+    return load(CSRConfig, path, overrides)

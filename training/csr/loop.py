@@ -1,8 +1,8 @@
 """The CSR iteration driver: for t = 1..T, generate -> score -> pairs -> train + merge -> evaluate.
 
-    python training/train.py --config configs/csr.yaml                 # via the method dispatcher
-    python -m training.csr.loop --config configs/csr_tiny.yaml iterations=1 tree.max_depth=2
-    torchrun --nproc_per_node 4 -m training.csr.loop --config configs/csr.yaml   # data-parallel sampling
+    python training/train.py --config configs/csr.yaml                 # the preset names `method: csr`
+    python training/train.py --config configs/csr_tiny.yaml iterations=1 tree.max_depth=2 --dry-run
+    torchrun --nproc_per_node 4 training/train.py --config configs/csr.yaml      # data-parallel sampling
 
 Layout of `output_dir` (default runs/NAME/):
     config.json                      the resolved CSRConfig of the first start
@@ -82,11 +82,9 @@ def load_prompts(path: str | Path, limit: int | None = None) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: prompt file not found")
-    text = path.read_text()
-    try:
-        rows = json.loads(text) if text.lstrip().startswith("[") else [json.loads(x) for x in text.splitlines() if x.strip()]
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid json/jsonl ({exc.msg}, line {exc.lineno})") from None
+    from evalsuite.files import read_json_records
+
+    rows = [r for _, r in read_json_records(path, "prompt")]
     out, seen = [], set()
     for i, row in enumerate(rows[:limit] if limit else rows):
         q = row.get("question", row.get("input")) if isinstance(row, dict) else None
@@ -216,21 +214,6 @@ def _write_stats(cfg: CSRConfig, ckpt: str, t: int, result) -> None:
     store.write_run(meta, [result])
 
 
-def train_config(cfg: CSRConfig, ckpt: str, t: int, d: Path):
-    """The trainer's TrainConfig for iteration t: the preset's `train:` mapping + what the loop owns."""
-    from training.config import load_config as load_train_config
-
-    owned = {"method": "csr", "model_name_or_path": str(ckpt), "output_dir": str(d / "train"),
-             "merged_dir": str(d / "merged"), "data_path": str(d / "pairs.json"), "dataset_name": "csr_pairs",
-             "image_root": str(cfg.image_root), "iteration": t, "parent": str(ckpt), "save_merged": True,
-             # the prompt and images DPO trains on are the ones the candidates were generated from
-             "system_prompt": cfg.system_prompt, "chat_template": cfg.chat_template, "image_aspect": cfg.image_aspect}
-    clash = sorted(set(owned) & set(cfg.train))
-    if clash:
-        raise UserError(f"csr.train: {', '.join(clash)} are set by the loop, remove them from the preset")
-    return load_train_config({**cfg.train, **owned})
-
-
 def stage_train(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> str:
     from training.trainers.dpo import run_dpo
 
@@ -244,7 +227,8 @@ def stage_train(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> 
         for sub in ("train", "merged"):
             shutil.rmtree(d / sub, ignore_errors=True)
     _barrier()
-    tcfg = train_config(cfg, ckpt, t, d)
+    tcfg = cfg.train_config(ckpt, t, d)
+    tcfg.check_paths()
     merged = str(run_dpo(tcfg))
     if rank == 0:
         write_json_atomic(d / "manifest.json", {
@@ -314,21 +298,10 @@ def run_csr(cfg: CSRConfig | dict | str | Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`--config X.yaml [key.sub=value ...]` -> run the loop; prints the final checkpoint."""
-    import argparse
+    """`python -m training.csr.loop --config X.yaml [overrides]` = `python training/train.py --method csr ...`."""
+    from training.train import main as train_main
 
-    ap = argparse.ArgumentParser(prog="csr", description="Calibrated Self-Rewarding loop")
-    ap.add_argument("--config", required=True, help="CSR preset (configs/csr.yaml, configs/csr_tiny.yaml)")
-    ap.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. iterations=1 tree.max_depth=4")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    try:
-        merged = run_csr(load_config(args.config, args.overrides))
-    except UserError as exc:
-        print(f"evalsuite: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    print(merged[-1])
-    return 0
+    return train_main(["--method", "csr", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -4,11 +4,11 @@ Errors name the file (and line for JSON) so a user can fix the data, never a tra
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from evalsuite.errors import UserError
+from evalsuite.files import read_json_records
 
 SUFFIXES = (".json", ".jsonl", ".parquet")
 
@@ -30,29 +30,11 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     """All records of one file, each a dict; anything else is a UserError naming the file."""
     if path.suffix == ".parquet":
         return _read_parquet(path)
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".jsonl":
-        rows = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                rows.append(_loads(line, f"{path}:{n}"))
-    else:
-        rows = _loads(text, str(path))
-        if isinstance(rows, dict) and isinstance(rows.get("data"), list):
-            rows = rows["data"]  # some dumps wrap the list
-        if not isinstance(rows, list):
-            raise UserError(f"{path}: expected a JSON list of records, got {type(rows).__name__}")
+    rows = [r for _, r in read_json_records(path, "records", jsonl=path.suffix == ".jsonl", unwrap="data")]
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise UserError(f"{path}[{i}]: expected an object, got {type(row).__name__}")
     return rows
-
-
-def _loads(text: str, where: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(f"{where}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
 
 
 def _read_parquet(path: Path) -> list[dict[str, Any]]:

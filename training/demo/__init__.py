@@ -19,7 +19,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from evalsuite.errors import UserError
 
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 class DemoConfig:
     """What the demo builds. `sft` / `csr` are passed to the trainer / CSR loop configs unchanged."""
 
+    method: Literal["demo"] = "demo"
     name: str = "demo"
     output_dir: str = "runs/demo"
     report_dir: str = "reports/demo"
@@ -38,7 +39,7 @@ class DemoConfig:
     world_images: int = 2500
     val_fraction: float = 0.2
     hallucination_rate: float = 0.3
-    hallucination: str = "partner"      # "partner" (co-occurrence, appended) or "random" (see data.py)
+    hallucination: Literal["partner", "random"] = "partner"  # co-occurrence partner appended, or random (data.py)
     qa_per_image: int = 2
     model_hidden: int = 128
     model_layers: int = 2
@@ -52,25 +53,52 @@ class DemoConfig:
     csr: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from training.csr.config import _check
+        for name, ok, want in (
+                ("world_images", self.world_images >= 10, ">= 10"), ("val_fraction", 0 < self.val_fraction < 1, "in (0, 1)"),
+                ("hallucination_rate", 0 <= self.hallucination_rate <= 1, "in [0, 1]"),
+                ("qa_per_image", self.qa_per_image >= 0, ">= 0"), ("model_hidden", self.model_hidden >= 8, ">= 8"),
+                ("model_layers", self.model_layers >= 1, ">= 1"), ("csr_prompts", self.csr_prompts >= 1, ">= 1"),
+                ("judge_steps", self.judge_steps >= 1, ">= 1"), ("judge_patch_size", self.judge_patch_size >= 1, ">= 1"),
+                ("expected_minutes", self.expected_minutes > 0, "> 0")):
+            if not ok:
+                raise UserError(f"{name}: must be {want}, got {getattr(self, name)!r}")
+        # the sections are checked now (keys, types, values), not when their stage starts minutes later
+        self.sft_config(Path(self.output_dir) / "init", Path(self.output_dir) / "data" / "sft.json",
+                        Path(self.output_dir) / "world", Path(self.output_dir) / "iter_0" / "model", portable=True)
+        self.csr_config(Path(self.output_dir) / "data" / "prompts.jsonl", Path(self.output_dir) / "iter_0" / "model",
+                        Path(self.output_dir) / "judge", Path(self.output_dir) / "world")
 
-        _check(self.hallucination in ("partner", "random"), "hallucination",
-               f"expected partner or random, got {self.hallucination!r}")
+    def check_ready(self) -> None:
+        """The demo builds its own inputs; only the sections' device settings are checked again here."""
+        out = Path(self.output_dir)
+        self.sft_config(out / "init", out / "data" / "sft.json", out / "world", out / "iter_0" / "model")
+
+    def sft_config(self, init: Path, sft_json: Path, world: Path, base: Path, portable: bool = False):
+        """Iteration 0's TrainConfig: the `sft:` section + what the demo owns (model, data, output)."""
+        from training.config import build_train_config
+
+        args = {"method": "sft", "model_name_or_path": str(init), "dataset_name": "vlquery_json",
+                "data_path": str(sft_json), "image_root": str(world),
+                "output_dir": str(Path(self.output_dir) / "iter_0" / "sft"), "merged_dir": str(base),
+                "iteration": 0, "seed": self.seed, **self.sft}
+        return build_train_config(args, "demo.sft", portable=portable)
+
+    def csr_config(self, prompts: Path, base: Path, judge: Path, world: Path):
+        """The CSR loop's config: the `csr:` section + the demo's models, data, store and output."""
+        from training.csr.config import CSRConfig
+
+        csr = {"name": self.name, "model": str(base), "prompts": str(prompts), "image_root": str(world),
+               "clip": str(judge), "output_dir": self.output_dir, "store": self.store,
+               "eval_data_root": str(world), **self.csr}
+        csr["eval_options"] = {"clip": str(judge), "split": "val", **csr.get("eval_options", {})}
+        return CSRConfig.from_dict(csr, where="demo.csr")
 
     @classmethod
-    def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> "DemoConfig":
+    def from_yaml(cls, path: str | Path, overrides: list | None = None) -> "DemoConfig":
         """The preset at `path` with `key=value` / `csr.train.learning_rate=...` overrides."""
-        import yaml
+        from evalsuite.config import load
 
-        from training.csr.config import _build, apply_overrides  # the CSR config's override rules
-
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except FileNotFoundError:
-            raise UserError(f"{path}: demo config not found") from None
-        data.pop("method", None)
-        return _build(cls, apply_overrides(data, overrides or []), f"{path} (demo)")
+        return load(cls, path, overrides)
 
 
 @contextmanager
@@ -126,31 +154,19 @@ def _train_base(cfg: DemoConfig, world: Path, sft_json: Path, out: Path, base: P
     """Iteration 0: SFT a tiny LLaVA on the world (the trainers' SFT path); language model and projector
     start from random, the vision tower from `vision_from`'s CLIP when given."""
     from evalsuite.kit.tiny import build_tiny_vlm
-    from training.config import load_config
     from training.trainers.sft import run_sft
 
     init = build_tiny_vlm(out / "init", seed=cfg.seed, hidden=cfg.model_hidden, layers=cfg.model_layers,
                           vision_from=vision_from, vision_feature_layer=cfg.vision_feature_layer)
-    args = {
-        "method": "sft", "model_name_or_path": str(init), "dataset_name": "vlquery_json",
-        "data_path": str(sft_json), "image_root": str(world), "output_dir": str(out / "iter_0" / "sft"),
-        "merged_dir": str(base), "iteration": 0, "seed": cfg.seed, **cfg.sft,
-    }
-    return run_sft(load_config(args))
+    tcfg = cfg.sft_config(init, sft_json, world, base)
+    tcfg.check_paths()
+    return run_sft(tcfg)
 
 
 def _run_csr(cfg: DemoConfig, world: Path, prompts: Path, base: Path, judge: Path, out: Path) -> None:
-    from training.csr.config import CSRConfig
     from training.csr.loop import run_csr
 
-    csr = {
-        "name": cfg.name, "model": str(base), "prompts": str(prompts), "image_root": str(world),
-        "clip": str(judge), "output_dir": str(out), "store": cfg.store, "eval_data_root": str(world),
-        **cfg.csr,
-    }
-    csr.setdefault("eval_options", {})
-    csr["eval_options"] = {"clip": str(judge), "split": "val", **csr["eval_options"]}
-    run_csr(CSRConfig.from_dict(csr, where="demo.csr"))
+    run_csr(cfg.csr_config(prompts, base, judge, world))
 
 
 def _report(cfg: DemoConfig) -> Path:
@@ -161,15 +177,7 @@ def _report(cfg: DemoConfig) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry from training/train.py (method `demo`): `--config configs/demo.yaml [key=value ...]`."""
-    import argparse
+    """`python training/train.py --config configs/demo.yaml [overrides]` (the dispatcher's `demo` method)."""
+    from training.train import main as train_main
 
-    p = argparse.ArgumentParser(prog="train.py (demo)", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default="configs/demo.yaml")
-    p.add_argument("--method", choices=["demo"], help="(set by train.py's dispatch)")
-    p.add_argument("overrides", nargs="*",
-                   help="key=value or section.key=value, e.g. csr.train.learning_rate=5e-4 (values parsed as YAML)")
-    args = p.parse_args(argv)
-    run_demo(DemoConfig.from_yaml(args.config, args.overrides))
-    return 0
+    return train_main(["--method", "demo", *(argv or [])])

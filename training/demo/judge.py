@@ -66,12 +66,9 @@ def scene_table(world: Path, split: str) -> list[tuple[str, list]]:
 
 
 def _pixels(processor, paths: list[str]):
-    from PIL import Image
+    from evalsuite.images import open_rgb
 
-    images = []
-    for p in paths:
-        with Image.open(p) as im:
-            images.append(im.convert("RGB"))
+    images = [open_rgb(p) for p in paths]
     return processor(images=images, return_tensors="pt")["pixel_values"]
 
 

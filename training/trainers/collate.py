@@ -15,7 +15,6 @@ never cut):
 """
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,13 +22,12 @@ from training.losses import diff_token_masks
 
 
 def load_example_image(example: dict):
-    from PIL import Image
+    from evalsuite.images import open_rgb
 
     if example.get("image_bytes"):
-        return Image.open(io.BytesIO(example["image_bytes"])).convert("RGB")
+        return open_rgb(example["image_bytes"], name=example.get("image") or "image_bytes")
     if example.get("image"):
-        with Image.open(example["image"]) as im:
-            return im.convert("RGB")
+        return open_rgb(example["image"])
     return None
 
 

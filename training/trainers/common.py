@@ -13,7 +13,10 @@ def trainer_args(cfg) -> dict:
     """TrainingArguments fields for a DPOConfig/SFTConfig, with the settings our collators need."""
     kw = cfg.trainer_kwargs()
     kw["remove_unused_columns"] = False  # the collators read image/prompt/... columns themselves
-    kw["gradient_checkpointing"] = bool(kw.get("gradient_checkpointing"))  # TRL would default it on
+    # TRL would default checkpointing on; the deprecated `gradient_checkpointing` alias is folded into
+    # transformers 5's `activation_checkpointing` so no FutureWarning is printed on every run
+    kw["activation_checkpointing"] = bool(kw.get("activation_checkpointing") or kw.get("gradient_checkpointing"))
+    kw["gradient_checkpointing"] = None
     kw["prediction_loss_only"] = True
     if kw.get("ddp_find_unused_parameters") is None and cfg.use_lora:
         kw["ddp_find_unused_parameters"] = False  # LoRA on the LLM only: every trainable param gets a grad

@@ -35,12 +35,25 @@ def _quantization(cfg):
     return BitsAndBytesConfig(load_in_8bit=True)
 
 
+def _check_checkpoint(path: Path) -> None:
+    """Evaluation's checkpoint check (config.json, safetensors present and whole), before loading: a
+    checkpoint with only pickle weights (pytorch_model.bin) is refused, never unpickled."""
+    from evalsuite.models.vlm import _check_dir
+
+    try:
+        _check_dir(path)
+    except UserError as e:
+        raise UserError(f"model_name_or_path: {e}") from None
+
+
 def load_model_and_processor(cfg):
     """(model, processor) from cfg.model_name_or_path, local files only."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     path = Path(cfg.model_name_or_path)
-    kwargs = dict(local_files_only=True, trust_remote_code=cfg.trust_remote_code, dtype=torch_dtype(cfg))
+    _check_checkpoint(path)
+    kwargs = dict(local_files_only=True, trust_remote_code=cfg.trust_remote_code, dtype=torch_dtype(cfg),
+                  use_safetensors=True)
     if cfg.use_flash_attention_2:
         kwargs["attn_implementation"] = "flash_attention_2"
     quant = _quantization(cfg)
@@ -54,7 +67,7 @@ def load_model_and_processor(cfg):
     if quant is not None:
         from peft import prepare_model_for_kbit_training
 
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(cfg.gradient_checkpointing))
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(cfg.activation_checkpointing))
     if cfg.freeze_vision_tower:
         n = freeze_vision_tower(model)
         log.info("froze %d vision-tower parameters", n)

@@ -1,0 +1,382 @@
+"""One configuration mechanism for every workflow: typed dataclasses, YAML presets, overrides.
+
+    cfg = load(CSRConfig, "configs/csr.yaml", ["iterations=1", "tree.max_depth=4", "--seed", "3"])
+
+Sources, later wins: the dataclass defaults < the YAML preset < the overrides. An override is
+`key=value`, `section.key=value`, `--key value`, `--key=value` or a bare `--flag` (= true); values are
+read as YAML scalars (`1e-4` is a float here, unlike PyYAML's YAML 1.1 reading), and a value that does
+not fit its field's type is kept as the literal text when the field takes a string (`--save_strategy no`).
+
+`build(cls, mapping)` checks every key against the dataclass fields (unknown keys are errors, with a
+"did you mean"), every value against the field's annotation (`int`, `float`, `str`, `bool`,
+`X | None`, `Literal[...]`, enums, `list[X]`, `dict[str, X]`, nested dataclasses), then constructs the
+object, whose `__post_init__` checks ranges. Every problem is one `UserError` line naming the source
+(the YAML file or "command line") and the dotted key, raised before any model is loaded.
+
+Fields may carry `metadata={"help": ..., "path": "dir"|"file"|"any"}`; `missing_paths(cfg)` lists the
+path fields that do not exist (`--dry-run` prints them as warnings: presets carry placeholders).
+Only PyYAML is imported here, so entry points stay instant.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from evalsuite.errors import UserError
+
+CLI = "command line"
+
+
+class Text(str):
+    """An override value as the user typed it: parsed as YAML, kept as text where a string fits better."""
+
+
+# --------------------------------------------------------------------------------------- YAML
+def _loader():
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        """SafeLoader that reads `1e-4` and `5E3` as floats (YAML 1.2), as users mean them."""
+
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^(?:[-+]?(?:\d[\d_]*)?\.?\d*[eE][-+]?\d+|[-+]?\d[\d_]*\.\d*(?:[eE][-+]?\d+)?"
+                   r"|\.\d+(?:[eE][-+]?\d+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+        list("-+0123456789."))
+    return Loader
+
+
+def parse_scalar(text: str) -> Any:
+    """A command-line value as YAML reads it ("3" -> 3, "1e-4" -> 1e-4, "[a, b]" -> list, "null" -> None)."""
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=_loader())  # noqa: S506 - SafeLoader subclass
+    except yaml.YAMLError:
+        return str(text)
+
+
+def read_yaml(path: str | Path, what: str = "--config") -> dict[str, Any]:
+    """A preset file as a mapping; a missing file, bad YAML or a non-mapping is one line naming it."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{what}: no such file {str(p)!r}")
+    try:
+        text = p.read_text(encoding="utf-8")
+        data = yaml.load(text, Loader=_loader()) or {}  # noqa: S506 - SafeLoader subclass
+    except UnicodeDecodeError as e:
+        raise UserError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except yaml.YAMLError as e:
+        raise UserError(f"{p}: invalid YAML ({' '.join(str(e).split())})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{p}: expected a mapping of key: value, got {type(data).__name__}")
+    return data
+
+
+# ---------------------------------------------------------------------------------- overrides
+def split_args(argv: list[str], flags: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """argv -> ({flag: value} for the entry point's own `flags`, [(dotted key, Text value), ...]).
+
+    `flags` are options the entry point handles itself (e.g. "config", "method"); "dry_run" style
+    names take no value when listed with a trailing "!" ("dry_run!")."""
+    own = {f.rstrip("!"): f.endswith("!") for f in flags}
+    found: dict[str, Any] = {}
+    items: list[tuple[str, Any]] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("--"):
+            key, eq, value = a[2:].partition("=")
+            key = key.replace("-", "_")
+            if not key:
+                raise UserError(f"arguments: {a!r} is not an option")
+            if own.get(key):            # a switch of the entry point: no value
+                found[key] = True
+                i += 1
+                continue
+            if not eq:
+                nxt = argv[i + 1] if i + 1 < len(argv) else None
+                if nxt is None or nxt.startswith("--"):
+                    value = "true"      # a bare --flag means true (HfArgumentParser's bool flags)
+                else:
+                    value, i = nxt, i + 1
+            i += 1
+            if key in own:
+                found[key] = value
+            else:
+                items.append((key, Text(value)))
+            continue
+        key, eq, value = a.partition("=")
+        if not eq or not key or key.startswith("-"):
+            raise UserError(f"arguments: {a!r} is neither --key value nor key=value")
+        items.append((key.replace("-", "_") if "." not in key else key, Text(value)))
+        i += 1
+    return found, items
+
+
+def apply_overrides(data: dict[str, Any], items: list[tuple[str, Any]], origins: dict[str, str]) -> dict[str, Any]:
+    """Set each dotted key in `data` (sections created as needed); `origins[key]` records the source."""
+    for key, value in items:
+        node = data
+        *parents, leaf = key.split(".")
+        for depth, p in enumerate(parents):
+            child = node.get(p)
+            if child is None:
+                child = node[p] = {}
+            if not isinstance(child, dict):
+                raise UserError(f"{CLI}: {'.'.join(parents[:depth + 1])} is not a section (in {key}=...)")
+            node = child
+        node[leaf] = value
+        origins[key] = CLI
+    return data
+
+
+# ------------------------------------------------------------------------------------ typing
+def _hints(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if tp is type(None):
+        return "null"
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if origin in (list, tuple):
+        return "a list"
+    if origin is dict or tp is dict:
+        return "a mapping"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping (section)"
+    return {int: "an int", float: "a number", str: "a string", bool: "true/false"}.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, str):
+        return f"the string {str(value)!r}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def coerce(value: Any, tp: Any, key: str) -> Any:
+    """`value` checked (and for Text / nested sections, converted) against annotation `tp`."""
+    if isinstance(value, Text):
+        parsed = parse_scalar(value)
+        try:
+            return coerce(parsed, tp, key)
+        except _Mismatch:
+            if parsed != str(value) and _accepts_str(tp):
+                return str(value)
+            raise
+    if tp is Any or tp is object:
+        return _untyped(value)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for a in sorted((a for a in args if a is not type(None)), key=lambda a: a is str):
+            try:
+                return coerce(value, a, key)
+            except _Mismatch:
+                continue
+        raise _Mismatch(f"expected {_describe(tp)}, got {_shown(value)}")
+    if origin is typing.Literal:
+        if value in args and not (isinstance(value, bool) and not any(isinstance(a, bool) for a in args)):
+            return value
+        raise _Mismatch(f"{value!r} is not one of {', '.join(repr(a) for a in args)}")
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            raise _Mismatch(f"{value!r} is not one of {', '.join(repr(m.value) for m in tp)}") from None
+    if dataclasses.is_dataclass(tp):
+        if dataclasses.is_dataclass(value) and isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise _Mismatch(f"expected a mapping (section), got {_shown(value)}")
+        return value  # built by build() with the right key prefix
+    if origin in (list, tuple) or tp in (list, tuple):
+        if isinstance(value, str) and args and args[0] is str:
+            value = [v.strip() for v in value.split(",") if v.strip()]  # "chair,pope" on the command line
+        if not isinstance(value, (list, tuple)):
+            raise _Mismatch(f"expected a list, got {_shown(value)}")
+        item = args[0] if args else Any
+        return [coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise _Mismatch(f"expected a mapping, got {_shown(value)}")
+        vt = args[1] if len(args) == 2 else Any
+        return {str(k): coerce(v, vt, f"{key}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    elif isinstance(tp, type):
+        if isinstance(value, tp):
+            return value
+    else:
+        return value
+    raise _Mismatch(f"expected {_describe(tp)}, got {_shown(value)}")
+
+
+def _untyped(value: Any) -> Any:
+    """Override text inside an untyped mapping (checked later by the section's own class) read as YAML."""
+    if isinstance(value, Text):
+        return parse_scalar(value)
+    if isinstance(value, dict):
+        return {k: _untyped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_untyped(v) for v in value]
+    return value
+
+
+def _accepts_str(tp: Any) -> bool:
+    if tp is str or tp is Any:
+        return True
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return True
+    return any(_accepts_str(a) for a in typing.get_args(tp)) if typing.get_origin(tp) in (typing.Union, types.UnionType) else False
+
+
+# ------------------------------------------------------------------------------------- build
+def _source(origins: dict[str, str], key: str, default: str) -> str:
+    """Where `key` was set: itself, a parent section, or a child key given on the command line."""
+    for k in (key, *(key.rsplit(".", n)[0] for n in range(1, key.count(".") + 1))):
+        if k in origins:
+            return origins[k]
+    return next((src for k, src in origins.items() if k.startswith(key + ".")), default)
+
+
+def _takes_mapping(tp: Any) -> bool:
+    if tp is Any or tp is dict or typing.get_origin(tp) is dict or dataclasses.is_dataclass(tp):
+        return True
+    return typing.get_origin(tp) in (typing.Union, types.UnionType) and any(_takes_mapping(a) for a in typing.get_args(tp))
+
+
+def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, str] | None = None,
+          prefix: str = ""):
+    """A `cls` instance from a mapping: unknown keys, wrong types and failed checks are one line each."""
+    origins = origins or {}
+    if not isinstance(data, dict):
+        raise UserError(f"{where}: {prefix.rstrip('.') or 'config'}: expected a mapping, got {type(data).__name__}")
+    flds = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")}
+    hints = _hints(cls)
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        full = f"{prefix}{key}"
+        src = _source(origins, full, where)
+        if key not in flds:
+            close = difflib.get_close_matches(str(key), list(flds), n=1)
+            hint = f" (did you mean {prefix + close[0]!r}?)" if close else ""
+            raise UserError(f"{src}: unknown key {full!r}{hint}")
+        tp = hints[key]
+        if isinstance(value, dict) and not _takes_mapping(tp):
+            raise UserError(f"{src}: {full} is not a section (it takes {_describe(tp)})")
+        try:
+            value = coerce(value, tp, full)
+        except _Mismatch as e:
+            raise UserError(f"{src}: {full}: {e}") from None
+        sub = _dataclass_in(tp)
+        if sub is not None and isinstance(value, dict):
+            value = build(sub, value, where, origins, prefix=f"{full}.")
+        kwargs[key] = value
+    try:
+        return cls(**kwargs)
+    except UserError as e:  # a __post_init__ check: "field: message"; name where that field was set
+        field_name = str(e).split(":", 1)[0].strip().split(".")[-1]
+        raise UserError(f"{_source(origins, prefix + field_name, where)}: {e}") from None
+    except (ValueError, TypeError) as e:
+        raise UserError(f"{where}: {prefix.rstrip('.') + ': ' if prefix else ''}{' '.join(str(e).split())}") from None
+
+
+def _dataclass_in(tp: Any):
+    if dataclasses.is_dataclass(tp):
+        return tp
+    for a in typing.get_args(tp):
+        if dataclasses.is_dataclass(a):
+            return a
+    return None
+
+
+def load(cls, path: str | Path | None = None, overrides: list | None = None, base: dict | None = None):
+    """`cls` from a YAML preset (optional), a base mapping (optional) and overrides: an argv-style list
+    (see module doc) or (dotted key, value) pairs."""
+    data = dict(base or {})
+    where = "config"
+    if path is not None:
+        data.update(read_yaml(path))
+        where = str(path)
+    overrides = list(overrides or [])
+    items = overrides if all(isinstance(o, tuple) for o in overrides) else split_args(overrides)[1]
+    origins: dict[str, str] = {}
+    apply_overrides(data, items, origins)
+    return build(cls, data, where, origins)
+
+
+# ------------------------------------------------------------------------------------ output
+def to_plain(obj: Any) -> Any:
+    """Dataclasses/enums/paths -> YAML- and JSON-able builtins (for --dry-run, run.json, manifests)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        if hasattr(obj, "to_dict") and not _own_fields_only(obj):
+            return to_plain(obj.to_dict())
+        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if not f.name.startswith("_")}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {str(k): to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(v) for v in obj]
+    return obj
+
+
+def _own_fields_only(obj) -> bool:
+    # TrainingArguments subclasses have a to_dict that handles their private/enum fields; use it.
+    return type(obj).__module__.startswith(("evalsuite.", "training.")) and not any(
+        c.__name__ == "TrainingArguments" for c in type(obj).__mro__)
+
+
+def to_yaml(obj: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(to_plain(obj), sort_keys=False, allow_unicode=True, width=110)
+
+
+def missing_paths(obj: Any, prefix: str = "") -> list[str]:
+    """'key: path (what is wrong)' for every path-marked field whose path does not exist."""
+    out: list[str] = []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name, None)
+        kind = f.metadata.get("path") if f.metadata else None
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            out += missing_paths(value, f"{prefix}{f.name}.")
+        elif kind and value:
+            p = Path(str(value))
+            ok = p.is_dir() if kind == "dir" else p.is_file() if kind == "file" else p.exists()
+            if not ok:
+                what = {"dir": "no such directory", "file": "no such file"}.get(kind, "does not exist")
+                out.append(f"{prefix}{f.name}: {value} ({what})")
+    return out

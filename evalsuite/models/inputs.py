@@ -307,6 +307,12 @@ def batch_rows(rows: Sequence[Sequence[int]], feats: Sequence[dict], pad_id: int
     return out
 
 
+def to_device(batch: dict[str, Any], device, dtype) -> dict[str, Any]:
+    """Tensors of `batch` on `device`; floating ones (pixels) in the model's `dtype`."""
+    return {k: (v.to(device=device, dtype=dtype) if v.is_floating_point() else v.to(device))
+            if hasattr(v, "is_floating_point") else v for k, v in batch.items()}
+
+
 # ------------------------------------------------------------------ forward outside generate()
 def model_kwargs(model, batch: dict[str, Any], *, first: bool, cache=None, use_cache: bool = True,
                  position_ids=None) -> tuple[dict[str, Any], Any]:

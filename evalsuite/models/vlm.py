@@ -152,7 +152,8 @@ def encode_batch(vlm: VLM, requests: list[GenRequest]):
 
 
 def generate(vlm: VLM, requests: list[GenRequest], gen: GenConfig, batch_size: int = 8, progress: bool = True) -> list[str]:
-    """Answers to `requests`, in order, generated in batches with the checkpoint's chat template."""
+    """Answers to `requests`, in order, generated in batches through `vlm.inputs` (chat template or
+    family format, system prompt, image_aspect; every processor tensor reaches `generate`)."""
     import torch
     from tqdm.auto import tqdm
 

@@ -112,7 +112,7 @@ def language_scores(vlm, trees: Sequence[Tree], features: Sequence, batch: int =
     pixel tensor is accepted for one-image-tensor models)."""
     import torch
 
-    from evalsuite.models.inputs import batch_rows, model_kwargs
+    from evalsuite.models.inputs import batch_rows, model_kwargs, to_device
     from training.csr.generate import response_fill
 
     items = [(ti, nid) for ti, t in enumerate(trees) for nid in scorable(t)]
@@ -129,8 +129,7 @@ def language_scores(vlm, trees: Sequence[Tree], features: Sequence, batch: int =
         width, keep = max(map(len, rows)), max(targets) + 1
         # left padding: every row's sentence ends at the last position; positions are the model's own
         enc = batch_rows(rows, [feats[ti] for ti, _ in chunk], pad, dict(response_fill(vlm)), side="left")
-        enc = {k: (v.to(device=device, dtype=model.dtype) if v.is_floating_point() else v.to(device))
-               for k, v in enc.items()}
+        enc = to_device(enc, device, model.dtype)
         ids = enc["input_ids"].cpu()
         with torch.inference_mode():
             kw, _ = model_kwargs(model, enc, first=True, use_cache=False)

@@ -59,11 +59,11 @@ class _Batch:
 
     def __init__(self, model, contexts: Sequence[Sequence[int]], features, pad_id: int, width: int,
                  fill: dict[str, int] | None = None):
-        from evalsuite.models.inputs import batch_rows, model_kwargs, sequence_keys
+        from evalsuite.models.inputs import batch_rows, model_kwargs, sequence_keys, to_device
 
         device = next(model.parameters()).device
         batch = batch_rows(contexts, _as_features(features, len(contexts)), pad_id, fill, side="left")
-        batch = {k: _to(v, device, model.dtype) for k, v in batch.items()}
+        batch = to_device(batch, device, model.dtype)
         # Positions are the model's own (left padding counted out, M-RoPE rows for Qwen-VL), so a
         # row's logits do not depend on its padding or on the other rows.
         kw, pos = model_kwargs(model, batch, first=True)
@@ -101,12 +101,6 @@ def _as_features(features, n: int) -> list[dict]:
     if isinstance(features, torch.Tensor):
         return [{"pixel_values": features[i:i + 1]} for i in range(n)]
     return list(features)
-
-
-def _to(value, device, dtype):
-    if not isinstance(value, torch.Tensor):
-        return value
-    return value.to(device=device, dtype=dtype) if value.is_floating_point() else value.to(device)
 
 
 def _log_probs(logits: torch.Tensor, suppress: torch.Tensor) -> torch.Tensor:

@@ -112,14 +112,19 @@ def test_no_chat_template_is_an_error_unless_a_file_is_given(processor, tmp_path
         InputConfig(image_aspect="stretch")
 
 
-def test_paligemma_gets_its_prefix_format(tmp_path):
+@pytest.fixture(scope="module")
+def paligemma_dir(tmp_path_factory):
+    from evalsuite.kit.families import build_tiny_family
+
+    return build_tiny_family("paligemma", tmp_path_factory.mktemp("pg") / "pg")
+
+
+def test_paligemma_gets_its_prefix_format(paligemma_dir):
     """PaliGemma ships no chat template: the prompt is "<image>" + question and the processor makes it
     image tokens, <bos>, the question, "\\n" (a prefix with token_type_ids 0; answers are the suffix, 1)."""
     from transformers import AutoProcessor
 
-    from evalsuite.kit.families import build_tiny_family
-
-    proc = AutoProcessor.from_pretrained(build_tiny_family("paligemma", tmp_path / "pg"))
+    proc = AutoProcessor.from_pretrained(paligemma_dir)
     inputs = ModelInputs(proc)
     assert inputs.prompt_format == "paligemma" and inputs.prompt("what is this?") == "<image>what is this?"
     enc = inputs.encode([inputs.prompt("what is this?")], [_red()])
@@ -129,6 +134,28 @@ def test_paligemma_gets_its_prefix_format(tmp_path):
     assert inputs.completion("what is this?", "a dog") == ("<image>what is this?", "a dog")
     with pytest.raises(UserError, match="no system prompt"):
         ModelInputs(proc, InputConfig(system_prompt="Be brief.")).prompt("q")
+
+
+def test_paligemma_loglikelihood_scores_the_continuation_as_the_suffix(paligemma_dir):
+    """lmms-eval log-likelihood on PaliGemma: the continuation follows the encoded prefix as its suffix
+    (token_type_ids 1), so its summed log-prob equals the one read off transformers' own
+    `processor(text=prefix, suffix=continuation)` encoding (which also appends EOS, not scored here)."""
+    import torch
+
+    from evalsuite.adapters.vlm_loglik import loglikelihood
+    from evalsuite.models.vlm import load_vlm
+    from evalsuite.types import GenRequest
+
+    vlm = load_vlm(paligemma_dir, device="cpu")
+    image = _red()
+    (logp, _), = loglikelihood(vlm, [(GenRequest("k", image, "what is this?"), "a red car")])
+    enc = vlm.processor(images=[image], text=["<image>what is this?"], suffix=["a red car"], return_tensors="pt")
+    labels = enc.pop("labels")[0]
+    with torch.no_grad():
+        lp = vlm.model(**enc).logits[0].float().log_softmax(-1)
+    cont = [i for i in range(1, len(labels)) if labels[i] != -100][:3]  # "a red car" (EOS not scored)
+    want = sum(float(lp[i - 1, enc["input_ids"][0, i]]) for i in cont)
+    assert logp == pytest.approx(want, abs=1e-4)
 
 
 def test_merge_tensors_zero_pads_then_stacks():

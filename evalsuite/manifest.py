@@ -74,6 +74,14 @@ def read_manifest(ckpt: str | Path) -> dict | None:
         raise UserError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
 
 
+def resolve_parent(parent):
+    """A manifest's parent as an absolute path when it names a directory here (a relative one was
+    written from the same working directory), so result rows can link it to that checkpoint's rows."""
+    if isinstance(parent, str) and parent and Path(parent).is_dir():
+        return str(Path(parent).resolve())
+    return parent
+
+
 def verify_manifest(ckpt: str | Path) -> list[str]:
     """Mismatches between the manifest and the weight files on disk (empty list = verified)."""
     ckpt = Path(ckpt)

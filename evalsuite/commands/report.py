@@ -17,6 +17,9 @@ def register(sub) -> None:
     p.add_argument("--version", dest="as_of", metavar="V",
                    help="report the store as of version V (number, negative from the latest, or run id)")
     p.add_argument("--run", action="append", metavar="RUN_ID", help="only these runs; repeatable")
+    p.add_argument("--base", metavar="CKPT",
+                   help="take every delta against this checkpoint (name, path or hash prefix); default: "
+                        "the iteration-0 checkpoint of each lineage")
     p.add_argument("--max-images", type=int, default=120,
                    help="image/prompt groups in the per-sample view (default 120; bounds the file size)")
     p.add_argument("--page-size", type=int, default=8, help="sample groups per page (default 8)")
@@ -38,7 +41,7 @@ def main(args) -> int:
     if args.max_images < 0 or args.page_size < 1:
         raise UserError("--max-images must be >= 0 and --page-size >= 1")
     ensure_writable_dir(args.out, "--out", create=False)
-    path = build_report(store, args.out, as_of=args.as_of, runs=args.run, max_images=args.max_images,
+    path = build_report(store, args.out, as_of=args.as_of, runs=args.run, base=args.base, max_images=args.max_images,
                         page_size=args.page_size, image_roots=args.image_root, title=args.title)
     print(path)
     return 0

@@ -3,6 +3,7 @@
     evalsuite table --store results --metric 'chair/*' --format md
     evalsuite table --store results --list-versions      # the store's writes, numbered
     evalsuite table --store results --version 3          # the table as it was after write 3
+    evalsuite table --store results --base llava-1.5-7b  # deltas of every checkpoint vs this one
 """
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ def register(sub) -> None:
     p = sub.add_parser(
         "table", help="print checkpoints x metrics from the results store",
         description="Checkpoints (rows, ordered by iteration) x metrics (columns): the latest value per "
-                    "checkpoint with its CI, and the difference to the base checkpoint (iteration 0, else "
-                    "the first) with a CI. Metrics are named TASK/METRIC[VARIANT].")
+                    "checkpoint and evaluation setup with its CI, and the difference to the base checkpoint "
+                    "of the same setup with a CI. A checkpoint evaluated two ways (prompt, images, data...) "
+                    "gives two rows labelled by what differs. The base is chosen per lineage (checkpoints "
+                    "linked by their manifests' parent): its iteration 0, else its first; unrelated "
+                    "checkpoints get no delta unless --base names one. Metrics are named TASK/METRIC[VARIANT].")
     p.add_argument("--store", default="results", help="results store directory (default: results)")
     p.add_argument("--metric", action="append", metavar="M",
                    help="metric to show: TASK/METRIC, METRIC or a glob ('chair/*'); repeatable")
@@ -21,6 +25,8 @@ def register(sub) -> None:
                    help="show the table as of store version V (a number from --list-versions, negative "
                         "counts back from the latest, or a run id)")
     p.add_argument("--run", action="append", metavar="RUN_ID", help="only these runs; repeatable")
+    p.add_argument("--base", metavar="CKPT",
+                   help="take every delta against this checkpoint (its name in the table, path or hash prefix)")
     p.add_argument("--list-versions", action="store_true", help="list the store's writes and exit")
     p.set_defaults(func=main)
 
@@ -33,15 +39,17 @@ def main(args) -> int:
     store = Store(args.store)
     if not store.metrics_dir.is_dir():
         raise UserError(f"--store {args.store}: no results store there (no metrics/ folder)")
+    snap = store.snapshot()
     if args.list_versions:
-        runs = store.runs()
+        runs = snap.runs()
         if runs.empty:
             print(f"no runs in {args.store}")
             return 0
         cols = ["version", "run_id", "written_at", "iteration", "method", "ckpt", "tasks"]
         print(runs[cols].to_string(index=False))
         return 0
-    df = store.metrics(as_of=args.as_of, runs=args.run)
-    tidy = tidy_table(df, args.metric)
+    df = snap.metrics(as_of=args.as_of, runs=args.run)
+    tidy = tidy_table(df, args.metric, base=args.base,
+                      run_meta={m["run_id"]: m for m in snap.run_meta()})
     print({"md": to_markdown, "csv": to_csv, "json": to_json}[args.format](tidy).rstrip("\n"))
     return 0

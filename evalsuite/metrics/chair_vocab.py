@@ -21,7 +21,6 @@ class ChairVocab:
     pairs: dict[str, str]                       # "tok tok" -> merged token
     pair_firsts: frozenset[str]                 # first words of pair keys: a cheap pre-check
     remove_if_all: tuple[tuple[frozenset[str], str], ...]   # ({toilet, seat}, "seat")
-    words: frozenset[str] = frozenset()         # word_to_category's keys, for set intersections
 
 
 def parse_synonyms(text: str) -> tuple[dict[str, str], tuple[str, ...]]:
@@ -62,5 +61,4 @@ def load_vocab() -> ChairVocab:
         pairs=pairs,
         pair_firsts=frozenset(k.split(" ", 1)[0] for k in pairs),
         remove_if_all=rules,
-        words=frozenset(mapping),
     )

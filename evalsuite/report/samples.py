@@ -175,10 +175,10 @@ def build_view(samples, ckpt_of_run: dict, ckpts: list[dict], max_images: int, r
     last_run: dict = {}
     for r in records:     # records come in store order, so the last run seen is the latest
         r["ckpt_id"] = ckpt_of_run.get(r["run_id"])
-        last_run[(r["ckpt_id"], r["task"])] = r["run_id"]
+        last_run[(r["ckpt_id"], r["task"], r.get("eval_key"))] = r["run_id"]   # per evaluation setup
     groups: dict = {}
     for r in records:
-        if r["ckpt_id"] is None or last_run[(r["ckpt_id"], r["task"])] != r["run_id"]:
+        if r["ckpt_id"] is None or last_run[(r["ckpt_id"], r["task"], r.get("eval_key"))] != r["run_id"]:
             continue
         img = _ident(r.get("image_id", r.get("key")))
         per = groups.setdefault((img, str(r.get("prompt") or "")), {})

@@ -5,6 +5,6 @@
     Store("results").metrics()          # pandas.read_parquet("results/metrics") reads the same rows
 """
 from evalsuite.store.schema import SCHEMA_VERSION
-from evalsuite.store.store import Store, config_hash, new_run_id
+from evalsuite.store.store import Snapshot, Store, config_hash, new_run_id
 
-__all__ = ["Store", "SCHEMA_VERSION", "config_hash", "new_run_id"]
+__all__ = ["Store", "Snapshot", "SCHEMA_VERSION", "config_hash", "new_run_id"]

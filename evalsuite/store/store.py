@@ -147,7 +147,8 @@ class Store:
 
         meta["samples_file"] = self._write_samples(run_id, results)
         meta["tasks"] = {r.task: {"version": str(r.version), "config": r.config, "extra": r.extra,
-                                  "num_samples": len(r.samples)} for r in results}
+                                  "num_samples": len(r.samples), "eval_key": r.eval_key,
+                                  "identity": r.identity} for r in results}
         rows = self._rows(meta, results)
         table = pa.Table.from_pylist(rows, schema=schema.arrow_schema())
         table = table.replace_schema_metadata({
@@ -175,14 +176,16 @@ class Store:
             "label": _opt_str(meta.get("label")), "ckpt": _opt_str(meta.get("ckpt")),
             "ckpt_hash": _opt_str(meta.get("ckpt_hash")), "iteration": meta.get("iteration"),
             "method": _opt_str(meta.get("method")), "parent": _opt_str(meta.get("parent")),
-            "config_hash": meta["config_hash"],
+            "generator": _opt_str(meta.get("generator")), "config_hash": meta["config_hash"],
             "evalsuite_version": _opt_str(meta.get("code_version")) or code_version(),
             "lmms_eval_version": _opt_str(meta.get("lmms_eval_version")),
         }
         rows = []
         for r in results:
+            setup = json.dumps(r.identity, default=str)     # the task's field order: labels follow it
             for m in r.metrics:
-                rows.append({**base, "task": r.task, "task_version": str(r.version), "metric": m.metric,
+                rows.append({**base, "task": r.task, "task_version": str(r.version), "eval_key": r.eval_key,
+                             "eval_setup": setup, "metric": m.metric,
                              "variant": m.variant, "value": float(m.value), "ci_low": m.ci_low,
                              "ci_high": m.ci_high, "n": m.n, "stderr": m.stderr,
                              "higher_is_better": bool(m.higher_is_better)})
@@ -247,7 +250,7 @@ class Store:
         for path in self._metric_files():
             table, meta, version = self._read(path)
             try:
-                df = schema.upgrade(table.to_pandas(), version, str(path))
+                df = schema.upgrade(table.to_pandas(), version, str(path), meta)
             except (KeyError, TypeError, ValueError) as e:   # a column the upgrade needs is absent/odd
                 raise UserError(f"{path}: damaged schema v{version} store file ({type(e).__name__}: {e}); "
                                 "move it out of the store to read the other runs") from None
@@ -258,12 +261,16 @@ class Store:
         out.sort(key=lambda t: (str(t[2].get("written_at") or ""), str(t[2]["run_id"])))
         return out
 
-    def runs(self):
+    def snapshot(self) -> "Snapshot":
+        """The store read once: what `runs`, `run_meta`, `metrics` and `samples` answer from it."""
+        return Snapshot(self, self._load())
+
+    def runs(self, *, loaded=None):
         """One row per write, in store order: `version` (1, 2, ...) selects the table as of that write."""
         import pandas as pd
 
         rows = []
-        for i, (_, df, meta) in enumerate(self._load(), start=1):
+        for i, (_, df, meta) in enumerate(self._load() if loaded is None else loaded, start=1):
             rows.append({
                 "version": i, "run_id": meta["run_id"], "written_at": meta.get("written_at"),
                 "created_at": meta.get("created_at"), "label": meta.get("label"),
@@ -277,9 +284,9 @@ class Store:
         out["iteration"] = out["iteration"].astype("Int64")
         return out
 
-    def run_meta(self, run_id: str | None = None) -> dict | list[dict]:
+    def run_meta(self, run_id: str | None = None, *, loaded=None) -> dict | list[dict]:
         """The stored metadata (config, versions, task configs) of `run_id`, or of every run."""
-        metas = [m for _, _, m in self._load()]
+        metas = [m for _, _, m in (self._load() if loaded is None else loaded)]
         if run_id is None:
             return metas
         for m in metas:
@@ -287,9 +294,10 @@ class Store:
                 return m
         raise UserError(f"run {run_id!r}: not in store {self.path}")
 
-    def select_runs(self, as_of: int | str | None = None, runs: Iterable[str] | None = None) -> list[str]:
+    def select_runs(self, as_of: int | str | None = None, runs: Iterable[str] | None = None, *,
+                    loaded=None) -> list[str]:
         """Run ids visible in store version `as_of` (a version number or a run id), limited to `runs`."""
-        ids = [m["run_id"] for _, _, m in self._load()]
+        ids = [m["run_id"] for _, _, m in (self._load() if loaded is None else loaded)]
         if as_of is not None:
             if isinstance(as_of, int) or str(as_of).lstrip("-").isdigit():
                 v = int(as_of)
@@ -310,12 +318,12 @@ class Store:
             ids = [r for r in ids if r in wanted]
         return ids
 
-    def metrics(self, as_of: int | str | None = None, runs: Iterable[str] | None = None):
+    def metrics(self, as_of: int | str | None = None, runs: Iterable[str] | None = None, *, loaded=None):
         """Every metric row (long format, current schema), in store order; see `select_runs`."""
         import pandas as pd
 
-        loaded = self._load()
-        keep = set(self.select_runs(as_of, runs)) if (as_of is not None or runs) else None
+        loaded = self._load() if loaded is None else loaded
+        keep = set(self.select_runs(as_of, runs, loaded=loaded)) if (as_of is not None or runs) else None
         frames = [df for _, df, m in loaded if keep is None or m["run_id"] in keep]
         frames = [f for f in frames if len(f)]
         if not frames:
@@ -326,9 +334,10 @@ class Store:
         return df
 
     def samples(self, task: str | None = None, run_id: str | Iterable[str] | None = None,
-                problems: list[str] | None = None):
+                problems: list[str] | None = None, *, loaded=None):
         """Per-sample records as a frame: run_id, task, then every field of the records (they vary by
-        task; absent fields are NaN). Records come from committed runs only.
+        task; absent fields are NaN). Records come from committed runs only; only the samples files
+        of the `run_id`s asked for are read.
 
         A run whose samples file is missing, unreadable or named outside STORE/samples (a crafted or
         damaged footer) is skipped with a warning, and described in `problems` when a list is given:
@@ -337,7 +346,7 @@ class Store:
 
         wanted = {run_id} if isinstance(run_id, str) else (set(run_id) if run_id is not None else None)
         records = []
-        for path, _, meta in self._load():
+        for path, _, meta in (self._load() if loaded is None else loaded):
             name = meta.get("samples_file")
             if not name or (wanted is not None and meta["run_id"] not in wanted):
                 continue
@@ -373,3 +382,29 @@ class Store:
         except (pa.ArrowException, OSError, ValueError, TypeError) as e:
             raise UserError(f"{self.samples_dir / name}: samples file unreadable "
                             f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+
+class Snapshot:
+    """A store read once (`Store.snapshot()`): every metrics file decoded a single time, then answered
+    from memory, so a report that needs rows, run metadata and samples reads the store once."""
+
+    def __init__(self, store: Store, loaded: list):
+        self.store, self.loaded = store, loaded
+
+    @property
+    def path(self) -> Path:
+        return self.store.path
+
+    def runs(self):
+        return self.store.runs(loaded=self.loaded)
+
+    def run_meta(self, run_id: str | None = None):
+        return self.store.run_meta(run_id, loaded=self.loaded)
+
+    def select_runs(self, as_of=None, runs=None) -> list[str]:
+        return self.store.select_runs(as_of, runs, loaded=self.loaded)
+
+    def metrics(self, as_of=None, runs=None):
+        return self.store.metrics(as_of, runs, loaded=self.loaded)
+
+    def samples(self, task: str | None = None, run_id=None, problems: list[str] | None = None):
+        return self.store.samples(task, run_id, problems=problems, loaded=self.loaded)

@@ -1,9 +1,20 @@
-"""Checkpoints x metrics, with the difference to the base checkpoint and its confidence interval.
+"""Checkpoints x metrics, with the difference to a base checkpoint and its confidence interval.
 
-`tidy_table(df)` turns store rows into one row per (checkpoint, metric): the latest value the store
-holds for that checkpoint (a re-evaluation supersedes an older one; `--version` shows the older
-state), its CI, and delta = value - base value with a CI. The base is the checkpoint of iteration 0,
-or the first one in iteration order when no iteration 0 was evaluated.
+`build_table(df)` turns store rows into one row per (checkpoint, metric, eval setup): the latest
+value the store holds for that checkpoint in that setup (a re-evaluation supersedes an older one;
+`--version` shows the older state), its CI, and delta = value - base value with a CI.
+
+Comparable means one `eval_key` (task, version and the identity: data, split, documents, prompt,
+generation settings, options; see `evalsuite.types.eval_key`). A checkpoint evaluated two ways gives
+two rows, labelled by the setup fields that differ (`evalsuite.store.setups`), and a delta is taken
+only against the base's row of the same eval_key. The base is chosen per lineage: checkpoints linked
+through their manifests' `parent` form one lineage, whose base is its iteration-0 checkpoint (else
+its first in iteration order); a checkpoint related to no other gets no delta, since a delta between
+unrelated models means nothing. `--base NAME` makes one checkpoint the base of all.
+
+Rows place under the checkpoint in their `ckpt` columns, with no exception: CSR pair statistics of
+iteration t sit on the row of M_{t-1}, the checkpoint that generated the pairs (also named in their
+`generator` column); the report places them the same way.
 
 The delta CI combines the two CIs by the MOVER method (Zou & Donner 2008): for d = a - b,
     low  = d - sqrt((a - a_low)^2 + (b_high - b)^2)
@@ -16,13 +27,15 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from evalsuite.errors import UserError
 
 TIDY_COLUMNS = ["checkpoint", "ckpt_id", "iteration", "method", "ckpt", "ckpt_hash", "run_id",
                 "metric_key", "task", "metric", "variant", "higher_is_better", "value", "ci_low",
-                "ci_high", "n", "is_base", "delta", "delta_low", "delta_high"]
+                "ci_high", "n", "is_base", "delta", "delta_low", "delta_high", "setup", "eval_key",
+                "eval_setup", "base", "generator", "data", "split", "limit"]
 
 
 def metric_key(task: str, metric: str, variant) -> str:
@@ -57,29 +70,76 @@ def delta_ci(a, a_ci, b, b_ci) -> tuple[float | None, float | None]:
     return d - math.hypot(a - al, bh - b), d + math.hypot(ah - a, b - bl)
 
 
+def _ckpt_ids(df):
+    ids = df["ckpt_hash"].where(df["ckpt_hash"].notna() & (df["ckpt_hash"] != ""), df["ckpt"])
+    return ids.where(ids.notna(), df["run_id"])
+
+
 def checkpoints(df):
-    """One row per checkpoint (by content hash, else path, else run): name, iteration, order."""
+    """One row per checkpoint (by content hash, else path, else run): name, iteration, lineage, order.
+
+    A checkpoint's attributes (iteration, method, label, path) are the latest non-null values its
+    rows carry, so a row written without a label never blanks the checkpoint's name. `lineage`
+    numbers the groups of checkpoints linked by `parent` (a manifest's parent path, or a hash) to
+    another checkpoint in the rows."""
     import pandas as pd
 
     df = df.copy()
-    df["ckpt_id"] = df["ckpt_hash"].where(df["ckpt_hash"].notna() & (df["ckpt_hash"] != ""), df["ckpt"])
-    df["ckpt_id"] = df["ckpt_id"].where(df["ckpt_id"].notna(), df["run_id"])
-    # CSR pair statistics name the *generating* checkpoint with the iteration they train (t = its
-    # iteration + 1): a checkpoint's own evaluation rows, where present, say what it is.
-    by_eval_last = df.assign(_eval=df["task"] != "csr_pairs").sort_values("_eval", kind="stable")
-    last = by_eval_last.groupby("ckpt_id", sort=False).tail(1).set_index("ckpt_id")
-    first_seen = df.groupby("ckpt_id", sort=False)["written_at"].min()
+    df["ckpt_id"] = _ckpt_ids(df)
+    g = df.groupby("ckpt_id", sort=False)
+    last = g[["iteration", "method", "ckpt", "ckpt_hash", "label"]].last()
     out = pd.DataFrame({
         "ckpt_id": last.index, "iteration": last["iteration"].values, "method": last["method"].values,
-        "ckpt": last["ckpt"].values, "ckpt_hash": last["ckpt_hash"].values,
-        "label": last["label"].values, "first_seen": first_seen.reindex(last.index).values,
+        "ckpt": last["ckpt"].values, "ckpt_hash": last["ckpt_hash"].values, "label": last["label"].values,
+        "first_seen": g["written_at"].min().reindex(last.index).values,
     })
     out["name"] = [_name(r) for r in out.itertuples()]
     dup = out["name"].duplicated(keep=False)
     out.loc[dup, "name"] = [f"{n}@{str(i)[:8]}" for n, i in zip(out.loc[dup, "name"], out.loc[dup, "ckpt_id"])]
     out["_it"] = out["iteration"].astype("Float64").fillna(math.inf)
-    out = out.sort_values(["_it", "first_seen"], kind="stable").drop(columns="_it").reset_index(drop=True)
-    return out, df
+    out = out.sort_values(["_it", "first_seen"], kind="stable").reset_index(drop=True)
+    out["lineage"] = _lineages(df, list(out["ckpt_id"]))
+    # each lineage together, in iteration order
+    out = out.sort_values(["lineage", "_it", "first_seen"], kind="stable").drop(columns="_it")
+    return out.reset_index(drop=True), df
+
+
+def _norm(p) -> str | None:
+    if not isinstance(p, str) or not p:
+        return None
+    return p.rstrip("/") or p
+
+
+def _lineages(df, order: list) -> list[int]:
+    """Connected groups of checkpoints under child -> parent links, numbered in checkpoint order."""
+    by_ref: dict[str, set] = {}
+    for cid, path, h in zip(df["ckpt_id"], df["ckpt"], df["ckpt_hash"]):
+        for ref in (_norm(path), _norm(h)):
+            if ref:
+                by_ref.setdefault(ref, set()).add(cid)
+    root = {c: c for c in order}
+
+    def find(c):
+        while root[c] != c:
+            root[c] = root[root[c]]
+            c = root[c]
+        return c
+
+    for cid, parent in set(zip(df["ckpt_id"], df["parent"])):
+        for other in by_ref.get(_norm(parent), ()) or _relative_hits(by_ref, parent):
+            root[find(cid)] = find(other)
+    numbers: dict = {}
+    return [numbers.setdefault(find(c), len(numbers)) for c in order]
+
+
+def _relative_hits(by_ref: dict, parent) -> set:
+    """Checkpoints whose absolute path ends with a relative `parent` (as manifests written from a
+    working directory hold it, and stores before schema v3 kept it)."""
+    rel = _norm(parent)
+    if rel is None or rel.startswith("/"):
+        return set()
+    tail = "/" + (rel[2:] if rel.startswith("./") else rel)
+    return {c for ref, ids in by_ref.items() if ref.endswith(tail) for c in ids}
 
 
 def _name(r) -> str:
@@ -104,43 +164,120 @@ def _select(keys: list[str], rows, patterns: list[str] | None) -> list[str]:
     return [k for k in keys if k in chosen]
 
 
-def tidy_table(df, metrics: list[str] | None = None):
-    """Store rows -> one row per (checkpoint, metric) with delta vs base (see module doc)."""
+def bases(ckpts, explicit: str | None = None) -> dict:
+    """ckpt_id -> the ckpt_id its deltas are taken against (None: no delta).
+
+    Without `explicit`, each lineage of two or more checkpoints has its own base: its iteration-0
+    checkpoint, else its first in iteration order; a checkpoint linked to no other has none (a delta
+    between unrelated models means nothing). `explicit` (a name, path or hash prefix) is the base of all."""
+    if explicit is not None:
+        b = find_checkpoint(ckpts, explicit)
+        return {c: b for c in ckpts["ckpt_id"]}
+    out = {}
+    for _, g in ckpts.groupby("lineage", sort=False):
+        if len(g) < 2:
+            out[g.iloc[0]["ckpt_id"]] = None
+            continue
+        zero = g[g["iteration"].astype("Float64") == 0]
+        b = (zero if len(zero) else g).iloc[0]["ckpt_id"]
+        out.update({c: b for c in g["ckpt_id"]})
+    return out
+
+
+def find_checkpoint(ckpts, ref: str) -> str:
+    """The ckpt_id `ref` names: a checkpoint's name, its path, or a prefix (>= 6) of its hash."""
+    for col in ("name", "ckpt", "ckpt_id"):
+        hit = ckpts[ckpts[col].map(_norm) == _norm(ref)]
+        if len(hit) == 1:
+            return hit.iloc[0]["ckpt_id"]
+    hit = ckpts[[len(ref) >= 6 and str(c).startswith(ref) for c in ckpts["ckpt_id"]]]
+    if len(hit) == 1:
+        return hit.iloc[0]["ckpt_id"]
+    raise UserError(f"--base {ref!r}: {'ambiguous' if len(hit) > 1 else 'no such checkpoint'}; "
+                    f"have: {', '.join(ckpts['name'])}")
+
+
+@dataclass
+class Table:
+    """What `build_table` computed: the tidy rows and the checkpoints they came from (with ids)."""
+
+    tidy: object         # DataFrame with TIDY_COLUMNS
+    ckpts: object        # DataFrame from `checkpoints`
+    ckpt_of_run: dict    # run_id -> ckpt_id
+
+
+def tidy_table(df, metrics: list[str] | None = None, base: str | None = None, run_meta: dict | None = None):
+    """Store rows -> one row per (checkpoint, metric, eval setup) with delta vs base (module doc)."""
+    return build_table(df, metrics, base, run_meta).tidy
+
+
+def build_table(df, metrics: list[str] | None = None, base: str | None = None,
+                run_meta: dict | None = None) -> Table:
+    """`tidy_table` plus the checkpoint frame; `run_meta` (run_id -> footer meta) adds data/limit."""
     import pandas as pd
+
+    from evalsuite.store.setups import parse_setup, task_labels
 
     if df.empty:
         raise UserError("the store holds no metric rows (write some with `evalsuite run --store DIR`)")
     ckpts, df = checkpoints(df)
     df["metric_key"] = [metric_key(t, m, v) for t, m, v in zip(df["task"], df["metric"], df["variant"])]
-    latest = df.groupby(["ckpt_id", "metric_key"], sort=False).tail(1).set_index(["ckpt_id", "metric_key"])
+    labels = task_labels(df)
+    latest = df.groupby(["ckpt_id", "metric_key", "eval_key"], sort=False).tail(1)
     key_rows = df.drop_duplicates("metric_key")
     keys = _select(list(key_rows["metric_key"]), list(zip(key_rows["task"], key_rows["metric"])), metrics)
-    base_id = _base(ckpts)
+    setups_of = {k: list(dict.fromkeys(g["eval_key"])) for k, g in df.groupby("metric_key", sort=False)}
+    latest = latest.set_index(["ckpt_id", "metric_key", "eval_key"])
+    base_of = bases(ckpts, base)
+    names = dict(zip(ckpts["ckpt_id"], ckpts["name"]))
     out = []
     for c in ckpts.itertuples():
+        b = base_of.get(c.ckpt_id)
         for k in keys:
-            if (c.ckpt_id, k) not in latest.index:
-                continue
-            r = latest.loc[(c.ckpt_id, k)]
-            ci = interval(r["value"], r["ci_low"], r["ci_high"], r["stderr"])
-            row = {"checkpoint": c.name, "ckpt_id": c.ckpt_id, "iteration": c.iteration, "method": c.method,
-                   "ckpt": c.ckpt, "ckpt_hash": c.ckpt_hash, "run_id": r["run_id"], "metric_key": k,
-                   "task": r["task"], "metric": r["metric"], "variant": r["variant"],
-                   "higher_is_better": bool(r["higher_is_better"]), "value": float(r["value"]),
-                   "ci_low": ci[0], "ci_high": ci[1], "n": r["n"], "is_base": c.ckpt_id == base_id,
-                   "delta": None, "delta_low": None, "delta_high": None}
-            if c.ckpt_id != base_id and (base_id, k) in latest.index:
-                b = latest.loc[(base_id, k)]
-                b_ci = interval(b["value"], b["ci_low"], b["ci_high"], b["stderr"])
-                row["delta"] = float(r["value"]) - float(b["value"])
-                row["delta_low"], row["delta_high"] = delta_ci(float(r["value"]), ci, float(b["value"]), b_ci)
-            out.append(row)
-    return pd.DataFrame(out, columns=TIDY_COLUMNS)
+            for e in setups_of[k]:
+                if (c.ckpt_id, k, e) not in latest.index:
+                    continue
+                r = latest.loc[(c.ckpt_id, k, e)]
+                row = _tidy_row(c, k, e, r, is_base=b == c.ckpt_id, base=names.get(b))
+                row["setup"] = labels.get((r["task"], e), "")
+                row["eval_setup"] = parse_setup(r["eval_setup"])
+                row.update(_source(r["task"], (run_meta or {}).get(r["run_id"])))
+                if b is not None and b != c.ckpt_id and (b, k, e) in latest.index:
+                    _add_delta(row, latest.loc[(b, k, e)])
+                out.append(row)
+    tidy = pd.DataFrame(out, columns=TIDY_COLUMNS)
+    return Table(tidy=tidy, ckpts=ckpts, ckpt_of_run=dict(zip(df["run_id"], df["ckpt_id"])))
 
 
-def _base(ckpts) -> str:
-    zero = ckpts[ckpts["iteration"].astype("Float64") == 0]
-    return (zero if len(zero) else ckpts).iloc[0]["ckpt_id"]
+def _tidy_row(c, k, e, r, *, is_base: bool, base) -> dict:
+    ci = interval(r["value"], r["ci_low"], r["ci_high"], r["stderr"])
+    return {"checkpoint": c.name, "ckpt_id": c.ckpt_id, "iteration": c.iteration, "method": c.method,
+            "ckpt": c.ckpt, "ckpt_hash": c.ckpt_hash, "run_id": r["run_id"], "metric_key": k,
+            "task": r["task"], "metric": r["metric"], "variant": r["variant"],
+            "higher_is_better": bool(r["higher_is_better"]), "value": float(r["value"]),
+            "ci_low": ci[0], "ci_high": ci[1], "n": r["n"], "is_base": is_base,
+            "delta": None, "delta_low": None, "delta_high": None, "eval_key": e, "base": base,
+            "generator": r["generator"] if isinstance(r["generator"], str) else None}
+
+
+def _add_delta(row: dict, b) -> None:
+    b_ci = interval(b["value"], b["ci_low"], b["ci_high"], b["stderr"])
+    row["delta"] = row["value"] - float(b["value"])
+    row["delta_low"], row["delta_high"] = delta_ci(row["value"], (row["ci_low"], row["ci_high"]),
+                                                   float(b["value"]), b_ci)
+
+
+def _source(task: str, meta: dict | None) -> dict:
+    """Where a row's documents came from, as far as its run footer says: data root, split, limit."""
+    meta = meta or {}
+    cfg = ((meta.get("tasks") or {}).get(task) or {}).get("config") or {}
+    run_cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    data = meta.get("data_root") or cfg.get("data") or cfg.get("data_root")
+    limit = cfg.get("limit", run_cfg.get("limit"))
+    return {"data": None if data is None else str(data) if not isinstance(data, dict) else
+            json.dumps(data, sort_keys=True, default=str),
+            "split": cfg.get("split") if isinstance(cfg.get("split"), str) else None,
+            "limit": limit if isinstance(limit, int) and not isinstance(limit, bool) else None}
 
 
 def fmt(x, signed: bool = False) -> str:
@@ -161,33 +298,74 @@ def cell_text(r) -> str:
         s += f" Δ {fmt(r['delta'], signed=True)}"
         if _num(r["delta_low"]) is not None:
             s += f" [{fmt(r['delta_low'], signed=True)}, {fmt(r['delta_high'], signed=True)}]"
+    if _num(r["n"]) is not None:
+        s += f" (n={int(r['n'])})"
     return s
 
 
 def to_markdown(tidy) -> str:
+    """Rows = (checkpoint, setup), columns = metrics; notes below say what Δ is against and where
+    the documents came from."""
     keys = list(dict.fromkeys(tidy["metric_key"]))
     hib = dict(zip(tidy["metric_key"], tidy["higher_is_better"]))
-    head = ["checkpoint", "iter", "method"] + [f"{k} {'↑' if hib[k] else '↓'}" for k in keys]
+    with_setup = bool((tidy["setup"] != "").any())
+    head = ["checkpoint", "iter", "method"] + (["setup"] if with_setup else []) + \
+        [f"{k} {'↑' if hib[k] else '↓'}" for k in keys]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, g in tidy.groupby("checkpoint", sort=False):
+    for (name, setup), g in tidy.groupby(["checkpoint", "setup"], sort=False):
         first = g.iloc[0]
         cells = {r["metric_key"]: cell_text(r) for _, r in g.iterrows()}
         it = "-" if _num(first["iteration"]) is None else str(int(first["iteration"]))
         method = first["method"] if isinstance(first["method"], str) else "-"
         label = f"{name} (base)" if first["is_base"] else name
-        lines.append("| " + " | ".join([_md(label), it, _md(method)] + [cells.get(k, "-") for k in keys]) + " |")
-    return "\n".join(lines)
+        lines.append("| " + " | ".join([_md(label), it, _md(method)] + ([_md(setup or "-")] if with_setup else [])
+                                       + [cells.get(k, "-") for k in keys]) + " |")
+    return "\n".join(lines + _notes(tidy))
+
+
+def _notes(tidy) -> list[str]:
+    out = []
+    based = tidy[tidy["base"].notna()]
+    bases = list(dict.fromkeys(based["base"]))
+    if bases:
+        out.append(f"Δ: against {', '.join(bases)} (the base of each checkpoint's lineage), same setup only.")
+    alone = list(dict.fromkeys(tidy.loc[tidy["base"].isna(), "checkpoint"]))
+    if alone:
+        out.append(f"No Δ for {', '.join(alone)}: no other checkpoint of its lineage in the table "
+                   "(pass --base NAME to compare unrelated checkpoints).")
+    sources: dict = {}
+    for r in tidy.itertuples():
+        parts = [f"data {r.data}" if isinstance(r.data, str) else None,
+                 f"split {r.split}" if isinstance(r.split, str) else None,
+                 f"limit {int(r.limit)}" if _num(r.limit) is not None else None]
+        sources.setdefault(", ".join(p for p in parts if p), []).append((r.task, r.setup))
+    if len(sources) == 1 and next(iter(sources)):
+        out.append(f"Every row: {next(iter(sources))}.")
+    elif len(sources) > 1:
+        for text, where in sources.items():
+            names = [t + (f" [{s}]" if s else "") for t, s in dict.fromkeys(where)]
+            if text:     # a run that recorded none has nothing to say here
+                out.append(f"{', '.join(names)}: {text}.")
+    return ([""] + out) if out else []
 
 
 def _md(s: str) -> str:
     return str(s).replace("|", "\\|")
 
 
+def _export(tidy):
+    out = tidy.drop(columns=["ckpt_id"]).copy()
+    out["eval_setup"] = [json.dumps(s, sort_keys=True, default=str) for s in out["eval_setup"]]
+    return out
+
+
 def to_csv(tidy) -> str:
-    return tidy.drop(columns=["ckpt_id"]).to_csv(index=False)
+    return _export(tidy).to_csv(index=False)
 
 
 def to_json(tidy) -> str:
-    recs = json.loads(tidy.drop(columns=["ckpt_id"]).to_json(orient="records"))
-    base = tidy.loc[tidy["is_base"], "checkpoint"]
-    return json.dumps({"base": base.iloc[0] if len(base) else None, "rows": recs}, indent=2)
+    recs = json.loads(_export(tidy).to_json(orient="records"))
+    for r in recs:
+        r["eval_setup"] = json.loads(r["eval_setup"])
+    bases = list(dict.fromkeys(tidy["base"].dropna()))
+    return json.dumps({"base": bases[0] if len(bases) == 1 else None, "bases": bases, "rows": recs}, indent=2)

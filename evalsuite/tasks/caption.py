@@ -29,6 +29,18 @@ def coco_images(data_root, split: str) -> list[dict]:
     ]
 
 
+def data_fingerprint(data_root, split: str) -> str:
+    """sha256 (first 16 hex) over the split's annotation files: the data a result was computed on."""
+    import hashlib
+
+    from evalsuite.files import sha256_file
+    from evalsuite.world.layout import CocoLayout
+
+    layout = CocoLayout(data_root, split)
+    files = [p for p in (layout.instances_json, layout.captions_json) if p.is_file()]
+    return hashlib.sha256("".join(sha256_file(p) for p in files).encode()).hexdigest()[:16]
+
+
 def generate_for_images(ctx: RunContext, task: str, images: list[dict], split: str, prompt: str) -> list[dict]:
     """Generate (or reuse this run's) answers for `images`; records land in ctx.generations."""
     key = (task, split, prompt)
@@ -63,4 +75,6 @@ class CaptionTask:
         return TaskResult(
             task=self.name, version=self.version, metrics=metrics, samples=samples,
             config={"split": split, "prompt": prompt, "limit": ctx.limit, "gen": ctx.gen.to_dict()},
+            identity={"data": data_fingerprint(ctx.data_root, split), "split": split, "prompt": prompt,
+                      "image_ids": [im["id"] for im in images], "gen": ctx.gen.to_dict()},
         )

@@ -49,7 +49,7 @@ class ChairTask:
 
     def run(self, ctx: RunContext) -> TaskResult:
         from evalsuite.metrics import chair, chair_io, nltk_resources
-        from evalsuite.tasks.caption import coco_images, generate_for_images
+        from evalsuite.tasks.caption import coco_images, data_fingerprint, generate_for_images
         from evalsuite.world.layout import CocoLayout
 
         opt = ctx.options
@@ -81,6 +81,9 @@ class ChairTask:
             task=self.name, version=self.version, metrics=_metric_values(summary, variant.name), samples=samples,
             config={"split": split, "prompt": prompt, "n_images": n_images, "seed": seed, "limit": ctx.limit,
                     "variant": variant.name, "gen": gen.to_dict()},
+            identity={"data": data_fingerprint(ctx.data_root, split), "split": split, "prompt": prompt,
+                      "n_images": n_images, "seed": seed, "image_ids": [im["id"] for im in images],
+                      "variant": variant.name, "gen": gen.to_dict()},
             extra={"counts": {k: summary[k] for k in chair.COUNT_KEYS}, "variant": variant.name,
                    "normalizer": variant.normalizer, "gt_normalizer": variant.gt, "gt": gt_meta,
                    "nltk_resources": nltk_resources.resource_checksums(scorer.resources)},

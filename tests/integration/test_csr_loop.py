@@ -85,7 +85,9 @@ def test_two_iterations_killed_and_resumed(csr_setup):
 
     rows = Store(tmp / "store").metrics()
     rows = rows[rows["task"] == "csr_pairs"]
-    assert sorted(set(rows["iteration"])) == [1, 2]
+    # iteration t's pairs sit under their generator M_{t-1} (iterations 0 and 1), named in `generator`
+    assert sorted(set(rows["iteration"])) == [0, 1]
+    assert (rows["generator"] == rows["ckpt_hash"]).all()
     assert len(rows) == 14  # 7 metrics x 2 iterations, each written once despite the kill
     gap = rows[rows["metric"] == "reward_gap"]["value"]
     assert (gap >= 0).all()

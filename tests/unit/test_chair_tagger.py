@@ -64,13 +64,13 @@ def _golden_texts() -> list[str]:
 
 def _token_lists(texts: list[str]) -> list[list[str]]:
     """Each text tokenised whole (as CHAIR does) and each of its sentences on its own."""
-    from evalsuite.metrics.chair_normalize import Tokenizer
+    from nltk.tokenize import NLTKWordTokenizer, sent_tokenize, word_tokenize
 
-    tok = Tokenizer()
+    treebank = NLTKWordTokenizer()
     out = []
     for text in texts:
-        out.append(tok(text))
-        out += [tok.sentence(s) for s in tok._punkt.tokenize(text.lower())]
+        out.append(word_tokenize(text.lower()))
+        out += [treebank.tokenize(s) for s in sent_tokenize(text.lower())]
     return out
 
 

@@ -66,6 +66,7 @@ def make_store(tmp_path, n_images=6, payload_in=None):
                 MetricValue("chosen_reward_mean", 1.15 + it, True, 4), MetricValue("rejected_reward_mean", 0.575, True, 4),
                 MetricValue("reward_gap", 0.575 + it, True, 4), MetricValue("num_pairs", 4, True)], samples=pairs))
         store.write_run({"ckpt": f"/ckpts/iter{it}", "ckpt_hash": f"{it:064x}", "iteration": it,
+                         "parent": f"/ckpts/iter{it - 1}" if it else None,
                          "method": "base" if it == 0 else "csr", "config": {"lr": 1e-6, "note": "<b>x</b>"},
                          "code_version": "0.1.0+test", "lmms_eval_version": "0.7.3"}, results)
     return store
@@ -150,7 +151,7 @@ def test_report_command_and_empty_store(tmp_path, capsys):
     from evalsuite.commands import report
 
     make_store(tmp_path)
-    ns = argparse.Namespace(store=str(tmp_path / "store"), out=str(tmp_path / "out"), as_of="1", run=None,
+    ns = argparse.Namespace(store=str(tmp_path / "store"), out=str(tmp_path / "out"), as_of="1", run=None, base=None,
                             max_images=10, page_size=4, image_root=[], title="iter0 only")
     assert report.main(ns) == 0
     html = (tmp_path / "out" / "index.html").read_text()
@@ -205,3 +206,41 @@ def test_relative_image_paths_resolve_against_the_runs_data_root(tmp_path):
                     [TaskResult("caption", "1", [MetricValue("n", 1, True)], samples=[sample])])
     html = build_report(store, tmp_path / "r").read_text()
     assert html.count('src="data:image/') == 1 and "no image" not in html
+
+
+def test_two_setups_are_two_labelled_rows_without_cross_deltas(tmp_path):
+    """iter0 scored with prompts A (0.5) and B (0.3), iter1 with A (0.4): the summary has a row per
+    setup, tagged by the prompt; iter1's delta (-0.100) is against A only, and row B has no delta."""
+    store = Store(tmp_path / "s")
+    for it, prompt, v in ((0, "A", 0.5), (0, "B", 0.3), (1, "A", 0.4)):
+        res = TaskResult("chair", "1", [MetricValue("CHAIRs", v, False, 8, v - 0.05, v + 0.05)],
+                         identity={"prompt": prompt, "n_images": 8})
+        store.write_run({"ckpt": f"/c/{it}", "ckpt_hash": f"h{it}", "iteration": it,
+                         "parent": "/c/0" if it else None}, [res])
+    html = build_report(store, tmp_path / "r").read_text()
+    rows = re.findall(r'<td data-v="CHAIRs(prompt=[^"]*)">.*?</tr>', html, flags=re.S)
+    assert rows == ["prompt=&#39;A&#39;", "prompt=&#39;B&#39;"]
+    row_a, row_b = re.findall(r'<td data-v="CHAIRsprompt=.*?</tr>', html, flags=re.S)
+    assert "Δ -0.100" in row_a and "Δ" not in row_b
+    assert '<span class="tag setup">prompt=&#39;B&#39;</span>' in row_b
+
+
+def test_report_reads_the_store_once(tmp_path, monkeypatch):
+    """3 runs: each metrics file decoded once; checkpoints computed once; only the shown runs' samples read."""
+    from evalsuite.store import table
+
+    store = make_store(tmp_path)
+    store.write_run({"ckpt": "/ckpts/iter0", "ckpt_hash": f"{0:064x}", "iteration": 0},
+                    [TaskResult("chair", "1", [MetricValue("CHAIRs", 0.45, False, 6)],
+                                samples=[{"key": "old", "image_id": 99, "answer": "superseded", "prompt": "p"}])])
+    store.write_run({"ckpt": "/ckpts/iter0", "ckpt_hash": f"{0:064x}", "iteration": 0},
+                    [TaskResult("chair", "1", [MetricValue("CHAIRs", 0.5, False, 6)])])
+    reads, ckpt_calls, sample_runs = [], [], []
+    real_read, real_ckpts, real_samples = Store._read, table.checkpoints, Store.samples
+    monkeypatch.setattr(Store, "_read", staticmethod(lambda p: reads.append(p) or real_read(p)))
+    monkeypatch.setattr(table, "checkpoints", lambda df: ckpt_calls.append(1) or real_ckpts(df))
+    monkeypatch.setattr(Store, "samples", lambda self, task=None, run_id=None, **kw:
+                        sample_runs.append(set(run_id)) or real_samples(self, task, run_id, **kw))
+    html = build_report(store, tmp_path / "r").read_text()
+    assert len(reads) == 5 and len(ckpt_calls) == 1 and len(sample_runs) == 1
+    assert len(sample_runs[0]) == 4 and "superseded" not in html    # the re-evaluated run's samples unread

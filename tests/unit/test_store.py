@@ -179,3 +179,85 @@ def test_versions_select_older_states(tmp_path):
 def test_empty_store_reads_as_empty_frames(tmp_path):
     store = Store(tmp_path / "none")
     assert store.metrics().empty and store.samples().empty and store.runs().empty
+
+
+def test_eval_key_setup_and_generator_are_stored(tmp_path):
+    """A result's eval_key and identity land on every row of it; `generator` comes from the run meta."""
+    store = Store(tmp_path)
+    res = TaskResult("chair", "1", [MetricValue("CHAIRs", 0.2, False, n=4), MetricValue("CHAIRi", 0.1, False)],
+                     identity={"prompt": "A", "n_images": 4, "gen": {"max_new_tokens": 8}})
+    rid = store.write_run(meta(1, generator="h0"), [res, pope_result()])
+    df = store.metrics()
+    chair = df[df["task"] == "chair"]
+    assert set(chair["eval_key"]) == {res.eval_key} and len(res.eval_key) == 16
+    assert json.loads(chair.iloc[0]["eval_setup"]) == {"gen": {"max_new_tokens": 8}, "n_images": 4, "prompt": "A"}
+    assert df[df["task"] == "pope"].iloc[0]["eval_key"] == pope_result().eval_key != res.eval_key
+    assert set(df["generator"]) == {"h0"}
+    assert store.run_meta(rid)["tasks"]["chair"]["identity"]["prompt"] == "A"
+
+
+def _write_v2_file(path, run_id, ckpt, task_config, task="chair", iteration=0, data_root="/data/w"):
+    """The v2 layout by hand: no eval_key / eval_setup / generator; task configs only in the footer."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    row = {"schema_version": 2, "run_id": run_id, "written_at": f"2025-07-01T00:00:0{iteration}+00:00",
+           "created_at": "2025-07-01T00:00:00+00:00", "label": f"demo/iter_{iteration}", "ckpt": ckpt,
+           "ckpt_hash": f"h-{ckpt}", "iteration": iteration, "method": "csr", "parent": None, "task": task,
+           "task_version": "1", "metric": "CHAIRs", "variant": None, "value": 0.5, "ci_low": None, "ci_high": None,
+           "n": 8, "stderr": None, "higher_is_better": False, "config_hash": f"c-{ckpt}",
+           "evalsuite_version": "0.1.0", "lmms_eval_version": None}
+    footer = {"run_id": run_id, "data_root": data_root, "config": {"ckpt": ckpt},
+              "tasks": {task: {"version": "1", "config": task_config}}}
+    table = pa.Table.from_pylist([row]).replace_schema_metadata(
+        {b"evalsuite.schema": b"2", b"evalsuite.run": json.dumps(footer).encode()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+
+
+def test_v2_store_reads_with_eval_keys_from_the_footer(tmp_path):
+    """Two v2 runs of different checkpoints with one task config share an eval_key (their run
+    config_hash differs: it holds the checkpoint path); another prompt gives another key."""
+    from evalsuite.store.schema import v2_identity
+    from evalsuite.types import eval_key
+
+    store = Store(tmp_path)
+    cfg_a = {"split": "val", "prompt": "A", "n_images": 8, "limit": None}
+    _write_v2_file(store.metrics_dir / "v2-a.parquet", "v2-a", "/ck/0", cfg_a)
+    _write_v2_file(store.metrics_dir / "v2-b.parquet", "v2-b", "/ck/1", cfg_a, iteration=1)
+    _write_v2_file(store.metrics_dir / "v2-c.parquet", "v2-c", "/ck/1", {**cfg_a, "prompt": "B"}, iteration=2)
+    store.write_run(meta(3), [chair_result()])
+    df = store.metrics().set_index("run_id")
+    assert list(df.columns) == [c for c in COLUMN_NAMES if c != "run_id"]
+    assert df.loc["v2-a", "eval_key"] == df.loc["v2-b", "eval_key"] != df.loc["v2-c", "eval_key"]
+    assert df.loc["v2-a", "eval_key"] == eval_key("chair", "1", v2_identity("chair", cfg_a, "/data/w"))
+    assert json.loads(df.loc["v2-c", "eval_setup"])["v2_task_config"]["prompt"] == "B"
+    assert pd.isna(df.loc["v2-a", "generator"]) and (df["schema_version"] == SCHEMA_VERSION).all()
+
+
+def test_v2_csr_pair_rows_move_to_the_generator(tmp_path):
+    """v2 wrote iteration t's pair statistics with ckpt = M_{t-1} but iteration t and label iter_t:
+    read as v3 they describe M_{t-1} (iteration t - 1, no label of their own, generator = its hash),
+    and the bookkeeping keys (iteration, generator) are not part of the setup."""
+    store = Store(tmp_path)
+    for t in (1, 2):
+        _write_v2_file(store.metrics_dir / f"p{t}.parquet", f"p{t}", f"/run/iter_{t - 1}",
+                       {"iteration": t, "generator": f"/run/iter_{t - 1}", "lam": 1.0}, task="csr_pairs", iteration=t)
+    df = store.metrics().set_index("run_id")
+    assert list(df["iteration"]) == [0, 1] and df["label"].isna().all() and df["method"].isna().all()
+    assert list(df["generator"]) == ["h-/run/iter_0", "h-/run/iter_1"]
+    assert df.loc["p1", "eval_key"] == df.loc["p2", "eval_key"]
+
+
+def test_snapshot_reads_each_file_once(tmp_path, monkeypatch):
+    store = Store(tmp_path)
+    for i in range(3):
+        store.write_run(meta(i), [chair_result()])
+    calls = []
+    real = Store._read
+    monkeypatch.setattr(Store, "_read", staticmethod(lambda p: calls.append(p) or real(p)))
+    snap = store.snapshot()
+    ids = snap.select_runs(as_of=2)
+    assert len(snap.metrics(as_of=2)) == 4 and len(snap.runs()) == 3 and len(snap.run_meta()) == 3
+    assert len(snap.samples(run_id=ids)) == 2
+    assert len(calls) == 3

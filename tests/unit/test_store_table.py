@@ -18,12 +18,13 @@ def write(store, it, chair_s, f1_se=0.01, ckpt=None, **kw):
                                                      ci_low=chair_s - 0.05, ci_high=chair_s + 0.05)]),
                TaskResult("pope", "1", [MetricValue("f1", 0.8 + 0.01 * (it or 0), True, n=300, stderr=f1_se,
                                                     variant="random")])]
+    kw.setdefault("parent", f"/ck/iter{it - 1}" if it else None)    # one lineage: iter_t's parent is iter_{t-1}
     return store.write_run({"ckpt": ckpt or f"/ck/iter{it}", "ckpt_hash": f"h-{ckpt or it}", "iteration": it,
                             "method": "csr", "config": {}, **kw}, results)
 
 
 def args(store, **kw):
-    base = dict(store=str(store), metric=None, format="md", as_of=None, run=None, list_versions=False)
+    base = dict(store=str(store), metric=None, format="md", as_of=None, run=None, list_versions=False, base=None)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -54,7 +55,7 @@ def test_base_is_iteration_zero_and_rows_follow_iteration(tmp_path):
 
 def test_base_without_iteration_zero_is_the_earliest(tmp_path):
     store = Store(tmp_path)
-    write(store, 3, 0.3)
+    write(store, 3, 0.3, parent="/ck/iter1")
     write(store, 1, 0.5)
     t = tidy_table(store.metrics())
     assert t.loc[t["is_base"], "checkpoint"].iloc[0] == "iter1"
@@ -74,8 +75,8 @@ def test_reevaluation_supersedes_and_version_shows_the_old_value(tmp_path, capsy
     assert table.main(args(tmp_path, metric=["chair/*"], as_of="2")) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "| checkpoint | iter | method | chair/CHAIRs ↓ |"
-    assert out[2] == "| iter0 (base) | 0 | csr | 0.500 [0.450, 0.550] |"
-    assert out[3] == "| iter1 | 1 | csr | 0.400 [0.350, 0.450] Δ -0.100 [-0.171, -0.029] |"
+    assert out[2] == "| iter0 (base) | 0 | csr | 0.500 [0.450, 0.550] (n=100) |"
+    assert out[3] == "| iter1 | 1 | csr | 0.400 [0.350, 0.450] Δ -0.100 [-0.171, -0.029] (n=100) |"
 
 
 def test_metric_filter_and_unknown_metric(tmp_path):
@@ -125,3 +126,118 @@ def test_missing_store_is_a_user_error(tmp_path):
 def test_fmt():
     assert [fmt(0.5), fmt(-0.0123, True), fmt(12.345), fmt(666.0), fmt(1500.2), fmt(None)] == \
         ["0.500", "-0.012", "12.35", "666", "1500", "-"]
+
+
+def chair(value, prompt="A", n_images=4, **ident):
+    return TaskResult("chair", "1", [MetricValue("CHAIRs", value, False, n=n_images, ci_low=value - 0.05,
+                                                 ci_high=value + 0.05)],
+                      identity={"split": "val", "prompt": prompt, "n_images": n_images,
+                                "image_ids": list(range(n_images)), **ident})
+
+
+def put(store, it, results, **kw):
+    kw.setdefault("parent", f"/ck/iter{it - 1}" if it else None)
+    return store.write_run({"ckpt": f"/ck/iter{it}", "ckpt_hash": f"h-{it}", "iteration": it, "method": "csr",
+                            "data_root": "/data/world", "config": {"limit": 8}, **kw}, results)
+
+
+def test_a_checkpoint_evaluated_two_ways_gives_two_rows_and_no_cross_delta(tmp_path, capsys):
+    """iter0 with prompts A (0.5) and B (0.3), iter1 with A only (0.4): iter1's delta is 0.4 - 0.5 =
+    -0.1 against A; nothing is compared with B (0.4 - 0.3 would be +0.1). The same with n_images."""
+    from evalsuite.commands import table
+
+    store = Store(tmp_path)
+    put(store, 0, [chair(0.5, "A")])
+    put(store, 0, [chair(0.3, "B")])
+    put(store, 0, [chair(0.25, "A", n_images=8)])
+    put(store, 1, [chair(0.4, "A")])
+    t = tidy_table(store.metrics())
+    assert list(zip(t["checkpoint"], t["setup"], t["value"])) == [
+        ("iter0", "prompt='A', n_images=4", 0.5), ("iter0", "prompt='B', n_images=4", 0.3),
+        ("iter0", "prompt='A', n_images=8", 0.25), ("iter1", "prompt='A', n_images=4", 0.4)]
+    assert t["delta"].iloc[:3].isna().all() and t["delta"].iloc[3] == pytest.approx(-0.1)
+    assert t["eval_key"].nunique() == 3 and (t["base"] == "iter0").all()
+    assert table.main(args(tmp_path)) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "| checkpoint | iter | method | setup | chair/CHAIRs ↓ |"
+    assert out[3] == "| iter0 (base) | 0 | csr | prompt='B', n_images=4 | 0.300 [0.250, 0.350] (n=4) |"
+    assert out[5] == ("| iter1 | 1 | csr | prompt='A', n_images=4 | "
+                      "0.400 [0.350, 0.450] Δ -0.100 [-0.171, -0.029] (n=4) |")
+    assert out[-1] == "Every row: data /data/world, limit 8."
+    table.main(args(tmp_path, format="json"))
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["base"] == "iter0" and doc["rows"][1]["eval_setup"]["prompt"] == "B"
+
+
+def test_one_setup_per_task_means_no_label(tmp_path):
+    store = Store(tmp_path)
+    put(store, 0, [chair(0.5)])
+    put(store, 1, [chair(0.4)])
+    t = tidy_table(store.metrics())
+    assert list(t["setup"]) == ["", ""] and t["delta"].iloc[1] == pytest.approx(-0.1)
+
+
+def test_setups_differing_only_in_long_values_are_abbreviated():
+    from evalsuite.store.setups import label_setups
+
+    labels = label_setups({"k1": {"ids": [1, 2, 3], "data": "a" * 64}, "k2": {"ids": [1, 2, 4], "data": "a" * 64}})
+    assert labels["k1"].startswith("ids=[3 items #") and labels["k1"] != labels["k2"]
+    assert label_setups({"k1": {"x": 1}}) == {"k1": ""}
+    assert label_setups({"k1": {}, "k2": {}}) == {"k1": "setup k1", "k2": "setup k2"}
+
+
+def test_unrelated_checkpoints_get_no_delta_unless_a_base_is_named(tmp_path, capsys):
+    """Two lineages (iter0 -> iter1, and an unrelated model): deltas only inside the first; with
+    --base other every checkpoint is compared with 'other' (0.5 - 0.45 = +0.05 for iter0)."""
+    from evalsuite.commands import table
+
+    store = Store(tmp_path)
+    put(store, 0, [chair(0.5)])
+    put(store, 1, [chair(0.4)])
+    store.write_run({"ckpt": "/elsewhere/other", "ckpt_hash": "h-x", "iteration": 0}, [chair(0.45)])
+    t = tidy_table(store.metrics())
+    assert list(t["checkpoint"]) == ["iter0", "iter1", "other"]      # lineages kept together
+    assert list(t["is_base"]) == [True, False, False] and pd_isna(t["delta"].iloc[2]) and pd_isna(t["base"].iloc[2])
+    table.main(args(tmp_path))
+    assert "No Δ for other: no other checkpoint of its lineage" in capsys.readouterr().out
+    t = tidy_table(store.metrics(), base="other")
+    assert t["delta"].iloc[0] == pytest.approx(0.05) and list(t["is_base"]) == [False, False, True]
+    assert tidy_table(store.metrics(), base="h-x")["base"].tolist() == ["other"] * 3
+    with pytest.raises(UserError, match="--base 'nope': no such checkpoint; have: iter0, iter1, other"):
+        tidy_table(store.metrics(), base="nope")
+
+
+def pd_isna(x) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(x))
+
+
+def test_pair_statistics_sit_on_their_generator_without_renaming_it(tmp_path):
+    """CSR writes iteration 1's pairs after the base's evaluation, under the base (its generator),
+    with no label of its own: the base keeps its name and iteration, and the pair rows compare
+    with iteration 2's pairs (generated by iter1) in one setup."""
+    store = Store(tmp_path)
+    put(store, 0, [chair(0.5)], label="demo/base")
+    for t in (1, 2):
+        pairs = TaskResult("csr_pairs", "1", [MetricValue("reward_gap", 0.4 - 0.1 * t, True, n=10)],
+                           identity={"reward": {"lam": 1.0}})
+        put(store, t - 1, [pairs], generator=f"h-{t - 1}", label=None)
+        put(store, t, [chair(0.5 - 0.1 * t)], label=f"demo/iter_{t}")
+    t = tidy_table(store.metrics())
+    gap = t[t["metric"] == "reward_gap"]
+    assert list(gap["checkpoint"]) == ["demo/base", "demo/iter_1"] and list(gap["iteration"]) == [0, 1]
+    assert list(gap["generator"]) == ["h-0", "h-1"] and gap["delta"].iloc[1] == pytest.approx(-0.1)
+    assert list(dict.fromkeys(t["checkpoint"])) == ["demo/base", "demo/iter_1", "demo/iter_2"]
+
+
+def test_a_relative_parent_links_to_the_checkpoint_at_that_path(tmp_path):
+    """A manifest written from /work holds parent 'runs/x/iter0'; the evaluated path is absolute."""
+    store = Store(tmp_path)
+    store.write_run({"ckpt": "/work/runs/x/iter0", "ckpt_hash": "h0", "iteration": 0}, [chair(0.5)])
+    store.write_run({"ckpt": "/work/runs/x/iter1", "ckpt_hash": "h1", "iteration": 1, "parent": "./runs/x/iter0"},
+                    [chair(0.4)])
+    store.write_run({"ckpt": "/work/runs/y/iter1", "ckpt_hash": "h2", "iteration": 1, "parent": "x/iter"},
+                    [chair(0.3)])
+    t = tidy_table(store.metrics())
+    assert t["delta"].iloc[1] == pytest.approx(-0.1) and pd_isna(t["base"].iloc[2])

@@ -115,3 +115,18 @@ def test_cli_bad_value_is_one_line_exit_2(paths):
     r = subprocess.run([sys.executable, str(REPO / "training" / "train.py"), "--method", "nope"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "method: 'nope'" in r.stderr
+
+
+def test_old_checkpointing_name_is_read_as_the_new_one(paths, tmp_path):
+    """transformers 5 renamed gradient_checkpointing; VL-RLHF's scripts use the old name. It is folded into
+    activation_checkpointing per source, so a later source wins whichever name it uses, with no FutureWarning."""
+    import warnings
+
+    y = tmp_path / "c.yaml"
+    y.write_text("activation_checkpointing: false\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        cfg = load_config(["--config", str(y), *argv(paths), "--gradient_checkpointing", "true"])
+        assert cfg.activation_checkpointing is True and cfg.trainer_kwargs()["activation_checkpointing"] is True
+        y.write_text("gradient_checkpointing: true\n")
+        assert load_config(["--config", str(y), *argv(paths)]).activation_checkpointing is True

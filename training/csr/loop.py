@@ -193,11 +193,16 @@ def stage_pairs(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> 
 
 def _write_stats(cfg: CSRConfig, ckpt: str, t: int, result) -> None:
     """One store run per iteration, with a run id derived from the run dir so a resumed run that
-    already wrote it does not write it twice."""
+    already wrote it does not write it twice.
+
+    The rows sit under the checkpoint that generated the pairs, M_{t-1} = `ckpt`: its path, hash,
+    iteration and label (the one its evaluation in this loop gets), and `generator` names it too;
+    docs/ARCHITECTURE.md (results store) says why. Their eval setup is what makes the statistics of
+    two iterations comparable: the prompts, the reward and pair settings and the judge."""
     import datetime as dt
     import hashlib
 
-    from evalsuite.manifest import checkpoint_hash, read_manifest
+    from evalsuite.manifest import checkpoint_hash, read_manifest, resolve_parent
     from evalsuite.store import Store
     from evalsuite.version import code_version
 
@@ -207,10 +212,19 @@ def _write_stats(cfg: CSRConfig, ckpt: str, t: int, result) -> None:
     if (Path(cfg.store) / "metrics" / f"{run_id}.parquet").exists():
         return
     manifest = read_manifest(ckpt) or {}
+    gen_hash = checkpoint_hash(ckpt)
+    iteration = manifest.get("iteration")
+    full = cfg.to_dict()
+    prompts = Path(cfg.prompts)
+    result.identity = {"prompts": sha256_file(prompts) if prompts.is_file() else str(prompts),
+                       "image_root": str(cfg.image_root), "limit": cfg.limit, "tree": full["tree"],
+                       "reward": full["reward"], "pairs": full["pairs"], "judge": checkpoint_hash(cfg.clip)}
     meta = {"run_id": run_id, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "ckpt": str(Path(ckpt).resolve()), "ckpt_hash": checkpoint_hash(ckpt), "iteration": t,
-            "method": "csr", "parent": manifest.get("parent"), "label": f"{cfg.name}/iter_{t}",
-            "config": cfg.to_dict(), "code_version": code_version()}
+            "ckpt": str(Path(ckpt).resolve()), "ckpt_hash": gen_hash, "generator": gen_hash,
+            "iteration": iteration if isinstance(iteration, int) else t - 1, "method": manifest.get("method"),
+            "parent": resolve_parent(manifest.get("parent")),
+            "label": f"{cfg.name}/base" if t == 1 else f"{cfg.name}/iter_{t - 1}", "config": full,
+            "code_version": code_version()}
     store.write_run(meta, [result])
 
 

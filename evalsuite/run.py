@@ -194,6 +194,8 @@ def run_eval(spec: EvalSpec) -> dict:
             if ctx._vlm is not None and "prompt_format" not in meta["inputs"]:
                 meta["inputs"] = ctx.vlm.inputs.describe()  # the prompt actually sent, around {question}
                 write_json_atomic(out / "run.json", meta)
+            if inputs.identity():  # answers under another system prompt/template/image_aspect compare apart
+                result.identity = {**result.identity, "inputs": inputs.identity()}
             save_task(out, result)
             # one store run per task, so each lands as soon as it finishes; eval_run groups them
             store.write_run({**meta, "run_id": f"{run_id}-{result.task}", "eval_run": run_id}, [result])

@@ -77,15 +77,21 @@ class InputConfig:
         except OSError as exc:
             raise UserError(f"chat_template: cannot read {self.chat_template!r} ({exc.strerror or exc})") from None
 
+    def identity(self) -> dict[str, Any]:
+        """The settings that change a model's answers, by content (the template file's hash, not its
+        path); {} for the defaults, so results and caches of runs without them keep their keys."""
+        return {k: v for k, v in self.to_dict().items() if k != "chat_template" and v != getattr(InputConfig, k, None)}
+
     def cache_suffix(self) -> str:
-        """"" for the defaults, else a short hash of the settings: response caches keyed by checkpoint
+        """"" for the defaults, else a short hash of `identity()`: response caches keyed by checkpoint
         must not serve answers generated under another prompt or image preparation."""
-        if self == InputConfig():
+        ident = self.identity()
+        if not ident:
             return ""
         import hashlib
         import json
 
-        return "+inputs-" + hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+        return "+inputs-" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
 
     def to_dict(self) -> dict[str, Any]:
         """For run.json / manifests: the settings plus the template file's hash."""

@@ -195,3 +195,23 @@ def test_tiny_ckpt_cli_builds_any_family_deterministically(tmp_path):
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
     res = run_cli("tiny-ckpt", "--kind", "clip", "--arch", "qwen2_vl", "--out", str(tmp_path / "c"))
     assert res.returncode == 2 and res.stderr.strip() == "evalsuite: error: --arch: only for --kind vlm"
+
+
+def test_eval_records_the_input_settings(tiny_vlm_dir, world_dir, tmp_path):
+    """--system-prompt / --image-aspect reach every sample's prompt_text, run.json and the result identity
+    (so results under other input settings are never compared with these)."""
+    from tests.conftest import run_cli
+
+    system = "please describe the image in detail ."
+    out = tmp_path / "run"
+    res = run_cli("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "caption", "--data-root", str(world_dir),
+                  "--limit", "2", "--max-new-tokens", "4", "--output", str(out), "--store", str(tmp_path / "s"),
+                  "--system-prompt", system, "--image-aspect", "pad", "--device", "cpu")
+    assert res.returncode == 0, res.stderr[-2000:]
+    samples = [json.loads(x) for x in (out / "caption" / "samples.jsonl").read_text().splitlines()]
+    assert [s["prompt_text"] for s in samples] == [f"{system} USER: <image>\n{s['prompt']} ASSISTANT:" for s in samples]
+    run = json.loads((out / "run.json").read_text())
+    assert run["inputs"]["system_prompt"] == system and run["inputs"]["image_aspect"] == "pad"
+    assert run["inputs"]["prompt_format"] == "chat_template"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["caption"]["identity"]["inputs"] == {"system_prompt": system, "image_aspect": "pad"}

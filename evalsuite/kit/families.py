@@ -168,27 +168,28 @@ QWEN_EXTRA = {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>",
 QWEN_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
 
 
-def _qwen_common(tok, version: str, patch: int):
-    from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor, Qwen3VLProcessor
+QWEN_PATCH = 8  # 64 px world images -> 8x8 patches -> 4x4 = 16 image tokens after the 2x2 merge
 
-    kw = dict(patch_size=patch, merge_size=2, temporal_patch_size=2)
 
-    pixels = {"shortest_edge": (2 * patch) ** 2, "longest_edge": (4 * patch * 2) ** 2}
-    image = Qwen2VLImageProcessor(size=pixels, **kw)
-    if version == "qwen3_vl":
-        from transformers import Qwen3VLVideoProcessor
+def _qwen_processor(tok, version: str):
+    import transformers as tf
 
-        video = Qwen3VLVideoProcessor(size=pixels, **kw)
-        return Qwen3VLProcessor(image_processor=image, video_processor=video, tokenizer=tok,
-                                chat_template=_chatml(QWEN_IMAGE))
-    video = Qwen2VLVideoProcessor(size=pixels, **kw)
-    if version == "qwen2_5_vl":
-        from transformers import Qwen2_5_VLProcessor
+    kw = dict(patch_size=QWEN_PATCH, merge_size=2, temporal_patch_size=2,
+              size={"shortest_edge": (2 * QWEN_PATCH) ** 2, "longest_edge": (8 * QWEN_PATCH) ** 2})
+    image = tf.Qwen2VLImageProcessor(**kw)
+    if version == "qwen3_vl":  # no default system turn in Qwen3-VL's template
+        return tf.Qwen3VLProcessor(image_processor=image, video_processor=tf.Qwen3VLVideoProcessor(**kw),
+                                   tokenizer=tok, chat_template=_chatml(QWEN_IMAGE))
+    cls = tf.Qwen2_5_VLProcessor if version == "qwen2_5_vl" else tf.Qwen2VLProcessor
+    return cls(image_processor=image, video_processor=tf.Qwen2VLVideoProcessor(**kw), tokenizer=tok,
+               chat_template=_chatml(QWEN_IMAGE, "You are a helpful assistant."))
 
-        return Qwen2_5_VLProcessor(image_processor=image, video_processor=video, tokenizer=tok,
-                                   chat_template=_chatml(QWEN_IMAGE, "You are a helpful assistant."))
-    return Qwen2VLProcessor(image_processor=image, video_processor=video, tokenizer=tok,
-                            chat_template=_chatml(QWEN_IMAGE, "You are a helpful assistant."))
+
+def _mrope_sections(head_dim: int) -> list[int]:
+    """Temporal/height/width split of the rotary half-dimension (Qwen's 16/24/24 of 64, scaled): 8 -> 2/3/3."""
+    half = head_dim // 2
+    t = half // 4
+    return [t, (half - t) // 2, half - t - (half - t) // 2]
 
 
 def _qwen_vl(version: str):
@@ -199,32 +200,27 @@ def _qwen_vl(version: str):
         ids = dict(image_token_id=tok.image_token_id, video_token_id=tok.video_token_id,
                    vision_start_token_id=tok.vision_start_token_id, vision_end_token_id=tok.vision_end_token_id)
         head = hidden // 4
-        rope = {"rope_type": "default", "rope_theta": 10000.0,
-                "mrope_section": [head // 8, head // 8 * 3 // 2, head // 2 - head // 8 - head // 8 * 3 // 2]}
+        rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": _mrope_sections(head)}
         text = dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
                     rope_parameters=rope, pad_token_id=tok.pad_token_id, bos_token_id=None, eos_token_id=tok.eos_token_id)
+        vision = dict(depth=2, num_heads=2, patch_size=QWEN_PATCH)
         if version == "qwen2_vl":
-            patch = 8
-            vision = tf.Qwen2VLVisionConfig(depth=2, embed_dim=32, hidden_size=hidden, num_heads=2, patch_size=patch)
-            config = tf.Qwen2VLConfig(text_config=text, vision_config=vision, **ids)
+            config = tf.Qwen2VLConfig(text_config=text, vision_config=tf.Qwen2VLVisionConfig(
+                embed_dim=32, hidden_size=hidden, **vision), **ids)
             model_cls = tf.Qwen2VLForConditionalGeneration
         elif version == "qwen2_5_vl":
-            patch = 8
-            vision = tf.Qwen2_5_VLVisionConfig(depth=2, hidden_size=32, intermediate_size=64, num_heads=2,
-                                               out_hidden_size=hidden, patch_size=patch, window_size=32,
-                                               fullatt_block_indexes=[1])
-            config = tf.Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids)
+            config = tf.Qwen2_5_VLConfig(text_config=text, vision_config=tf.Qwen2_5_VLVisionConfig(
+                hidden_size=32, intermediate_size=64, out_hidden_size=hidden, window_size=32,
+                fullatt_block_indexes=[1], **vision), **ids)
             model_cls = tf.Qwen2_5_VLForConditionalGeneration
         else:
-            patch = 8
             text = {**text, "head_dim": head, "rope_parameters": {**rope, "mrope_interleaved": True}}
-            vision = tf.Qwen3VLVisionConfig(depth=2, hidden_size=32, intermediate_size=64, num_heads=2,
-                                            out_hidden_size=hidden, patch_size=patch, num_position_embeddings=64,
-                                            deepstack_visual_indexes=[0])
-            config = tf.Qwen3VLConfig(text_config=text, vision_config=vision, **ids)
+            config = tf.Qwen3VLConfig(text_config=text, vision_config=tf.Qwen3VLVisionConfig(
+                hidden_size=32, intermediate_size=64, out_hidden_size=hidden, num_position_embeddings=64,
+                deepstack_visual_indexes=[0], **vision), **ids)
             model_cls = tf.Qwen3VLForConditionalGeneration
-        return model_cls(config), _qwen_common(tok, version, patch)
+        return model_cls(config), _qwen_processor(tok, version)
 
     return build
 

@@ -75,38 +75,27 @@ class _Tokens:
         return list(dict.fromkeys(n for n in names if n))
 
 
-def _tokenizer(tokens: _Tokens, corpus, padding_side: str = "left"):
+def _tokenizer(tokens: _Tokens, corpus):
     from transformers import PreTrainedTokenizerFast
 
     from evalsuite.kit.tiny import build_word_tokenizer, default_corpus
 
     words = list(corpus if corpus is not None else default_corpus()) + TEMPLATE_WORDS
-    tok = PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(
         tokenizer_object=build_word_tokenizer(words, tokens.specials()), pad_token=tokens.pad,
         unk_token="<unk>", bos_token=tokens.bos, eos_token=tokens.eos, extra_special_tokens=dict(tokens.extra),
-        padding_side=padding_side, model_max_length=1024,
+        padding_side="left", model_max_length=1024,
     )
-    return tok
 
 
-def _ids(tok, **names: str) -> dict[str, int]:
-    return {k: tok.convert_tokens_to_ids(v) for k, v in names.items()}
+def _text(name: str, tok, hidden: int, layers: int, **kw):
+    """A tiny text config of transformers class `name` (LlamaConfig, Qwen2Config, GemmaConfig, ...)."""
+    import transformers
 
-
-def _llama(tok, hidden: int, layers: int):
-    from transformers import LlamaConfig
-
-    return LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                       pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
-
-
-def _qwen2(tok, hidden: int, layers: int):
-    from transformers import Qwen2Config
-
-    return Qwen2Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                       pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    return getattr(transformers, name)(
+        vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, **kw)
 
 
 def _clip_vision(image_size: int, patch: int):
@@ -140,7 +129,7 @@ def _llava_next(corpus, hidden, layers):
                                                 image_grid_pinpoints=PINPOINTS),
         tokenizer=tok, patch_size=16, vision_feature_select_strategy="default", num_additional_image_tokens=1,
         chat_template=CHAT_TEMPLATE)
-    config = LlavaNextConfig(vision_config=_clip_vision(32, 16), text_config=_llama(tok, hidden, layers),
+    config = LlavaNextConfig(vision_config=_clip_vision(32, 16), text_config=_text("LlamaConfig", tok, hidden, layers),
                              image_grid_pinpoints=PINPOINTS, vision_feature_select_strategy="default",
                              vision_feature_layer=-1, image_token_index=tok.image_token_id, image_seq_length=4)
     return LlavaNextForConditionalGeneration(config), proc
@@ -156,7 +145,7 @@ def _llava_onevision(corpus, hidden, layers):
         video_processor=LlavaOnevisionVideoProcessor(size={"height": 32, "width": 32}),
         tokenizer=tok, num_image_tokens=4, vision_feature_select_strategy="full", vision_aspect_ratio="anyres_max_9",
         chat_template=_chatml("<image>\n"))
-    config = LlavaOnevisionConfig(vision_config=_siglip_vision(32, 16), text_config=_qwen2(tok, hidden, layers),
+    config = LlavaOnevisionConfig(vision_config=_siglip_vision(32, 16), text_config=_text("Qwen2Config", tok, hidden, layers),
                                   image_grid_pinpoints=PINPOINTS, vision_feature_select_strategy="full",
                                   vision_feature_layer=-1, image_token_index=tok.image_token_id,
                                   video_token_index=tok.video_token_id)
@@ -245,13 +234,13 @@ def _idefics3(smol: bool):
             proc = tf.SmolVLMProcessor(image_processor=tf.SmolVLMImageProcessor(**sizes),
                                        video_processor=tf.SmolVLMVideoProcessor(),
                                        tokenizer=tok, image_seq_len=4, chat_template=_IDEFICS3)
-            config = tf.SmolVLMConfig(vision_config=tf.SmolVLMVisionConfig(**vision), text_config=_llama(tok, hidden, layers),
+            config = tf.SmolVLMConfig(vision_config=tf.SmolVLMVisionConfig(**vision), text_config=_text("LlamaConfig", tok, hidden, layers),
                                       scale_factor=2, image_token_id=tok.image_token_id)
             return tf.SmolVLMForConditionalGeneration(config), proc
         proc = tf.Idefics3Processor(image_processor=tf.Idefics3ImageProcessor(**sizes), tokenizer=tok,
                                     image_seq_len=4, chat_template=_IDEFICS3)
         config = tf.Idefics3Config(vision_config=tf.Idefics3VisionConfig(**vision),
-                                   text_config=_llama(tok, hidden, layers), scale_factor=2,
+                                   text_config=_text("LlamaConfig", tok, hidden, layers), scale_factor=2,
                                    image_token_id=tok.image_token_id)
         return tf.Idefics3ForConditionalGeneration(config), proc
 
@@ -270,7 +259,7 @@ def _internvl(corpus, hidden, layers):
         tokenizer=tok, image_seq_length=4, chat_template=_chatml("<IMG_CONTEXT>\n"))
     vision = tf.InternVLVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
                                      image_size=[32, 32], patch_size=[8, 8])
-    config = tf.InternVLConfig(vision_config=vision, text_config=_qwen2(tok, hidden, layers),
+    config = tf.InternVLConfig(vision_config=vision, text_config=_text("Qwen2Config", tok, hidden, layers),
                                image_token_id=tok.context_image_token_id, image_seq_length=4, downsample_ratio=0.5)
     return tf.InternVLForConditionalGeneration(config), proc
 
@@ -282,11 +271,8 @@ def _gemma3(corpus, hidden, layers):
         "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"}), corpus)
     image = tf.Gemma3ImageProcessor(size={"height": 32, "width": 32})
     proc = tf.Gemma3Processor(image_processor=image, tokenizer=tok, image_seq_length=4, chat_template=_GEMMA3)
-    text = tf.Gemma3TextConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
-                               num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                               head_dim=hidden // 4, query_pre_attn_scalar=hidden // 4, sliding_window=16,
-                               max_position_embeddings=1024, pad_token_id=tok.pad_token_id,
-                               bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    text = _text("Gemma3TextConfig", tok, hidden, layers, head_dim=hidden // 4, query_pre_attn_scalar=hidden // 4,
+                 sliding_window=16)
     config = tf.Gemma3Config(text_config=text, vision_config=_siglip_vision(32, 8, vision_use_head=False),
                              mm_tokens_per_image=4, boi_token_index=tok.boi_token_id,
                              eoi_token_index=tok.eoi_token_id, image_token_index=tok.image_token_id)
@@ -296,15 +282,11 @@ def _gemma3(corpus, hidden, layers):
 def _paligemma(corpus, hidden, layers):
     import transformers as tf
 
-    tok = _tokenizer(_Tokens(bos="<bos>", eos="<eos>", pad="<pad>", extra={"image_token": "<image>"}), corpus,
-                     padding_side="left")
+    tok = _tokenizer(_Tokens(bos="<bos>", eos="<eos>", pad="<pad>", extra={"image_token": "<image>"}), corpus)
     image = tf.SiglipImageProcessor(size={"height": 32, "width": 32})
     image.image_seq_length = 4
     proc = tf.PaliGemmaProcessor(image_processor=image, tokenizer=tok)  # no chat template, as released
-    text = tf.GemmaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
-                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4,
-                          max_position_embeddings=1024, pad_token_id=tok.pad_token_id,
-                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    text = _text("GemmaConfig", tok, hidden, layers, head_dim=hidden // 4)
     # Untied head: with tied random embeddings the prefix's last token (PaliGemma prompts end with the
     # question's ".") is the top next token, and every CSR beam stops at once.
     config = tf.PaliGemmaConfig(vision_config=_siglip_vision(32, 16, projection_dim=hidden), text_config=text,

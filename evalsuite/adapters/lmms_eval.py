@@ -28,9 +28,27 @@ OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 def prepare_env() -> None:
     """Offline flags, and a writable request-cache dir (else lmms-eval writes into site-packages)."""
+    global _PIL_GUARDS
     for key in OFFLINE_ENV:
         os.environ.setdefault(key, "1")
     os.environ.setdefault("LM_HARNESS_CACHE_PATH", str(Path(tempfile.gettempdir()) / "evalsuite-lmms-cache"))
+    if _PIL_GUARDS is None:  # before any lmms_eval import
+        from PIL import Image, ImageFile
+
+        _PIL_GUARDS = (Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES)
+
+
+_PIL_GUARDS: tuple | None = None
+
+
+def _restore_pil_guards() -> None:
+    """lmms_eval.api.task sets PIL's LOAD_TRUNCATED_IMAGES and some task modules raise the decompression
+    bomb limit to 1e9 px at import; put back what evalsuite.images.open_rgb relies on for the rest of
+    the process (a truncated or bomb image must stay a one-line error, not load silently)."""
+    if _PIL_GUARDS is not None:
+        from PIL import Image, ImageFile
+
+        Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES = _PIL_GUARDS
 
 
 def _forward_loguru(message) -> None:
@@ -41,9 +59,11 @@ def _forward_loguru(message) -> None:
 
 
 def _route_loguru() -> None:
-    """lmms_eval.models replaces all loguru sinks with a stdout one (G13): send its logs to `logging`."""
+    """lmms_eval.models replaces all loguru sinks with a stdout one (G13): send its logs to `logging`.
+    Called after every step that may import lmms_eval modules, so it also undoes their PIL settings."""
     from loguru import logger
 
+    _restore_pil_guards()
     logger.remove()
     logger.add(_forward_loguru, level="INFO", format="{message}")
 
@@ -120,7 +140,7 @@ def evaluate_task(lm, task, *, limit=None, gen_kwargs: str | None = None, bootst
     except Exception as exc:  # process_results is retried 5x (G12): surface the real cause
         raise unwrap_error(exc) from exc
     finally:
-        _route_loguru()  # lazily imported lmms_eval modules may have reset loguru again
+        _route_loguru()  # lazily imported lmms_eval modules may have reset loguru (and PIL) again
     return results
 
 

@@ -171,9 +171,6 @@ class ModelInputs:
     def prompt(self, question: str, with_image: bool = True) -> str:
         """The text handed to the processor for one question (the prompt actually sent)."""
         if self.prompt_format == "paligemma":
-            if self.config.system_prompt:
-                raise UserError(f"{self.where}: the PaliGemma prefix format has no system prompt; "
-                                "pass --chat-template FILE to use one")
             return (self.image_token if with_image else "") + question
         return self.render(self._messages(question, with_image), True)
 
@@ -190,8 +187,9 @@ class ModelInputs:
 
     def _check_system_prompt(self) -> None:
         """A template that drops system turns would silently lose the prompt: try both content shapes."""
-        if self.prompt_format not in ("chat_template", "chat_template_file"):
-            return
+        if self.prompt_format == "paligemma":
+            raise UserError(f"{self.where}: the PaliGemma prefix format has no system prompt; "
+                            "pass --chat-template FILE to use one")
         probe = self.config.system_prompt
         for as_string in (False, True):
             self._system_as_string = as_string

@@ -1,5 +1,6 @@
 """Issue 8 end to end: real `evalsuite run` calls on two tiny-checkpoint iterations -> table -> report."""
 import json
+import os
 
 import pytest
 

@@ -132,8 +132,8 @@ def test_paligemma_gets_its_prefix_format(paligemma_dir):
     assert toks == ["<image>"] * 4 + ["<bos>", "what", "is", "this", "?"] and "labels" not in enc
     assert enc["token_type_ids"].tolist() == [[0] * 9] and inputs.response_fill("token_type_ids") == 1
     assert inputs.completion("what is this?", "a dog") == ("<image>what is this?", "a dog")
-    with pytest.raises(UserError, match="no system prompt"):
-        ModelInputs(proc, InputConfig(system_prompt="Be brief.")).prompt("q")
+    with pytest.raises(UserError, match="no system prompt"):  # refused when the checkpoint loads
+        ModelInputs(proc, InputConfig(system_prompt="Be brief."))
 
 
 def test_paligemma_loglikelihood_scores_the_continuation_as_the_suffix(paligemma_dir):

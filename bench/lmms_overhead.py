@@ -25,31 +25,29 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def _ctx(ckpt, world, out, batch_size, limit=None):
-    from evalsuite.tasks.base import RunContext
-
-    return RunContext(ckpt=str(ckpt), data_root=Path(world), output_dir=Path(out), batch_size=batch_size,
-                      limit=limit, device="cpu")
+def _kw(ckpt, world, out, batch_size, limit=None) -> dict:
+    """run_lmms_tasks' arguments as `evalsuite run --output OUT` passes them (cache under OUT/.resume)."""
+    return dict(ckpt=str(ckpt), data_root=Path(world), limit=limit, batch_size=batch_size, device="cpu",
+                cache_root=Path(out) / ".resume" / "lmms")
 
 
 def _overhead(args, backend, scratch: Path) -> dict:
-    from evalsuite.adapters import lmms_eval as adapter
+    from evalsuite.adapters import lmms_backend as adapter
     from evalsuite.tasks.lmms import resolve_specs, run_lmms_tasks
 
-    ctx = _ctx(args.ckpt, args.world, scratch / "probe", args.batch_size, args.limit)
-    (spec,) = resolve_specs(ctx, [args.task])
+    (spec,) = resolve_specs([args.task], data_root=args.world, limit=args.limit)
     evaluator = adapter.import_evaluator()
     tm = adapter.task_manager()
     raw_times, ours_times = [], []
     for rep in range(args.repeats):
         lm = adapter.make_model(backend, batch_size=args.batch_size, cache_root=None)
         t0 = time.perf_counter()
-        evaluator.simple_evaluate(model=lm, tasks=[dict(spec.task)], limit=args.limit, batch_size=args.batch_size,
+        evaluator.simple_evaluate(model=lm, tasks=list(spec.tasks), limit=args.limit, batch_size=args.batch_size,
                                   log_samples=True, bootstrap_iters=100, task_manager=tm, verbosity="WARNING")
         raw_times.append(time.perf_counter() - t0)
         t0 = time.perf_counter()  # a fresh output dir: a cold cache, every answer generated and written
-        run_lmms_tasks(_ctx(args.ckpt, args.world, scratch / f"ours{rep}", args.batch_size, args.limit),
-                       [args.task], backend=backend)
+        run_lmms_tasks([args.task], backend=backend,
+                       **_kw(args.ckpt, args.world, scratch / f"ours{rep}", args.batch_size, args.limit))
         ours_times.append(time.perf_counter() - t0)
     return {"raw_s": min(raw_times), "evalsuite_s": min(ours_times), "ratio": min(ours_times) / min(raw_times)}
 
@@ -78,31 +76,27 @@ def _resume(args, backend, scratch: Path) -> dict:
     child.wait()
     kept = _cache_lines(out)
     t0 = time.perf_counter()
-    (second,) = run_lmms_tasks(_ctx(args.ckpt, args.world, out, args.batch_size, args.limit), [args.task],
-                               backend=backend)
+    (second,) = run_lmms_tasks([args.task], backend=backend,
+                               **_kw(args.ckpt, args.world, out, args.batch_size, args.limit))
     second_s = time.perf_counter() - t0
-    (third,) = run_lmms_tasks(_ctx(args.ckpt, args.world, out, args.batch_size, args.limit), [args.task],
-                              backend=backend)
+    (third,) = run_lmms_tasks([args.task], backend=backend,
+                              **_kw(args.ckpt, args.world, out, args.batch_size, args.limit))
     return {"killed": child.returncode == -signal.SIGKILL, "kept_after_kill": kept,
             "docs": len(second.samples), "rerun_generated": second.extra["responses"]["generated"],
             "rerun_s": second_s, "third_run_generated": third.extra["responses"]["generated"]}
 
 
 def _child(args) -> None:
-    from evalsuite.tasks.lmms import resolve_specs, run_lmms_tasks
-
-    ctx = _ctx(args.ckpt, args.world, args.out, args.batch_size, args.limit)
-    resolve_specs(ctx, [args.task])
     import pyarrow.parquet as pq  # tell the parent how many docs to expect
 
-    from evalsuite.adapters.lmms_data import WORLD_FILES
-    from evalsuite.tasks.lmms import LOCAL_TASKS
+    from evalsuite.tasks.lmms import resolve_specs, run_lmms_tasks
 
-    files = [Path(args.world) / "questions" / f.format(split="val") for f in WORLD_FILES[LOCAL_TASKS[args.task]]]
+    (spec,) = resolve_specs([args.task], data_root=args.world, limit=args.limit)
+    files = [f for leaf in spec.leaves for f in leaf.source.split(", ")]
     docs = sum(pq.read_metadata(f).num_rows for f in files)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "total.json").write_text(json.dumps({"docs": min(docs, args.limit or docs)}))
-    run_lmms_tasks(ctx, [args.task])
+    run_lmms_tasks([spec], **_kw(args.ckpt, args.world, args.out, args.batch_size, args.limit))
 
 
 def main() -> int:
@@ -129,7 +123,7 @@ def main() -> int:
         from evalsuite.world.build import build_world
 
         args.world = build_world(scratch / "world", images=60, seed=0)
-    from evalsuite.adapters.lmms_eval import VLMBackend
+    from evalsuite.models.backend import VLMBackend
 
     backend = VLMBackend.from_checkpoint(args.ckpt, device="cpu")
     over = _overhead(args, backend, scratch)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 
 from evalsuite import __version__
@@ -17,7 +16,7 @@ from evalsuite.errors import RunFailure, UserError
 COMMANDS = [
     "run", "tasks", "table", "report",
     "chair", "chair_gt", "pope", "relevance",
-    "world", "tiny_ckpt",
+    "world", "tiny_ckpt", "csr_convert",
 ]
 
 
@@ -36,12 +35,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from evalsuite.env import setup_process
+
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", stream=sys.stderr,
-    )
+    # a command that reads its own arguments (`run`: the config loader) gets them unparsed in args.raw
+    args, extra = parser.parse_known_args(argv)
+    if getattr(args, "raw_args", False):
+        args.raw = argv[argv.index(args.command) + 1:]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    setup_process(verbose=args.verbose)  # offline env + logging, once, before any command runs
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -380,3 +380,12 @@ def missing_paths(obj: Any, prefix: str = "") -> list[str]:
                 what = {"dir": "no such directory", "file": "no such file"}.get(kind, "does not exist")
                 out.append(f"{prefix}{f.name}: {value} ({what})")
     return out
+
+
+def print_resolved(cfg: Any, logger) -> None:
+    """`--dry-run`: warn about path fields that do not exist, print the resolved config as YAML on stdout."""
+    import sys
+
+    for problem in missing_paths(cfg):
+        logger.warning("path does not exist (a placeholder?): %s", problem)
+    sys.stdout.write(to_yaml(cfg))

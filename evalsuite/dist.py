@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+_GLOO_GROUP = None
+
 
 @dataclass(frozen=True)
 class Dist:
@@ -50,3 +52,77 @@ class Dist:
     def shard(self, items: list) -> list:
         """This rank's share of `items` (every world_size-th, starting at rank), order kept."""
         return items[self.rank::self.world_size]
+
+    # ------------------------------------------------- collectives (no-ops in a single process)
+    def init_group(self) -> None:
+        """Join the launcher's process group if nobody has yet (gloo on CPU, nccl on this rank's GPU)."""
+        if self.distributed:
+            init_process_group()
+
+    def _object_group(self):
+        """A gloo group for Python objects (object collectives on NCCL need CUDA tensors), built once."""
+        import torch.distributed as td
+
+        global _GLOO_GROUP
+        if td.get_backend() == "gloo":
+            return None
+        if _GLOO_GROUP is None:  # every rank reaches this in the same collective, so all create it
+            _GLOO_GROUP = td.new_group(backend="gloo")
+        return _GLOO_GROUP
+
+    def gather(self, obj) -> list | None:
+        """[obj of rank 0, obj of rank 1, ...] on rank 0, None on the others; [obj] in one process."""
+        if not self.distributed:
+            return [obj]
+        import torch.distributed as td
+
+        out = [None] * self.world_size if self.is_main else None
+        td.gather_object(obj, out, dst=0, group=self._object_group())
+        return out
+
+    def broadcast(self, obj):
+        """Rank 0's `obj` on every rank (what rank 0 decided, e.g. a run id)."""
+        if not self.distributed:
+            return obj
+        import torch.distributed as td
+
+        box = [obj]
+        td.broadcast_object_list(box, src=0, group=self._object_group())
+        return box[0]
+
+    def unshard(self, parts: list[list]) -> list:
+        """Inverse of `shard` on rank 0: the per-rank lists gathered back into the original order."""
+        out: list = []
+        for i in range(max((len(p) for p in parts), default=0)):
+            out.extend(p[i] for p in parts if i < len(p))
+        return out
+
+def init_process_group(device: str | None = None) -> bool:
+    """Join the launcher's process group when started by torchrun or `accelerate launch` (WORLD_SIZE > 1,
+    MASTER_ADDR set) and nothing has initialised one yet: gloo on CPU, gloo + nccl when this rank has a
+    GPU (and `device` is not cpu), with `cuda:<LOCAL_RANK>` as the current device.
+
+    Without it lmms-eval's evaluator builds its own `Accelerator()`, which on CPU is not distributed, and
+    every rank fails in its gather (docs/multi-gpu.md). Returns whether it initialised the group, so the
+    entry point that called it can destroy it at the end."""
+    env = os.environ
+    if int(env.get("WORLD_SIZE", 1)) <= 1 or not env.get("MASTER_ADDR"):
+        return False
+    import torch
+    import torch.distributed as td
+
+    if not td.is_available() or td.is_initialized():
+        return False
+    if torch.cuda.is_available() and not str(device or "").startswith("cpu"):
+        torch.cuda.set_device(int(env.get("LOCAL_RANK", 0)))
+        td.init_process_group("cpu:gloo,cuda:nccl")
+    else:
+        td.init_process_group("gloo")
+    return True
+
+
+def destroy_process_group() -> None:
+    import torch.distributed as td
+
+    if td.is_initialized():
+        td.destroy_process_group()

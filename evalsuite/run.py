@@ -1,56 +1,41 @@
-"""The evaluation workflow behind `evalsuite run`: setup -> run each task -> save -> store.
+"""The evaluation workflow behind `evalsuite run`: check -> plan -> run each task -> save -> store.
 
-    evalsuite run --ckpt runs/demo/iter_1/model --tasks chair,pope,mme,relevance --clip CLIP_DIR
+    evalsuite run --ckpt runs/demo/iter_1/model --tasks chair,pope,mme,relevance --clip CLIP --data-root W
+    run_eval(load_eval_config([...])[0])          # the same from Python (training/csr/loop.py)
 
-Each finished task is written to the output directory and the results store before the next one
-starts, so a failure late in a run keeps everything finished before it.
+1. Checks, all before any model loads: the checkpoint directory, the task names, the output directory
+   (see below), every own task's plan (options, annotations, NLTK data, CLIP dir, image sample: each
+   plan states the task's identity, hence its eval_key), the lmms tasks' data.
+2. Rank, world size and device are resolved once (evalsuite/dist.py) into a frozen RunContext.
+3. A task whose (checkpoint hash, eval_key) is already in the store is not run or stored again (logged).
+4. Each finished task is written to the output directory and the store before the next one starts.
+   Own tasks keep every finished batch of answers in STORE/.resume/own (evalsuite/tasks/answers.py),
+   lmms tasks in STORE/.resume/lmms, so a killed run started again regenerates only what was missing.
+
+The output directory belongs to one run: OUT/run.json is written when the first task starts. Started
+again with the same configuration (and checkpoint), the run resumes under its run id; a non-empty
+directory holding anything else is refused. OUT/.lock (flock) keeps two processes out of one OUT.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import logging
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from evalsuite.dist import Dist
 from evalsuite.errors import RunFailure, UserError
 from evalsuite.files import ensure_writable_dir, write_json_atomic, write_jsonl_atomic
-from evalsuite.tasks.base import RunContext
-from evalsuite.types import GenConfig, TaskResult
+from evalsuite.run_config import EvalConfig
+from evalsuite.tasks.base import Plan, RunContext
+from evalsuite.types import TaskResult
 
 log = logging.getLogger(__name__)
 
-# tasks that consume other tasks' generations run after them
-RUN_LAST = ("relevance",)
 BUILTIN_WORLD_IMAGES = 600
-
-
-@dataclass
-class EvalSpec:
-    """Resolved configuration of one evaluation run (saved as run.json beside its outputs)."""
-
-    ckpt: str
-    tasks: list[str]
-    data_root: str | None = None
-    output_dir: str | None = None
-    store: str = "results"
-    limit: int | None = None
-    batch_size: int = 8
-    gen: GenConfig = field(default_factory=GenConfig)
-    options: dict[str, Any] = field(default_factory=dict)
-    trust_remote_code: bool = False
-    device: str | None = None
-    label: str | None = None
-    system_prompt: str | None = None          # evalsuite.models.inputs.InputConfig fields
-    chat_template: str | None = None          # a Jinja file replacing the checkpoint's template
-    image_aspect: str = "crop"                # crop (the processor's own) | pad (LLaVA-1.5's pad-to-square)
-
-    def input_config(self):
-        from evalsuite.models.inputs import InputConfig
-
-        return InputConfig(system_prompt=self.system_prompt, chat_template=self.chat_template,
-                           image_aspect=self.image_aspect)
+ANSWER_FIELDS = ("key", "image_id", "image", "prompt", "answer")   # what a task hands to the tasks requiring it
+LOCK = ".lock"
 
 
 def default_world_dir() -> Path:
@@ -85,12 +70,10 @@ def ensure_builtin_world() -> Path:
 
 
 def split_tasks(names: list[str]) -> tuple[list[str], list[str]]:
-    """(evalsuite's own tasks in run order, lmms-eval task names)."""
+    """(evalsuite's own tasks, lmms-eval task names), each in the given order."""
     from evalsuite.tasks.registry import is_own_task
 
-    own = [n for n in names if is_own_task(n)]
-    own.sort(key=lambda n: n in RUN_LAST)
-    return own, [n for n in names if not is_own_task(n)]
+    return [n for n in names if is_own_task(n)], [n for n in names if not is_own_task(n)]
 
 
 def check_task_names(names: list[str]) -> None:
@@ -98,9 +81,6 @@ def check_task_names(names: list[str]) -> None:
 
     if not names:
         raise UserError("--tasks: no task given")
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise UserError(f"--tasks: task listed twice: {', '.join(dup)}")
     _, lmms = split_tasks(names)
     if lmms:
         from evalsuite.tasks.lmms import validate_task_names
@@ -108,21 +88,23 @@ def check_task_names(names: list[str]) -> None:
         validate_task_names(lmms, known_own=list(TASKS) + list(LMMS_LOCAL_TASKS))
 
 
-def run_meta(spec: EvalSpec, run_id: str) -> dict:
-    from evalsuite.manifest import checkpoint_hash, read_manifest, resolve_parent
+def run_meta(cfg: EvalConfig, run_id: str, ckpt_hash: str, data_root: Path | None) -> dict:
+    from evalsuite.config import to_plain
+    from evalsuite.manifest import read_manifest, resolve_parent
     from evalsuite.version import code_version, lmms_eval_version
 
-    manifest = read_manifest(spec.ckpt) or {}
+    manifest = read_manifest(cfg.ckpt) or {}
     return {
         "run_id": run_id,
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "ckpt": str(Path(spec.ckpt).resolve()),
-        "ckpt_hash": checkpoint_hash(spec.ckpt),
+        "ckpt": str(Path(cfg.ckpt).resolve()),
+        "ckpt_hash": ckpt_hash,
         "iteration": manifest.get("iteration"),
         "method": manifest.get("method"),
         "parent": resolve_parent(manifest.get("parent")),
-        "label": spec.label,
-        "config": asdict(spec),
+        "label": cfg.label,
+        "data_root": str(data_root) if data_root else None,
+        "config": to_plain(cfg),
         "code_version": code_version(),
         "lmms_eval_version": lmms_eval_version(),
     }
@@ -133,87 +115,222 @@ def save_task(out: Path, result: TaskResult) -> None:
     write_json_atomic(out / result.task / "result.json", result.to_dict())
 
 
-def shared_run_id() -> str:
-    """A new run id; under torch.distributed every rank gets rank 0's (one output dir, one store run)."""
-    run_id = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
-    import sys
+def new_run_id() -> str:
+    return _dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
-    if "torch" in sys.modules:
-        import torch.distributed as dist
 
-        if dist.is_available() and dist.is_initialized():
-            box = [run_id]
-            dist.broadcast_object_list(box, src=0)
-            run_id = box[0]
+def store_run_id(eval_run: str, task: str, used: set[str]) -> str:
+    """The store run id of one task's result: `<eval run>-<task>`, with a group leaf's `/` (pope_full/pope_adv)
+    and anything else the store refuses turned into '.', unique within the eval run (deterministic in task
+    order, so a resumed run finds the ids it wrote before it was stopped)."""
+    import re
+
+    base = f"{eval_run}-{re.sub(r'[^A-Za-z0-9._-]+', '.', task)}"[:120]
+    run_id, i = base, 1
+    while run_id in used:
+        i += 1
+        run_id = f"{base}.{i}"
+    used.add(run_id)
     return run_id
 
 
-def run_eval(spec: EvalSpec) -> dict:
-    """Run every task of `spec` on its checkpoint; return the summary {task: result dict}."""
+@dataclass
+class Step:
+    """One own task of the run, planned: `stored` False = run only for the answers another task requires."""
+
+    name: str
+    task: object
+    plan: Plan
+    requires: tuple[str, ...]
+    stored: bool
+
+
+def plan_own_tasks(ctx: RunContext, cfg: EvalConfig, own: list[str]) -> list[Step]:
+    """Every own task planned (no model), tasks a task requires first; a required task not asked for
+    is added as a dependency whose answers are used and whose result is not stored."""
+    from evalsuite.tasks.registry import load_task
+
+    steps: dict[str, Step] = {}
+
+    def add(name: str) -> None:
+        if name in steps:
+            return
+        task = load_task(name)
+        opts = getattr(cfg, name)
+        requires = tuple(task.requires(opts, cfg.tasks))
+        for dep in requires:
+            add(dep)
+        plan = task.plan(ctx, opts, {d: steps[d].plan for d in requires})
+        steps[name] = Step(name, task, plan, requires, stored=name in own)
+
+    for name in own:
+        add(name)
+    for step in steps.values():
+        if not step.stored:
+            log.info("%s: runs for the answers other tasks require; its own result is not stored (not in tasks)",
+                     step.name)
+    return list(steps.values())
+
+
+def ckpt_identity(ckpt: str) -> tuple[str, str]:
+    """(weights hash, answer-cache id = weights + prompt-format files: template, tokenizer, configs)."""
+    from evalsuite.manifest import checkpoint_hash
+    from evalsuite.tasks.answers import digest, prompt_files_id
+
+    h = checkpoint_hash(ckpt)
+    return h, digest([h, prompt_files_id(ckpt)])
+
+
+def check_prompt_settings(cfg: EvalConfig) -> None:
+    """--system-prompt / --chat-template / --image-aspect pad need evalsuite.models.inputs; refuse them
+    rather than accept and ignore them in a build without it."""
+    if cfg.system_prompt is None and cfg.chat_template is None and cfg.image_aspect == "crop":
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("evalsuite.models.inputs") is None:
+        raise UserError("system_prompt / chat_template / image_aspect: not supported by this build of evalsuite")
+
+
+def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
+    """Run every task of `cfg` on its checkpoint; {run_id, output_dir, tasks: {task: result dict}}.
+
+    dist: where this process sits in a data-parallel launch (default: resolved from the launcher now).
+    Under world size > 1 own tasks shard their images across ranks and rank 0 gathers the answers,
+    scores and writes; lmms-eval tasks split their documents the same way."""
+    from evalsuite.config import to_plain
     from evalsuite.models.vlm import _check_dir
+    from evalsuite.outdir import OutputDir
     from evalsuite.store import Store
 
-    _check_dir(Path(spec.ckpt))          # fail on a bad checkpoint before any work
-    check_task_names(spec.tasks)
-    inputs = spec.input_config()         # a bad image_aspect or unreadable template file fails here too
-    inputs.template_text()
+    dist = dist or Dist.current()
+    _check_dir(Path(cfg.ckpt))          # fail on a bad checkpoint before any work
+    check_task_names(cfg.tasks)
+    check_prompt_settings(cfg)
     # a bad --store/--output must fail now, not after hours of generation
-    ensure_writable_dir(spec.store, "--store", create=False)
-    if spec.output_dir:
-        ensure_writable_dir(spec.output_dir, "--output", create=False)
-    data_root = Path(spec.data_root) if spec.data_root else ensure_builtin_world()
-    if not data_root.is_dir():
+    ensure_writable_dir(cfg.store, "--store", create=False)
+    if cfg.output:
+        ensure_writable_dir(cfg.output, "--output", create=False)
+    data_root = Path(cfg.data_root) if cfg.data_root else (ensure_builtin_world() if cfg.world else None)
+    if data_root is not None and not data_root.is_dir():
         raise UserError(f"--data-root {data_root}: not a directory")
-    run_id = shared_run_id()
-    out = Path(spec.output_dir) if spec.output_dir else Path(spec.store) / "runs" / run_id
-    meta = run_meta(spec, run_id)
-    meta["config"]["data_root"] = meta["data_root"] = str(data_root)
-    meta["inputs"] = inputs.to_dict()  # completed with the prompt format once the model is loaded
-    from evalsuite.tasks.lmms import is_main_process
-
-    main_rank = is_main_process()
-    if main_rank:
-        write_json_atomic(out / "run.json", meta)
-    # the response cache lives in the store, so a rerun with a new output dir still resumes
-    options = {"resume_dir": str(Path(spec.store) / ".resume" / "lmms"), **spec.options}
-    ctx = RunContext(ckpt=spec.ckpt, data_root=data_root, output_dir=out, limit=spec.limit,
-                     batch_size=spec.batch_size, gen=spec.gen, options=options,
-                     trust_remote_code=spec.trust_remote_code, device=spec.device, inputs=inputs)
-    store = Store(spec.store)
-    summary: dict[str, dict] = {}
-    own, lmms = split_tasks(spec.tasks)
+    dist.init_group()
+    ckpt_hash, ckpt_id = ckpt_identity(cfg.ckpt)
+    config = to_plain(cfg)
+    store = Store(cfg.store)
+    run_id, outdir = None, None
+    if dist.is_main:
+        outdir = OutputDir(cfg.output) if cfg.output else None
+        run_id = (outdir.existing_run(config, ckpt_hash) if outdir else None) or new_run_id()
+    run_id = dist.broadcast(run_id)
+    out = Path(cfg.output) if cfg.output else Path(cfg.store) / "runs" / run_id
+    ctx = RunContext(
+        ckpt=cfg.ckpt, data_root=data_root, output_dir=out, dist=dist, device=dist.device(cfg.device),
+        limit=cfg.limit, batch_size=cfg.batch_size, gen=cfg.gen_config(), trust_remote_code=cfg.trust_remote_code,
+        inputs=cfg.inputs(), resume_root=Path(cfg.store) / ".resume", ckpt_id=ckpt_id)
+    # the prompt format now: a checkpoint without one fails before any generation (docs/inputs.md)
+    prompt_record = ctx.loader.prompts().describe()
+    own, lmms = split_tasks(cfg.tasks)
+    steps = plan_own_tasks(ctx, cfg, own)
+    specs = None
     if lmms:  # fail on missing local data before any generation
         from evalsuite.tasks.lmms import resolve_specs
 
-        resolve_specs(ctx, lmms)
+        specs = resolve_specs(lmms, data=cfg.lmms.data, data_root=data_root, split=cfg.lmms.split, limit=cfg.limit)
+
+    # every check passed: the run starts, and owns its output directory from here on
+    meta = run_meta(cfg, run_id, ckpt_hash, data_root)
+    meta["inputs"] = prompt_record  # the settings, the format in use and the prompt around {question}
+    summary: dict[str, dict] = {}
+    if dist.is_main:
+        outdir = outdir or OutputDir(out)
+        meta["run_id"] = outdir.claim(meta, config, ckpt_hash)
+        summary = outdir.summary()
+    run_id = meta["run_id"] = dist.broadcast(meta["run_id"])
+    try:
+        _run_tasks(ctx, cfg, steps, lmms, specs, store, meta, summary, ckpt_hash)
+    finally:
+        if outdir is not None:
+            outdir.release()
+    log.info("run %s -> %s (store %s)", run_id, out, cfg.store)
+    return {"run_id": run_id, "output_dir": str(out), "tasks": summary}
+
+
+def _run_tasks(ctx: RunContext, cfg: EvalConfig, steps: list[Step], lmms: list[str], specs, store, meta: dict,
+               summary: dict, ckpt_hash: str) -> None:
+    dist, out, run_id = ctx.dist, ctx.output_dir, meta["run_id"]
+    used_ids: set[str] = set()
 
     def finish(result: TaskResult) -> None:
-        if not main_rank:  # under torchrun/accelerate only rank 0 writes
-            return
+        if not result.samples:
+            raise UserError(f"{result.task}: the task produced no samples; nothing stored")
+        rid = store_run_id(run_id, result.task, used_ids)
         try:
-            if ctx._vlm is not None and "prompt_format" not in meta["inputs"]:
-                meta["inputs"] = ctx.vlm.inputs.describe()  # the prompt actually sent, around {question}
-                write_json_atomic(out / "run.json", meta)
-            if inputs.identity():  # answers under another system prompt/template/image_aspect compare apart
-                result.identity = {**result.identity, "inputs": inputs.identity()}
             save_task(out, result)
             # one store run per task, so each lands as soon as it finishes; eval_run groups them
-            store.write_run({**meta, "run_id": f"{run_id}-{result.task}", "eval_run": run_id}, [result])
+            if (store.metrics_dir / f"{rid}.parquet").exists():  # stored by this run before it was stopped
+                log.info("%s: already stored by this run as %s", result.task, rid)
+            else:
+                store.write_run({**meta, "run_id": rid, "eval_run": run_id}, [result])
             summary[result.task] = result.to_dict()
             write_json_atomic(out / "summary.json", summary)
         except OSError as e:  # e.g. the disk filled or went read-only mid-run; writes are atomic
             raise RunFailure(f"{result.task}: cannot write its results ({e.strerror or e}: {e.filename}); "
-                             f"tasks finished before it are kept in {out} and {spec.store}") from None
+                             f"tasks finished before it are kept in {out} and {cfg.store}") from None
         log.info("%s: %s", result.task, ", ".join(f"{m.metric}={m.value:.4g}" for m in result.metrics))
 
-    from evalsuite.tasks.registry import load_task
-
-    for name in own:
-        finish(load_task(name).run(ctx))
-    if lmms:
-        from evalsuite.tasks.lmms import run_lmms_tasks
-
-        for result in run_lmms_tasks(ctx, lmms):
+    reused = _stored_already(steps, store, ckpt_hash, cfg, dist)
+    needed = {d for st in steps if st.stored and st.name not in reused for d in st.requires}
+    answers: dict[str, list[dict] | None] = {}
+    for st in steps:
+        if st.name in reused:
+            log.info("%s: already in the store for this checkpoint and setup (run %s, eval_key %s); not run "
+                     "or stored again", st.name, reused[st.name], st.plan.eval_key)
+            if dist.is_main and st.name not in summary:
+                summary[st.name] = {"task": st.name, "eval_key": st.plan.eval_key, "reused": reused[st.name],
+                                    "metrics": []}
+                write_json_atomic(out / "summary.json", summary)
+        if st.name in reused or not st.stored:
+            if st.name in needed:  # answers only: from the resume cache, generated where missing
+                answers[st.name] = st.task.answers(ctx, st.plan)
+            continue
+        result = st.task.run(ctx, st.plan, {d: answers[d] for d in st.requires})
+        if st.name in needed:
+            answers[st.name] = None if result is None else [{k: s[k] for k in ANSWER_FIELDS} for s in result.samples]
+        if result is not None:
             finish(result)
-    log.info("run %s -> %s (store %s)", run_id, out, spec.store)
-    return {"run_id": run_id, "output_dir": str(out), "tasks": summary}
+    if lmms:
+        _run_lmms(ctx, cfg, lmms, specs, summary, finish, ckpt_hash)
+
+
+def _stored_already(steps: list[Step], store, ckpt_hash: str, cfg: EvalConfig, dist: Dist) -> dict[str, str]:
+    """{task: store run} of the own tasks whose (checkpoint, eval_key) the store holds (none with --rerun);
+    rank 0 reads the store, every rank follows its answer."""
+    found: dict[str, str] = {}
+    if dist.is_main and not cfg.rerun:
+        for st in steps:
+            run = store.has_result(ckpt_hash, st.plan.eval_key) if st.stored else None
+            if run:
+                found[st.name] = run
+    return dist.broadcast(found)
+
+
+def _run_lmms(ctx: RunContext, cfg: EvalConfig, lmms: list[str], specs, summary: dict, finish, ckpt_hash: str):
+    """The lmms-eval tasks not finished earlier in this run (summary.json), through the same model."""
+    from evalsuite.tasks.lmms import iter_lmms_tasks as run_lmms_tasks  # each result lands as it finishes
+
+    done = [n for n in lmms if any(k == n or k.startswith(n + "/") for k in summary)]
+    if done:
+        log.info("%s: finished earlier in this run (%s)", ", ".join(done), ctx.output_dir / "summary.json")
+    pending = [n for n in lmms if n not in done]
+    if not pending:
+        return
+
+    from evalsuite.models.backend import VLMBackend
+
+    backend = VLMBackend(ctx.vlm, ckpt_hash, name=str(ctx.ckpt))  # the data checks passed at planning
+    for result in run_lmms_tasks(
+            [s for s in specs if s.name in pending], backend=backend, cache_root=Path(cfg.store) / ".resume" / "lmms",
+            gen_kwargs=cfg.lmms.gen_kwargs_arg(), bootstrap_iters=cfg.lmms.bootstrap_iters, limit=cfg.limit,
+            batch_size=cfg.batch_size, dist=ctx.dist, results_json=ctx.output_dir / "lmms_results.json"):
+        finish(result)

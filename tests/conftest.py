@@ -105,3 +105,12 @@ def run_cli(*argv: str, cwd: Path | None = None, env: dict | None = None, timeou
     full_env = dict(env or {}) if clear_env else {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "evalsuite.cli", *argv], cwd=cwd or REPO, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (for a launcher's --master_port: parallel test runs never collide)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

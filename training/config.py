@@ -53,12 +53,17 @@ class TrainConfig(TrainingArguments):
     Run: `method` (sft|dpo|csr), `config` (the YAML it came from), `model_name_or_path` (a local
     checkpoint dir; nothing is downloaded), `iteration` and `parent` (written into the merged
     checkpoint's manifest; parent defaults to model_name_or_path), `merged_dir` (default
-    OUTPUT_DIR/merged), `save_merged`.
-    Data: `dataset_name`, `data_path`, `image_root`, `data_ratio` (fraction used for training, the rest
-    is the eval split), `dataset_num_proc`, `skip_missing_images`, `score_margin` (vlfeedback_paired).
-    Lengths (text tokens, see module doc): `max_length`, `max_prompt_length`, `max_target_length`.
-    DPO: `beta`, `loss_type` (sigmoid|hinge|ipo|kto_pair|ddpo), `label_smoothing`,
+    OUTPUT_DIR/merged), `save_merged`, `merge_dtype` (float32 merge, saved in the base's dtype).
+    Schedule: `warmup_ratio` (VL-RLHF's flag, mapped onto transformers 5's warmup_steps);
+    `resume_from_checkpoint` also takes VL-RLHF's `True` (the latest OUTPUT_DIR/checkpoint-N).
+    Data: `dataset_name`, `data_path`, `image_root`, `eval_split` + `data_ratio` (VL-RLHF: a fixed
+    eval split, then the share of the rest kept), `dataset_num_proc`, `skip_missing_images`,
+    `score_margin` (vlfeedback_paired).
+    Lengths (text tokens, see module doc): `max_length`, `max_prompt_length`, `max_target_length`,
+    `truncation` (vlrlhf = TRL 0.8.1's rules, per_field = each field capped by its own limit).
+    DPO: `beta`, `loss_type` (sigmoid|hinge|ipo|kto_pair|ddpo), `ipo_logps`, `ddpo_mask`, `label_smoothing`,
     `precompute_ref_log_probs` (reference pass once before training, adapter disabled).
+    Where these follow VL-RLHF's code rather than the seed's wording: docs/csr-fidelity.md.
     Model: `freeze_vision_tower`, `use_flash_attention_2`, `use_lora`, `lora_r`, `lora_alpha`,
     `lora_dropout`, `lora_target_modules` (comma list or `auto` = every Linear of the language model),
     `lora_bias`, `q_lora`, `bits`, `modules_to_save`, `trust_remote_code`.
@@ -74,19 +79,35 @@ class TrainConfig(TrainingArguments):
     parent: str | None = _f(None, "Parent recorded in the manifest (default: model_name_or_path).")
     merged_dir: str | None = _f(None, "Where the merged full checkpoint goes (default OUTPUT_DIR/merged).")
     save_merged: bool = _f(True, "Merge the adapter and write a full checkpoint at the end.")
+    merge_dtype: Literal["auto", "float32", "float16", "bfloat16"] = _f(
+        "auto", "dtype of the merged checkpoint (the LoRA merge itself runs in float32); auto = the base's own.")
+    warmup_ratio: float | None = _f(None, "Warmup as a fraction of the training steps (transformers 5 reads it "
+                                          "from warmup_steps < 1; give one of the two).")
+    resume_from_checkpoint: str | bool | None = _f(None, "A checkpoint dir, or true = the latest OUTPUT_DIR/checkpoint-N "
+                                                         "(VL-RLHF's bool flag).")
     dataset_name: str | None = _f(None, "vlquery_json (SFT) | plain_dpo | csr_pairs | vlfeedback_paired | rlhfv.")
     data_path: str | None = _f(None, "Data file (json/jsonl/parquet) or local dataset snapshot directory.", path="any")
     image_root: str | None = _f(None, "Directory joined with each record's image path (escapes refused).", path="dir")
-    data_ratio: float = _f(1.0, "Fraction of records used for training; the rest is the eval split.")
+    data_ratio: float = _f(1.0, "Share of the train split kept (VL-RLHF): after the eval_split is held out, the "
+                                "first data_ratio of the remaining (shuffled) records train; the rest is unused.")
+    eval_split: float | None = _f(None, "Fraction held out as the eval split before data_ratio (seed 42, as "
+                                        "VL-RLHF's train_test_split). Default: 0.005 for sft/dpo, 0 for csr.")
     dataset_num_proc: int = _f(1, "Processes for dataset preprocessing (datasets.map num_proc).")
     skip_missing_images: bool = _f(False, "Drop (and count) records whose image file is missing.")
     score_margin: float = _f(-1.0, "vlfeedback_paired: -1 keeps the largest-gap pair(s); else pairs with gap >= margin.")
     max_length: int = _f(512, "Max text tokens of prompt + target (image tokens not counted).")
-    max_prompt_length: int = _f(128, "Max text tokens of the prompt (keeps the end).")
-    max_target_length: int = _f(128, "Max tokens of each target/completion (keeps the start).")
+    max_prompt_length: int = _f(128, "Max text tokens of the prompt, cut (keeping the end) only when prompt + "
+                                     "longer answer exceed max_length (TRL 0.8.1); truncation per_field: always.")
+    max_target_length: int = _f(128, "Unused for decoder-only models, as in VL-RLHF; with truncation per_field "
+                                     "it caps every completion / SFT answer (keeps the start).")
+    truncation: Literal["vlrlhf", "per_field"] = _f(
+        "vlrlhf", "vlrlhf: TRL 0.8.1 / VL-RLHF length rules; per_field: every field capped by its own limit.")
     label_pad_token_id: int = _f(-100, "Label id ignored by the loss.")
     beta: float = _f(0.1, "DPO beta.")
     loss_type: str = _f("sigmoid", "sigmoid | hinge | ipo | kto_pair | ddpo.")
+    ipo_logps: Literal["sum", "mean"] = _f("sum", "ipo on summed sequence log-probs (VL-RLHF) or token means (TRL).")
+    ddpo_mask: Literal["replaced", "changed"] = _f(
+        "replaced", "ddpo tokens: replaced spans of the label rows (VL-RLHF) or every token outside shared runs.")
     label_smoothing: float = _f(0.0, "cDPO label smoothing (sigmoid/ddpo only), in [0, 0.5).")
     rpo_alpha: float = _f(0.0, "Weight of an NLL term on the chosen response (RPO; TRL's loss_type [sigmoid, sft]).")
     precompute_ref_log_probs: bool = _f(False, "Compute reference log-probs once before training and reuse them.")
@@ -127,12 +148,18 @@ class TrainConfig(TrainingArguments):
         validate_values(self)
 
     def trainer_kwargs(self) -> dict[str, Any]:
-        """Every HF TrainingArguments field as given or defaulted (to build a DPOConfig / SFTConfig from)."""
-        return dict(self._raw)
+        """Every HF TrainingArguments field as given or defaulted (to build a DPOConfig / SFTConfig from),
+        with VL-RLHF's warmup_ratio and resume_from_checkpoint=True resolved."""
+        kw = dict(self._raw)
+        if self.warmup_ratio is not None:  # transformers 5 dropped warmup_ratio: a float < 1 is a ratio
+            kw["warmup_steps"] = self.warmup_ratio
+        kw["resume_from_checkpoint"] = resume_checkpoint(self)
+        return kw
 
     def check_paths(self) -> None:
         """The files this config names exist (what `--dry-run` only warns about)."""
         _validate_paths(self)
+        resume_checkpoint(self)
 
     check_ready = check_paths  # the method-agnostic name train.py calls before starting
 
@@ -263,12 +290,35 @@ def validate_values(cfg: TrainConfig) -> TrainConfig:
     """Reject bad values and combinations; no model, dataset, image or file is touched."""
     _require(cfg.method in METHODS, "method", f"{cfg.method!r} is not one of {', '.join(METHODS)}")
     _validate_data(cfg)
+    _validate_schedule(cfg)
     _validate_lengths(cfg)
     _validate_dpo(cfg)
     _validate_model(cfg)
     _validate_logging(cfg)
     cfg.input_config()  # image_aspect value, empty system_prompt
     return cfg
+
+
+def resume_checkpoint(cfg: TrainConfig) -> str | None:
+    """`resume_from_checkpoint` as VL-RLHF's bool flag or HF's path: true -> the latest checkpoint-N in
+    output_dir (an error when there is none), false/empty -> None, anything else -> that path."""
+    value = cfg.resume_from_checkpoint
+    if value is None or str(value).strip().lower() in ("", "false", "none"):
+        return None
+    if str(value).strip().lower() != "true":
+        _require(Path(value).is_dir(), "resume_from_checkpoint", f"no such checkpoint directory {str(value)!r}")
+        return str(value)
+    out = Path(cfg.output_dir)
+    found = [p for p in out.glob("checkpoint-*") if p.is_dir() and p.name.split("-", 1)[1].isdigit()] if out.is_dir() else []
+    _require(bool(found), "resume_from_checkpoint", f"true, but {str(out)!r} holds no checkpoint-N directory")
+    return str(max(found, key=lambda p: int(p.name.split("-", 1)[1])))
+
+
+def _validate_schedule(cfg: TrainConfig) -> None:
+    if cfg.warmup_ratio is not None:
+        _require(0.0 <= cfg.warmup_ratio < 1.0, "warmup_ratio", f"must be in [0, 1), got {cfg.warmup_ratio}")
+        _require(not cfg.warmup_steps, "warmup_ratio", f"give warmup_ratio or warmup_steps, not both "
+                                                       f"(warmup_steps is {cfg.warmup_steps})")
 
 
 def _validate_paths(cfg: TrainConfig) -> None:
@@ -290,6 +340,8 @@ def _validate_data(cfg: TrainConfig) -> None:
     allowed = SFT_DATASETS if cfg.method == "sft" else PAIR_DATASETS
     _require(name in allowed, "dataset_name", f"{name!r} is not a {cfg.method} dataset ({', '.join(allowed)})")
     _require(0.0 < cfg.data_ratio <= 1.0, "data_ratio", f"must be in (0, 1], got {cfg.data_ratio}")
+    _require(cfg.eval_split is None or 0.0 <= cfg.eval_split < 1.0, "eval_split",
+             f"must be in [0, 1) or null, got {cfg.eval_split}")
     _require(cfg.dataset_num_proc >= 1, "dataset_num_proc", f"must be >= 1, got {cfg.dataset_num_proc}")
 
 

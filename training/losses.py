@@ -9,7 +9,7 @@ log-probs are formed (token sum, token mean, sum over differing tokens only) is 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import torch
@@ -28,7 +28,8 @@ def hinge_loss(c: torch.Tensor, r: torch.Tensor, beta: float, label_smoothing: f
 
 
 def ipo_loss(c: torch.Tensor, r: torch.Tensor, beta: float, label_smoothing: float = 0.0) -> torch.Tensor:
-    """IPO: (c - r - 1/(2 beta))^2, on token-mean log-probs (see LOSSES['ipo'].average_logps)."""
+    """IPO: (c - r - 1/(2 beta))^2; on summed sequence log-probs as VL-RLHF, or token means as TRL
+    (`ipo_logps`, see `loss_spec`)."""
     return (c - r - 1.0 / (2.0 * beta)) ** 2
 
 
@@ -53,18 +54,31 @@ class LossSpec:
     """A loss plus how its sequence log-probs are built from per-token log-probs."""
 
     fn: Callable[..., torch.Tensor]
-    average_logps: bool = False  # IPO: mean over completion tokens instead of the sum
-    diff_mask: bool = False  # DDPO: sum only over tokens where chosen and rejected differ
+    average_logps: bool = False  # mean over completion tokens instead of the sum (TRL's IPO)
+    # DDPO: sum only over differing tokens. "replaced" = VL-RLHF's replaced spans of the padded label
+    # rows (`replaced_token_masks`); "changed" = every token outside shared runs (`diff_token_masks`).
+    diff_mask: str | None = None
 
 
+# The defaults are VL-RLHF's (summed log-probs everywhere, its DDPO mask); `loss_spec` applies the switches.
 LOSSES: dict[str, LossSpec] = {
     "sigmoid": LossSpec(sigmoid_loss),
     "hinge": LossSpec(hinge_loss),
-    "ipo": LossSpec(ipo_loss, average_logps=True),
+    "ipo": LossSpec(ipo_loss),
     "kto_pair": LossSpec(kto_pair_loss),
     # Dense DPO (RLHF-V naming, VL-RLHF semantics): the sigmoid loss on diff-masked log-probs.
-    "ddpo": LossSpec(sigmoid_loss, diff_mask=True),
+    "ddpo": LossSpec(sigmoid_loss, diff_mask="replaced"),
 }
+
+
+def loss_spec(loss_type: str, ipo_logps: str = "sum", ddpo_mask: str = "replaced") -> LossSpec:
+    """LOSSES[loss_type] with the `ipo_logps` (sum | mean) and `ddpo_mask` (replaced | changed) switches."""
+    spec = LOSSES[loss_type]
+    if loss_type == "ipo":
+        spec = replace(spec, average_logps=ipo_logps == "mean")
+    if loss_type == "ddpo":
+        spec = replace(spec, diff_mask=ddpo_mask)
+    return spec
 
 
 def rpo_nll(chosen_logps: torch.Tensor, chosen_tokens: torch.Tensor, average_logps: bool) -> torch.Tensor:
@@ -86,7 +100,8 @@ def sequence_logps(per_token_logps: torch.Tensor, mask: torch.Tensor, average: b
 
 
 def diff_token_masks(chosen: Sequence[int], rejected: Sequence[int], min_match: int = 3) -> tuple[list[int], list[int]]:
-    """Token-level diff of two completions: 1 marks a token that differs, 0 a shared one.
+    """`ddpo_mask: changed` (ours): token-level diff of two completions, 1 marks a token that differs
+    (inserted and deleted tokens included), 0 a shared one.
 
     Matching blocks from difflib shorter than `min_match` tokens count as different, because a
     one- or two-token coincidence ("the", ".") inside rewritten text is not a shared span.
@@ -99,3 +114,38 @@ def diff_token_masks(chosen: Sequence[int], rejected: Sequence[int], min_match: 
         mask_c[a : a + size] = [0] * size
         mask_r[b : b + size] = [0] * size
     return mask_c, mask_r
+
+
+def replaced_spans(a: Sequence[int], b: Sequence[int], min_match: int = 3) -> tuple[set[int], set[int]]:
+    """Positions of a and b inside "replace" spans, as VL-RLHF's diff_lib: the gaps before, between and
+    after difflib's matching blocks of >= `min_match` items (difflib defaults, autojunk included), kept
+    only where both sides are non-empty. An insertion or deletion alone marks nothing."""
+    blocks = difflib.SequenceMatcher(None, list(a), list(b)).get_matching_blocks()
+    kept = [m for m in blocks[:-1] if m.size >= min_match] + [blocks[-1]]  # the last is the (len, len, 0) end
+    in_a, in_b = set(), set()
+    ia = ib = 0
+    for m in kept:
+        if m.a > ia and m.b > ib:
+            in_a.update(range(ia, m.a))
+            in_b.update(range(ib, m.b))
+        ia, ib = m.a + m.size, m.b + m.size
+    return in_a, in_b
+
+
+def replaced_token_masks(rows: Sequence[tuple[int, Sequence[int], Sequence[int]]],
+                         min_match: int = 3) -> list[tuple[list[int], list[int]]]:
+    """VL-RLHF's DDPO masks for one batch of (prompt length, chosen ids, rejected ids).
+
+    Like its get_batch_logps, the diff runs over the label rows: prompt positions and the padding up to
+    the batch's widest row read as token 0, and the rows are shifted by one (labels[:, 1:]). So the
+    batch's padding can pair with an appended tail, which then counts as replaced. Returns, per pair,
+    0/1 masks over the chosen and the rejected completion tokens.
+    """
+    width = max(p + max(len(c), len(r)) for p, c, r in rows)
+    out = []
+    for p, c, r in rows:
+        a = ([0] * p + list(c) + [0] * (width - p - len(c)))[1:]
+        b = ([0] * p + list(r) + [0] * (width - p - len(r)))[1:]
+        in_a, in_b = replaced_spans(a, b, min_match)
+        out.append(([int(p + j - 1 in in_a) for j in range(len(c))], [int(p + j - 1 in in_b) for j in range(len(r))]))
+    return out

@@ -18,7 +18,6 @@ saved beside every checkpoint (its manifest) and run directory.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -28,7 +27,6 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 REPO = Path(__file__).resolve().parent.parent
 DEMO_CONFIG = REPO / "configs" / "demo.yaml"
 METHODS = ("sft", "dpo", "csr", "demo")
-OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 log = logging.getLogger("train.py")
 
 USAGE = """usage: train.py [--config PRESET.yaml] [--method {sft,dpo,csr,demo}] [--dry-run] [OVERRIDES ...]
@@ -98,11 +96,9 @@ def run(cfg) -> object:
 
 
 def dry_run(cfg) -> int:
-    from evalsuite.config import missing_paths, to_yaml
+    from evalsuite.config import print_resolved
 
-    for problem in missing_paths(cfg):
-        log.warning("path does not exist (a placeholder?): %s", problem)
-    sys.stdout.write(to_yaml(cfg))
+    print_resolved(cfg, log)
     return 0
 
 
@@ -142,9 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:  # no arguments: the built-in demo, the first thing a new user runs
         argv = ["--config", str(DEMO_CONFIG)]
-    for key in OFFLINE_ENV:  # nothing is downloaded: checkpoints and data are local paths
-        os.environ.setdefault(key, "1")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from evalsuite.env import setup_process
+
+    setup_process()  # offline env (checkpoints and data are local paths) + logging, as the evalsuite CLI
     try:
         argv = ["--help" if a == "-h" else a for a in argv]
         own, items = split_args(argv, ("config", "method", "dry_run!", "help!"))

@@ -1,7 +1,7 @@
 """Where an lmms-eval task's documents come from, offline: a dataset override, or a clear error.
 
-Pure path logic (no lmms_eval import). The forms a user can map a task to (`data: {task: PATH}` in
-the eval config, or the world of `--data-root`):
+Pure path logic (no lmms_eval import). The forms a user can map a task to (`lmms.data.<task>: PATH`
+in the eval config), besides the world of `--data-root` for evalsuite's local tasks:
 
 | PATH                                   | lmms-eval dataset override                                   |
 |----------------------------------------|--------------------------------------------------------------|
@@ -19,28 +19,19 @@ from evalsuite.errors import UserError
 
 BUILDERS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv", ".arrow": "arrow"}
 LOCAL_BUILDERS = set(BUILDERS.values()) | {"imagefolder", "text", "pandas"}
+# the eval config key that maps a task to its data: `lmms.data.<task>` (in --config FILE or as an override)
+DATA_KEY = "lmms.data"
 
-# lmms task -> question-set files of a world written by `evalsuite world build` (under W/questions/)
-WORLD_FILES = {
-    "evalsuite_mme": ["mme_{split}.parquet"],
-    "evalsuite_pope": ["pope_{split}_random.parquet", "pope_{split}_popular.parquet",
-                       "pope_{split}_adversarial.parquet"],
-    "evalsuite_pope_random": ["pope_{split}_random.parquet"],
-    "evalsuite_pope_popular": ["pope_{split}_popular.parquet"],
-    "evalsuite_pope_adversarial": ["pope_{split}_adversarial.parquet"],
-}
-
-
-def world_files(lmms_task: str, data_root, split: str, name: str) -> list[Path]:
-    """The world's question files for a local task; UserError naming `--data-root` if any is missing."""
+def world_files(name: str, patterns: tuple[str, ...], data_root, split: str) -> list[Path]:
+    """The world's question files of local task `name`; UserError naming `--data-root` if any is missing."""
     if data_root is None:
         raise UserError(f"--tasks {name}: no local data; pass --data-root W (a folder written by "
-                        f"`evalsuite world build`) or map data.{name} in the eval config")
-    files = [Path(data_root) / "questions" / pat.format(split=split) for pat in WORLD_FILES[lmms_task]]
+                        f"`evalsuite world build`) or map {DATA_KEY}.{name} in the eval config (--config FILE)")
+    files = [Path(data_root) / "questions" / pat.format(split=split) for pat in patterns]
     missing = [str(f) for f in files if not f.is_file()]
     if missing:
         raise UserError(f"--tasks {name}: local data not found: {', '.join(missing)} (set --data-root to a "
-                        f"folder written by `evalsuite world build`, or map data.{name} in the eval config)")
+                        f"folder written by `evalsuite world build`, or map {DATA_KEY}.{name} in the eval config)")
     return files
 
 
@@ -48,14 +39,14 @@ def data_override(name: str, spec, split: str, dataset_name: str | None = None) 
     """The dataset keys of an lmms-eval task config that point it at local `spec` (a path or list)."""
     paths = [Path(os.path.expanduser(str(p))) for p in (spec if isinstance(spec, (list, tuple)) else [spec])]
     if not paths:
-        raise UserError(f"data.{name}: empty list of files")
+        raise UserError(f"{DATA_KEY}.{name}: empty list of files")
     for p in paths:
         if not p.exists():
-            raise UserError(f"data.{name}: {p} does not exist")
+            raise UserError(f"{DATA_KEY}.{name}: {p} does not exist")
     if len(paths) > 1 or paths[0].is_file():
         kinds = {BUILDERS.get(p.suffix.lower()) for p in paths}
         if None in kinds or len(kinds) != 1 or any(p.is_dir() for p in paths):
-            raise UserError(f"data.{name}: {[str(p) for p in paths]}: expected files of one kind among "
+            raise UserError(f"{DATA_KEY}.{name}: {[str(p) for p in paths]}: expected files of one kind among "
                             f"{sorted(BUILDERS)} (or a single directory)")
         return {"dataset_path": kinds.pop(), "dataset_name": None,
                 "dataset_kwargs": {"data_files": {split: [str(p.resolve()) for p in paths]}}}
@@ -96,33 +87,62 @@ def check_hub_cached(name: str, leaf: str, cfg: dict) -> None:
     if not hub_cached(path):
         raise UserError(
             f"--tasks {name}: the data of lmms-eval task {leaf!r} is the hub dataset {path!r}, which is not "
-            f"in the local HF cache and cannot be downloaded offline; map data.{leaf} in the eval config "
-            f"to a local file or directory (e.g. a `hf download --repo-type dataset {path}` snapshot)"
-            + (f" and run --tasks {leaf}" if leaf != name else "")
+            f"in the local HF cache and cannot be downloaded offline; map {DATA_KEY}.{leaf} to a local file or "
+            f"directory (e.g. a `hf download --repo-type dataset {path}` snapshot) in the eval config "
+            f"(--config FILE, or the override {DATA_KEY}.{leaf}=PATH)"
         )
 
 
-def data_fingerprint(task: dict | str) -> str:
-    """Short hash of where a task's docs come from (paths, sizes, mtimes), so cached answers of one
-    world are never served for another world's doc with the same id and prompt."""
+def _local_files(task: dict) -> list[tuple[str, Path]]:
+    """(name relative to its data root, file) of every local file a dataset override reads, in order."""
+    kwargs = task.get("dataset_kwargs") or {}
+    roots = [Path(p) for ps in (kwargs.get("data_files") or {}).values() for p in (ps if isinstance(ps, list) else [ps])]
+    if isinstance(task.get("dataset_path"), str) and Path(task["dataset_path"]).exists():
+        roots.append(Path(task["dataset_path"]))
+    if kwargs.get("data_dir"):
+        roots.append(Path(kwargs["data_dir"]))
+    out = []
+    for root in roots:
+        if root.is_dir():
+            out.extend((str(f.relative_to(root)), f) for f in sorted(root.rglob("*")) if f.is_file())
+        elif root.is_file():
+            out.append((root.name, root))
+    return out
+
+
+def _digest(payload) -> str:
     import hashlib
     import json
 
+    return hashlib.sha256(json.dumps(payload, default=str).encode()).hexdigest()[:12]
+
+
+def data_fingerprint(task: dict | str) -> str:
+    """Short hash of where a task's docs come from (paths, sizes, mtimes: cheap), so cached answers of
+    one world are never served for another world's doc with the same id and prompt."""
     if not isinstance(task, dict):
-        return hashlib.sha256(str(task).encode()).hexdigest()[:12]
-    kwargs = task.get("dataset_kwargs") or {}
-    files = kwargs.get("data_files") or {}
-    paths = [Path(p) for ps in files.values() for p in (ps if isinstance(ps, list) else [ps])]
-    for key in ("dataset_path",):
-        if isinstance(task.get(key), str) and Path(task[key]).exists():
-            paths.append(Path(task[key]))
-    if kwargs.get("data_dir"):
-        paths.append(Path(kwargs["data_dir"]))
-    stats = []
-    for p in paths:
-        for f in sorted(p.rglob("*")) if p.is_dir() else [p]:
-            if f.is_file():
-                st = f.stat()
-                stats.append([str(f.resolve()), st.st_size, st.st_mtime_ns])
-    payload = json.dumps([task.get("dataset_path"), task.get("dataset_name"), stats], default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()[:12]
+        return _digest(str(task))
+    stats = [[str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns] for _, f in _local_files(task)]
+    return _digest([task.get("dataset_path"), task.get("dataset_name"), stats])
+
+
+_CONTENT: dict[tuple, str] = {}
+
+
+def content_fingerprint(task: dict | str) -> str:
+    """Short hash of a task's data by content (sha256 of every file, names relative to their root): the
+    same data gives the same value wherever it lies, so results on it stay comparable (TaskResult.identity).
+    A hub dataset (no local files) is identified by its id and config name."""
+    from evalsuite.files import sha256_file
+
+    if not isinstance(task, dict):
+        return _digest(["hub", str(task)])
+    files = []
+    for rel, f in _local_files(task):
+        st = f.stat()
+        key = (str(f.resolve()), st.st_size, st.st_mtime_ns)
+        if key not in _CONTENT:
+            _CONTENT[key] = sha256_file(f)
+        files.append([rel, _CONTENT[key]])
+    source = task.get("dataset_path") if not files else None  # a local path is not part of the data
+    return _digest([source, task.get("dataset_name"), files])

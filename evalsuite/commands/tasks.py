@@ -10,11 +10,15 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
+    from pathlib import Path
+
     from evalsuite.tasks.registry import LMMS_LOCAL_TASKS, TASKS
 
     for name, target in TASKS.items():
         print(f"{name:12s} evalsuite  {target}")
     for name, local in LMMS_LOCAL_TASKS.items():
-        print(f"{name:12s} lmms-eval  {local} (local data from --data-root)")
-    print("(any other lmms-eval task name runs through lmms-eval's evaluator)")
+        print(f"{name:12s} lmms-eval  {local.lmms_task}: {local.about}, local data from --data-root")
+    print("(any other lmms-eval task, group or tag runs through lmms-eval's evaluator; map its data with "
+          "lmms.data.<task> in the eval config)")
+    print(f"yamls for `lmms-eval --include_path`: {Path(__file__).resolve().parent.parent / 'tasks' / 'yaml'}")
     return 0

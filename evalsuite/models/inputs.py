@@ -302,7 +302,7 @@ def batch_rows(rows: Sequence[Sequence[int]], feats: Sequence[dict], pad_id: int
         out["input_ids"][i, sl] = torch.tensor(list(r), dtype=torch.long)
         out["attention_mask"][i, sl] = 1
         for k in seq_keys:
-            given = list(f.get(k, []))
+            given = list(f.get(k, []))[:len(r)]  # a row cut inside its prompt keeps the prompt's start
             out[k][i, sl] = torch.tensor(given + [fill.get(k, 0)] * (len(r) - len(given)), dtype=torch.long)
     other = [k for k in dict.fromkeys(k for f in feats for k in f) if k not in seq_keys]
     for k in other:

@@ -91,9 +91,7 @@ def load_vlm(
     """Load model + processor from `path`; raise UserError for a dir that is not a local VLM, or whose
     processor has no prompt format for `inputs` (no chat template and none given, ...)."""
     import torch
-    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
-
-    from evalsuite.models.inputs import ModelInputs
+    from transformers import AutoConfig, AutoModelForImageTextToText
 
     path = Path(path)
     _check_dir(path)
@@ -104,21 +102,36 @@ def load_vlm(
     if getattr(config, "vision_config", None) is None:
         raise UserError(f"{path}: model_type {config.model_type!r} is not a vision-language model "
                         "(no vision_config)")
+    model_inputs = load_inputs(path, inputs, trust_remote_code)  # a missing prompt format fails before the weights
     device = _pick_device(device)
     torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
     try:
         model = AutoModelForImageTextToText.from_pretrained(
             path, local_files_only=True, trust_remote_code=trust_remote_code, use_safetensors=True, dtype=torch_dtype,
         )
-        processor = AutoProcessor.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
     except ValueError as exc:
         raise UserError(f"{path}: not a loadable vision-language checkpoint ({str(exc).splitlines()[0]})") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot load ({str(exc).splitlines()[0]})") from None
-    model_inputs = ModelInputs(processor, inputs, where=str(path))  # a missing prompt format fails here
     model.to(device).eval()
     log.info("loaded %s (%s, %d params) on %s", path, config.model_type, model.num_parameters(), device)
-    return VLM(model=model, processor=processor, path=path, device=device, inputs=model_inputs)
+    return VLM(model=model, processor=model_inputs.processor, path=path, device=device, inputs=model_inputs)
+
+
+def load_inputs(path: str | Path, inputs: InputConfig | None = None, trust_remote_code: bool = False):
+    """The checkpoint's processor bound to the prompt settings (`ModelInputs`), without the weights: what
+    renders and records prompts, and refuses a checkpoint with no prompt format, before any generation."""
+    from transformers import AutoProcessor
+
+    from evalsuite.models.inputs import ModelInputs
+
+    try:
+        processor = AutoProcessor.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
+    except ValueError as exc:
+        raise UserError(f"{path}: not a loadable vision-language processor ({str(exc).splitlines()[0]})") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot load the processor ({str(exc).splitlines()[0]})") from None
+    return ModelInputs(processor, inputs, where=str(path))
 
 
 def load_image(image: Any):

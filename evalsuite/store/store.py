@@ -212,6 +212,28 @@ class Store:
         return name
 
     # ---- reading -------------------------------------------------------------------------------
+    def has_result(self, ckpt_hash: str, eval_key: str) -> str | None:
+        """The run id of a committed result of evaluation `eval_key` on checkpoint `ckpt_hash`, else None.
+
+        Reads only the Parquet footers (`tasks[..]["eval_key"]`, written by write_run); files that cannot
+        be read are skipped here (the table/report commands name them)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        for path in self._metric_files():
+            try:
+                md = pq.read_schema(path).metadata or {}
+                meta = json.loads(md.get(META_KEY, b"{}"))
+            except (pa.ArrowException, OSError, ValueError):
+                continue
+            if not isinstance(meta, dict) or meta.get("ckpt_hash") != ckpt_hash:
+                continue
+            tasks = meta.get("tasks")
+            if isinstance(tasks, dict) and any(isinstance(t, dict) and t.get("eval_key") == eval_key
+                                               for t in tasks.values()):
+                return str(meta.get("run_id") or path.stem)
+        return None
+
     def _metric_files(self) -> list[Path]:
         if not self.metrics_dir.is_dir():
             return []

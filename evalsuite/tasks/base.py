@@ -1,33 +1,42 @@
-"""What every evalsuite task sees: a `RunContext`, and what it returns: a `TaskResult`."""
+"""What every evalsuite task sees (a frozen `RunContext`), states before it works (a `Plan`) and returns
+(a `TaskResult`).
+
+`evalsuite.run.run_eval` runs a task in two steps:
+
+    plan(ctx, opts, sources) -> Plan        model-free: checks the task's options and data, and states its
+                                            identity (what makes its numbers comparable: `Plan.eval_key`)
+    run(ctx, plan, inputs) -> TaskResult    the work; None on data-parallel ranks other than 0
+
+`opts` is the task's own typed options dataclass (`Task.Options`, a section of the eval config). A task
+that consumes another task's answers names it in `requires(opts, tasks)`; it gets that task's Plan in
+`plan(..., sources)` and its answer records in `run(..., inputs)`. Nothing in the context changes while
+tasks run: rank, world size and device are resolved once by `run_eval`.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from evalsuite.types import GenConfig, GenRequest, TaskResult
+from evalsuite.dist import Dist
+from evalsuite.types import GenConfig, GenRequest, TaskResult, eval_key
 
 
-@dataclass
-class RunContext:
-    """Everything a task needs for one `evalsuite run`; the model is loaded on first use."""
+class ModelLoader:
+    """Loads the checkpoint on first use, once: a run whose answers are all cached never loads it."""
 
-    ckpt: str
-    data_root: Path                 # a COCO-format folder (images/ + annotations/)
-    output_dir: Path
-    limit: int | None = None
-    batch_size: int = 8
-    gen: GenConfig = field(default_factory=GenConfig)
-    options: dict[str, Any] = field(default_factory=dict)   # task options: split, prompt, variant, clip, ...
-    trust_remote_code: bool = False
-    device: str | None = None
-    inputs: Any = None              # evalsuite.models.inputs.InputConfig (system prompt, template, image_aspect)
-    _vlm: Any = None
-    # answers generated in this run, keyed by (split, prompt, gen) so `relevance` reuses `caption`/`chair`
-    generations: dict[tuple, list[dict]] = field(default_factory=dict)
+    def __init__(self, ckpt: str, device: str | None = None, trust_remote_code: bool = False,
+                 inputs: dict | None = None):
+        self.ckpt, self.device, self.trust_remote_code = ckpt, device, trust_remote_code
+        self.inputs = _input_config(inputs)
+        self._vlm: Any = None
+        self._prompts: Any = None
 
     @property
-    def vlm(self):
+    def loaded(self) -> bool:
+        return self._vlm is not None
+
+    def get(self):
         if self._vlm is None:
             from evalsuite.models.vlm import load_vlm
 
@@ -35,14 +44,80 @@ class RunContext:
                                  inputs=self.inputs)
         return self._vlm
 
-    def generate(self, requests: list[GenRequest], gen: GenConfig | None = None) -> list[str]:
+    def prompts(self):
+        """The prompt renderer (`evalsuite.models.inputs.ModelInputs`): the loaded model's, else the
+        processor's alone, so answers taken from the cache still record the prompt they were given."""
+        if self._vlm is not None:
+            return self._vlm.inputs
+        if self._prompts is None:
+            from evalsuite.models.vlm import load_inputs
+
+            self._prompts = load_inputs(self.ckpt, self.inputs, self.trust_remote_code)
+        return self._prompts
+
+
+def _input_config(inputs: dict | None):
+    """RunContext.inputs (system_prompt, chat_template, image_aspect[, chat_template_sha256]) as an InputConfig."""
+    from evalsuite.models.inputs import InputConfig
+
+    fields = ("system_prompt", "chat_template", "image_aspect")
+    return InputConfig(**{k: v for k, v in (inputs or {}).items() if k in fields})
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Everything a task needs for one `evalsuite run`, fixed for the whole run."""
+
+    ckpt: str
+    data_root: Path | None              # a COCO-format folder (images/ + annotations/)
+    output_dir: Path | None = None
+    dist: Dist = field(default_factory=Dist)
+    device: str | None = None           # resolved by run_eval (None = the loader's choice)
+    limit: int | None = None
+    batch_size: int = 8
+    gen: GenConfig = field(default_factory=GenConfig)   # own tasks' decoding (chair may cap max_new_tokens)
+    trust_remote_code: bool = False
+    inputs: dict = field(default_factory=dict)          # system_prompt, chat_template, image_aspect
+    resume_root: Path | None = None     # per-sample answer cache root (STORE/.resume); None = no resume
+    ckpt_id: str = ""                   # what identifies the model's answers (weights + prompt files)
+    loader: ModelLoader | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.loader is None:  # a frozen dataclass sets its derived fields through object.__setattr__
+            object.__setattr__(self, "loader", ModelLoader(self.ckpt, self.device, self.trust_remote_code, self.inputs))
+
+    @property
+    def vlm(self):
+        return self.loader.get()
+
+    def generate(self, requests: list[GenRequest], gen: GenConfig) -> list[str]:
         from evalsuite.models.vlm import generate
 
-        return generate(self.vlm, requests, gen or self.gen, batch_size=self.batch_size)
+        return generate(self.vlm, requests, gen, batch_size=self.batch_size, progress=False)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a task will compute, known before any model loads."""
+
+    task: str
+    version: str
+    identity: dict                      # -> eval_key (evalsuite/types.py)
+    config: dict                        # resolved options, saved in the result
+    state: Any = field(default=None, compare=False, repr=False)   # task-private: images, scorer, GT
+
+    @property
+    def eval_key(self) -> str:
+        return eval_key(self.task, self.version, self.identity)
 
 
 class Task(Protocol):
     name: str
     version: str
+    Options: type
 
-    def run(self, ctx: RunContext) -> TaskResult: ...
+    def requires(self, opts: Any, tasks: list[str]) -> tuple[str, ...]: ...
+
+    def plan(self, ctx: RunContext, opts: Any, sources: dict[str, Plan]) -> Plan: ...
+
+    def run(self, ctx: RunContext, plan: Plan, inputs: dict[str, list[dict]]) -> TaskResult | None: ...

@@ -1,14 +1,31 @@
 """Task `caption`: answer one prompt for every image of a COCO-format split.
 
-Its generations are kept in `ctx.generations[("caption", split, prompt)]` so later tasks of the
-same run (relevance) score them instead of generating again.
+Options (`caption:` section of the eval config): split, prompt. Its answer records are handed to
+tasks that require them (relevance), so the model never answers the same request twice in a run.
 """
 from __future__ import annotations
 
-from evalsuite.tasks.base import RunContext
-from evalsuite.types import GenRequest, MetricValue, TaskResult
+from dataclasses import dataclass
+
+from evalsuite.errors import UserError
+from evalsuite.tasks.base import Plan, RunContext
+from evalsuite.types import MetricValue, TaskResult
 
 DEFAULT_PROMPT = "Please describe this image in detail."
+
+
+def check_prompt(section: str, prompt: str) -> None:
+    if not prompt.strip():
+        raise UserError(f"{section}.prompt: must not be empty")
+
+
+@dataclass
+class CaptionOptions:
+    split: str = "val"                      # split of the data root (val, val2014, ...)
+    prompt: str = DEFAULT_PROMPT
+
+    def __post_init__(self) -> None:
+        check_prompt("caption", self.prompt)
 
 
 def coco_images(data_root, split: str) -> list[dict]:
@@ -29,52 +46,48 @@ def coco_images(data_root, split: str) -> list[dict]:
     ]
 
 
-def data_fingerprint(data_root, split: str) -> str:
-    """sha256 (first 16 hex) over the split's annotation files: the data a result was computed on."""
-    import hashlib
-
-    from evalsuite.files import sha256_file
-    from evalsuite.world.layout import CocoLayout
-
-    layout = CocoLayout(data_root, split)
-    files = [p for p in (layout.instances_json, layout.captions_json) if p.is_file()]
-    return hashlib.sha256("".join(sha256_file(p) for p in files).encode()).hexdigest()[:16]
-
-
-def generate_for_images(ctx: RunContext, task: str, images: list[dict], split: str, prompt: str) -> list[dict]:
-    """Generate (or reuse this run's) answers for `images`; records land in ctx.generations."""
-    key = (task, split, prompt)
-    if key not in ctx.generations:
-        requests = [GenRequest(key=str(im["id"]), image=im["path"], prompt=prompt) for im in images]
-        answers = ctx.generate(requests)
-        sent = ctx.vlm.inputs.prompt(prompt)  # the text the processor received (template, system prompt)
-        ctx.generations[key] = [
-            {"key": r.key, "image_id": im["id"], "image": im["path"], "prompt": prompt, "prompt_text": sent,
-             "answer": a}
-            for r, im, a in zip(requests, images, answers)
-        ]
-    return ctx.generations[key]
+def answer_identity(ctx: RunContext, data: dict, split: str, image_ids: list, prompt: str, gen) -> dict:
+    """What makes two sets of answers the same evaluation (besides the checkpoint): the data (annotation
+    file hashes), split, the documents answered, the prompt and prompt settings, the decoding."""
+    return {"data": data, "split": split, "prompt": prompt, "image_ids": list(image_ids), "gen": gen.to_dict(),
+            "inputs": ctx.inputs}
 
 
 class CaptionTask:
     name = "caption"
     version = "1"
+    Options = CaptionOptions
 
-    def run(self, ctx: RunContext) -> TaskResult:
-        split = ctx.options.get("split", "val")
-        prompt = ctx.options.get("prompt", DEFAULT_PROMPT)
-        images = coco_images(ctx.data_root, split)[: ctx.limit]
-        samples = generate_for_images(ctx, self.name, images, split, prompt)
+    def requires(self, opts: CaptionOptions, tasks: list[str]) -> tuple[str, ...]:
+        return ()
+
+    def plan(self, ctx: RunContext, opts: CaptionOptions, sources: dict) -> Plan:
+        from evalsuite.tasks.answers import digest, file_fingerprint
+        from evalsuite.world.layout import CocoLayout
+
+        images = coco_images(ctx.data_root, opts.split)[: ctx.limit]
+        if not images:
+            raise UserError(f"caption: split {opts.split!r} of {ctx.data_root} has no images")
+        data = file_fingerprint([CocoLayout(ctx.data_root, opts.split).instances_json])
+        identity = answer_identity(ctx, data, opts.split, [im["id"] for im in images], opts.prompt, ctx.gen)
+        config = {"split": opts.split, "prompt": opts.prompt, "limit": ctx.limit, "gen": ctx.gen.to_dict()}
+        return Plan(self.name, self.version, identity, config, state={"images": images, "data_id": digest(data)})
+
+    def answers(self, ctx: RunContext, plan: Plan) -> list[dict] | None:
+        from evalsuite.tasks.answers import generate_answers
+
+        s = plan.state
+        return generate_answers(ctx, s["images"], plan.config["prompt"], ctx.gen, s["data_id"])
+
+    def run(self, ctx: RunContext, plan: Plan, inputs: dict) -> TaskResult | None:
+        samples = self.answers(ctx, plan)
+        if samples is None:  # a data-parallel rank other than 0: its answers went to rank 0
+            return None
         lengths = [len(s["answer"].split()) for s in samples]
+        n = len(lengths)
         metrics = [
-            MetricValue("answer_words_mean", sum(lengths) / len(lengths) if lengths else 0.0,
-                        higher_is_better=True, n=len(lengths)),
-            MetricValue("empty_answer_rate", sum(1 for n in lengths if n == 0) / len(lengths) if lengths else 0.0,
-                        higher_is_better=False, n=len(lengths)),
+            MetricValue("answer_words_mean", sum(lengths) / n, higher_is_better=True, n=n),
+            MetricValue("empty_answer_rate", sum(1 for k in lengths if k == 0) / n, higher_is_better=False, n=n),
         ]
-        return TaskResult(
-            task=self.name, version=self.version, metrics=metrics, samples=samples,
-            config={"split": split, "prompt": prompt, "limit": ctx.limit, "gen": ctx.gen.to_dict()},
-            identity={"data": data_fingerprint(ctx.data_root, split), "split": split, "prompt": prompt,
-                      "image_ids": [im["id"] for im in images], "gen": ctx.gen.to_dict()},
-        )
+        return TaskResult(task=self.name, version=self.version, metrics=metrics, samples=samples,
+                          config=plan.config, identity=plan.identity)

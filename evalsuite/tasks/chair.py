@@ -1,25 +1,57 @@
 """Task `chair`: caption sampled COCO images with the checkpoint and score object hallucination.
 
-Options (`ctx.options`, all optional): split ("val"), prompt ("Please describe this image in
-detail."), n_images (500), seed (0), variant ("original"), max_new_tokens (512; decoding is the
-run's, greedy by default), cache_dir (GT cache; default DATA_ROOT/.evalsuite_cache), nltk_data, n_boot.
+Options (`chair:` section of the eval config, `ChairOptions`): split ("val"), prompt ("Please describe
+this image in detail."), n_images (500), seed (the image sample's; null = the run's seed), variant
+("original"), max_new_tokens (null = the run's gen.max_new_tokens; decoding is the run's, greedy by
+default), cache_dir (GT cache; null = ~/.cache/evalsuite/chair_gt), nltk_data, n_boot (1000).
 
 GT is built from the split's own COCO annotations (instances + reference captions) with the
-variant's GT normaliser, and cached by the annotation files' content. Generations are kept in
-`ctx.generations[("chair", split, prompt)]` so `relevance` can reuse them.
+variant's GT normaliser, and cached by the annotation files' content.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
 import random
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from evalsuite.tasks.base import RunContext
+from evalsuite.errors import UserError
+from evalsuite.tasks.base import Plan, RunContext
+from evalsuite.tasks.caption import DEFAULT_PROMPT, check_prompt
 from evalsuite.types import MetricValue, TaskResult
 
 log = logging.getLogger(__name__)
-DEFAULT_PROMPT = "Please describe this image in detail."
+
+
+@dataclass
+class ChairOptions:
+    split: str = "val"
+    prompt: str = DEFAULT_PROMPT
+    n_images: int = 500
+    seed: int | None = None                 # image sample seed; null = the run's `seed`
+    variant: str = "original"               # original | opera | opera_lemma (evalsuite/metrics/chair.py)
+    max_new_tokens: int | None = None       # null = the run's gen.max_new_tokens
+    cache_dir: str | None = None            # GT cache dir; null = ~/.cache/evalsuite/chair_gt
+    nltk_data: str | None = field(default=None, metadata={"path": "dir"})
+    n_boot: int = 1000                      # bootstrap resamples of the confidence intervals
+
+    def __post_init__(self) -> None:
+        from evalsuite.metrics import chair
+
+        check_prompt("chair", self.prompt)
+        if self.n_images < 1:
+            raise UserError(f"chair.n_images: must be >= 1, got {self.n_images}")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise UserError(f"chair.max_new_tokens: must be >= 1 or null, got {self.max_new_tokens}")
+        if self.nltk_data is not None and not Path(self.nltk_data).is_dir():
+            raise UserError(f"chair.nltk_data: {self.nltk_data}: no such directory")
+        if self.n_boot < 0:
+            raise UserError(f"chair.n_boot: must be >= 0, got {self.n_boot}")
+        try:
+            chair.get_variant(self.variant)
+        except UserError as e:
+            raise UserError(f"chair.variant: {str(e).split(': ', 1)[-1]}") from None
 
 
 def sample_images(images: list[dict], n: int, seed: int) -> list[dict]:
@@ -46,45 +78,64 @@ def _metric_values(summary: dict, variant: str) -> list[MetricValue]:
 class ChairTask:
     name = "chair"
     version = "1"
+    Options = ChairOptions
 
-    def run(self, ctx: RunContext) -> TaskResult:
+    def requires(self, opts: ChairOptions, tasks: list[str]) -> tuple[str, ...]:
+        return ()
+
+    def plan(self, ctx: RunContext, opts: ChairOptions, sources: dict) -> Plan:
+        """Scorer, GT and image sample: missing NLTK data or annotations fail before the model loads."""
         from evalsuite.metrics import chair, chair_io, nltk_resources
-        from evalsuite.tasks.caption import coco_images, data_fingerprint, generate_for_images
+        from evalsuite.tasks.answers import digest, file_fingerprint
+        from evalsuite.tasks.caption import answer_identity, coco_images
         from evalsuite.world.layout import CocoLayout
 
-        opt = ctx.options
-        split, prompt = opt.get("split", "val"), opt.get("prompt", DEFAULT_PROMPT)
-        variant = chair.get_variant(opt.get("variant", chair.DEFAULT_VARIANT))
-        n_images, seed = int(opt.get("n_images", 500)), int(opt.get("seed", 0))
-        # Load the scorer first: missing NLTK data must fail before the model generates anything.
-        nltk_resources.add_data_dir(opt.get("nltk_data"))
+        variant = chair.get_variant(opts.variant)
+        nltk_resources.add_data_dir(opts.nltk_data)
         scorer = chair.ChairScorer(variant.name)
-        layout = CocoLayout(ctx.data_root, split)
-        cache_dir = Path(opt.get("cache_dir") or Path(ctx.data_root) / ".evalsuite_cache")
-        gt, gt_meta = chair_io.gt_from_coco([layout.instances_json], [layout.captions_json], variant.gt, cache_dir)
+        layout = CocoLayout(ctx.data_root, opts.split)
+        files = [layout.instances_json, layout.captions_json]
+        seed = ctx.gen.seed if opts.seed is None else opts.seed
+        images = sample_images(coco_images(ctx.data_root, opts.split), opts.n_images, seed)[: ctx.limit]
+        if not images:
+            raise UserError(f"chair: split {opts.split!r} of {ctx.data_root} has no images")
+        gt, gt_meta = chair_io.gt_from_coco(files[:1], files[1:], variant.gt,
+                                            Path(opts.cache_dir) if opts.cache_dir else None)
+        gen = ctx.gen if opts.max_new_tokens is None else dataclasses.replace(ctx.gen, max_new_tokens=opts.max_new_tokens)
+        data = file_fingerprint(files)
+        resources = nltk_resources.resource_checksums(scorer.resources)
+        identity = {**answer_identity(ctx, data, opts.split, [im["id"] for im in images], opts.prompt, gen),
+                    "n_images": opts.n_images, "seed": seed, "variant": variant.name, "n_boot": opts.n_boot,
+                    "nltk": resources}
+        config = {"split": opts.split, "prompt": opts.prompt, "n_images": opts.n_images, "seed": seed,
+                  "limit": ctx.limit, "variant": variant.name, "n_boot": opts.n_boot, "gen": gen.to_dict()}
+        # answers are keyed by the images' own data (instances), so caption's answers serve chair too
+        state = {"images": images, "gen": gen, "data_id": digest(file_fingerprint(files[:1])), "scorer": scorer, "gt": gt,
+                 "extra": {"variant": variant.name, "normalizer": variant.normalizer, "gt_normalizer": variant.gt,
+                           "gt": gt_meta, "nltk_resources": resources},
+                 "source": str(layout.captions_json)}
+        return Plan(self.name, self.version, identity, config, state)
 
-        images = sample_images(coco_images(ctx.data_root, split), n_images, seed)[: ctx.limit]
-        gen = ctx.gen
-        if "max_new_tokens" in opt:
-            gen = dataclasses.replace(gen, max_new_tokens=int(opt["max_new_tokens"]))
-        ctx.gen, saved = gen, ctx.gen  # generate_for_images uses the context's decoding settings
-        try:
-            generations = generate_for_images(ctx, self.name, images, split, prompt)
-        finally:
-            ctx.gen = saved
-        records = chair.score_captions(scorer, [(g["image_id"], g["answer"]) for g in generations], gt,
-                                       source=f"{layout.captions_json}")
-        summary = chair.summarize(records, variant.name, n_boot=int(opt.get("n_boot", 1000)), seed=seed)
+    def answers(self, ctx: RunContext, plan: Plan) -> list[dict] | None:
+        from evalsuite.tasks.answers import generate_answers
+
+        s = plan.state
+        return generate_answers(ctx, s["images"], plan.config["prompt"], s["gen"], s["data_id"])
+
+    def run(self, ctx: RunContext, plan: Plan, inputs: dict) -> TaskResult | None:
+        from evalsuite.metrics import chair
+
+        generations = self.answers(ctx, plan)
+        if generations is None:  # a data-parallel rank other than 0
+            return None
+        s, variant = plan.state, plan.config["variant"]
+        records = chair.score_captions(s["scorer"], [(g["image_id"], g["answer"]) for g in generations], s["gt"],
+                                       source=s["source"])
+        summary = chair.summarize(records, variant, n_boot=plan.config["n_boot"], seed=plan.config["seed"])
         samples = [{**g, **{k: v for k, v in r.items() if k not in ("index", "image_id")}}
                    for g, r in zip(generations, records)]
         return TaskResult(
-            task=self.name, version=self.version, metrics=_metric_values(summary, variant.name), samples=samples,
-            config={"split": split, "prompt": prompt, "n_images": n_images, "seed": seed, "limit": ctx.limit,
-                    "variant": variant.name, "gen": gen.to_dict()},
-            identity={"data": data_fingerprint(ctx.data_root, split), "split": split, "prompt": prompt,
-                      "n_images": n_images, "seed": seed, "image_ids": [im["id"] for im in images],
-                      "variant": variant.name, "gen": gen.to_dict()},
-            extra={"counts": {k: summary[k] for k in chair.COUNT_KEYS}, "variant": variant.name,
-                   "normalizer": variant.normalizer, "gt_normalizer": variant.gt, "gt": gt_meta,
-                   "nltk_resources": nltk_resources.resource_checksums(scorer.resources)},
+            task=self.name, version=self.version, metrics=_metric_values(summary, variant), samples=samples,
+            config=plan.config, identity=plan.identity,
+            extra={"counts": {k: summary[k] for k in chair.COUNT_KEYS}, **s["extra"]},
         )

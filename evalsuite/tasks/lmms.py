@@ -1,155 +1,209 @@
 """The bridge `evalsuite run` calls for every task name that is not evalsuite's own: lmms-eval tasks.
 
-    results = run_lmms_tasks(ctx, ["mme", "pope"])      # -> [TaskResult, ...]
+    specs = resolve_specs(["mme", "pope_full", "scienceqa_img"], data_root=W, split="val",
+                          data={"scienceqa_img": "sqa.parquet"}, limit=None)
+    results = run_lmms_tasks(specs, ckpt=CK, ...)         # -> [TaskResult, ...]; names work as well
 
 Order of work (all checks before the model is loaded, so a typo costs seconds, not a model load):
-1. resolve each name: evalsuite's local-data tasks (mme -> evalsuite_mme, ...) or any lmms-eval task;
-2. resolve its data: `ctx.options["data"][name]` (file(s), imagefolder, save_to_disk dir, hub snapshot),
-   else for the local tasks the world at `ctx.data_root/questions/`, else lmms-eval's hub dataset if it
-   is already in the local HF cache. Anything else is a UserError naming the task and the option;
-3. one `simple_evaluate` per task (resume granularity), through a model that caches every finished
+1. resolve each name: evalsuite's local tasks (`LMMS_LOCAL_TASKS`: mme -> evalsuite_mme, ...) or any
+   lmms-eval task, group or tag, as a tree down to its leaf tasks;
+2. resolve every leaf's data: `data[leaf]` (the eval config's `lmms.data.<task>`: file(s), imagefolder,
+   save_to_disk dir, hub snapshot), else for the local tasks the world at `data_root/questions/`, else
+   lmms-eval's hub dataset if it is already in the local HF cache. Anything else is a UserError naming
+   the task and the option; so is a `data` key that names no task of the run;
+3. one `simple_evaluate` per name (resume granularity), through a model that caches every finished
    batch (`evalsuite.models.cache`), so a rerun after a crash regenerates only the missing samples.
 
-On data-parallel runs (torchrun / accelerate launch) every rank calls this; only rank 0 gets results,
-the other ranks get []. Scores are lmms-eval's own, converted to MetricValue without recomputation.
+A group (or tag) reports each leaf as `NAME/LEAF` (pope_full/pope_adv), plus `NAME` itself when lmms-eval
+aggregates the group. On data-parallel runs every rank calls this; only rank 0 gets results, the others
+get []. Scores are lmms-eval's own, converted to MetricValue without recomputation (tasks/lmms_results.py).
 """
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
+from evalsuite.adapters.lmms_data import (
+    DATA_KEY, check_hub_cached, content_fingerprint, data_fingerprint, data_override, world_files,
+)
+from evalsuite.dist import Dist
 from evalsuite.errors import RunFailure, UserError
-from evalsuite.tasks.base import RunContext
-from evalsuite.adapters.lmms_data import check_hub_cached, data_fingerprint, data_override, world_files
-from evalsuite.tasks.registry import LMMS_LOCAL_TASKS
-from evalsuite.types import MetricValue, TaskResult
+from evalsuite.tasks.registry import LMMS_LOCAL_TASKS, local_name
+from evalsuite.types import TaskResult
 
 log = logging.getLogger(__name__)
 
-# besides registry.LMMS_LOCAL_TASKS: the per-sampling POPE sets (built-in names -> evalsuite's)
-LOCAL_TASKS = {
-    **LMMS_LOCAL_TASKS,
-    "pope_random": "evalsuite_pope_random",
-    "pope_pop": "evalsuite_pope_popular",
-    "pope_adv": "evalsuite_pope_adversarial",
-}
-PAIRED_TASKS = {"evalsuite_mme"}   # scored per question pair: a --limit must keep pairs whole
+
+@dataclass
+class Leaf:
+    """One lmms-eval leaf task of a run and where its documents come from."""
+
+    lmms_task: str          # lmms-eval's task name (evalsuite_pope_adversarial, scienceqa_img)
+    name: str               # how evalsuite reports it: the user's name, or NAME/LEAF in a group
+    key: str                # its key in `data` (lmms.data.<key>): the user's name, or the leaf's own
+    source: str = ""        # where its docs come from (file paths or a hub id): tables, run.json
+    override: dict = field(default_factory=dict)   # dataset keys pointing it at local data ({}: its own)
+    cache_tag: str = ""     # response-cache namespace: task + cheap data fingerprint
+    data_id: str = ""       # content fingerprint of its data (TaskResult.identity)
+    paired: bool = False
 
 
 @dataclass
 class LmmsSpec:
     name: str                       # as the user wrote it
-    lmms_task: str                  # the lmms-eval task that runs
-    task: dict | str = ""           # what simple_evaluate gets: a dict override or the bare name
-    data: str = ""                  # where the docs come from, for run.json
+    lmms_name: str                  # the lmms-eval task, group or tag that runs
+    kind: str                       # "task" | "group" | "tag"
+    tasks: list                     # what simple_evaluate gets: names, override dicts, group dicts
+    leaves: list[Leaf]
     builtin: bool = False           # needs lmms-eval's own task index (~10 s to build)
-    extra: dict = field(default_factory=dict)
+
+    def leaf(self, lmms_task: str) -> Leaf | None:
+        return next((lf for lf in self.leaves if lf.lmms_task == lmms_task), None)
 
 
 class LmmsRunError(RunFailure):
     """An lmms-eval task failed while running (model or scoring); finished samples stay cached."""
 
 
-def is_main_process() -> bool:
-    return int(os.environ.get("RANK", 0)) == 0
-
-
 def validate_task_names(names: list[str], known_own: list[str] | None = None) -> None:
     """UserError for a name that is neither local nor an lmms-eval task/group/tag (data not checked yet)."""
-    from evalsuite.adapters import lmms_eval as adapter
-
-    others = [n for n in names if n not in LOCAL_TASKS]
+    others = [n for n in names if n not in LMMS_LOCAL_TASKS]
     if not others:
         return
-    tm = adapter.task_manager(include_defaults=True)
-    unknown = [n for n in others if not adapter.leaf_task_configs(tm, n)]
+    from evalsuite.adapters import lmms_backend as lb
+
+    tm = lb.task_manager(include_defaults=True)
+    unknown = [n for n in others if n not in tm.task_index]
     if unknown:
-        own = ", ".join(sorted(set(known_own or []) | set(LOCAL_TASKS)))
+        own = ", ".join(sorted(set(known_own or []) | set(LMMS_LOCAL_TASKS)))
         raise UserError(f"--tasks {','.join(unknown)}: unknown task (not an evalsuite task ({own}) nor an "
                         "lmms-eval task, group or tag)")
 
 
-def _local_spec(ctx: RunContext, name: str, data_opt) -> LmmsSpec:
-    lmms_task = LOCAL_TASKS[name]
-    if data_opt is not None:
-        override = data_override(name, data_opt, split="test")
-    else:
-        files = world_files(lmms_task, ctx.data_root, ctx.options.get("split", "val"), name)
-        override = data_override(name, [str(f) for f in files], split="test")
-    desc = override.get("dataset_kwargs", {}).get("data_files") or override["dataset_path"]
-    return LmmsSpec(name, lmms_task, {"task": lmms_task, **override}, data=str(desc))
+def resolve_specs(names: list[str], *, data_root=None, split: str = "val", data: dict | None = None,
+                  limit: int | None = None) -> list[LmmsSpec]:
+    """Every name as a tree of leaves with their data; lmms-eval's full index is read only if needed."""
+    from evalsuite.adapters import lmms_backend as lb
 
-
-def resolve_specs(ctx: RunContext, names: list[str]) -> list[LmmsSpec]:
-    """Validate every name and its data; lmms-eval's task index is read only if a non-local name needs it."""
-    from evalsuite.adapters import lmms_eval as adapter
-
-    data_opts = ctx.options.get("data") or {}
-    specs = [_local_spec(ctx, n, data_opts.get(n)) for n in names if n in LOCAL_TASKS]
-    others = [n for n in names if n not in LOCAL_TASKS]
-    if others:
-        tm = adapter.task_manager(include_defaults=True)
-        for name in others:
-            specs.append(_builtin_spec(adapter, tm, name, data_opts.get(name)))
-    order = {n: i for i, n in enumerate(names)}
-    specs.sort(key=lambda s: order[s.name])
-    if ctx.limit is not None:
-        for spec in specs:
-            if spec.lmms_task in PAIRED_TASKS and ctx.limit % 2:
-                raise UserError(f"--limit {ctx.limit}: {spec.name} scores question pairs (2 per image); "
-                                "use an even limit")
+    data = dict(data or {})
+    specs = []
+    for name in names:
+        local = LMMS_LOCAL_TASKS.get(name)
+        tm = lb.task_manager(include_defaults=local is None)
+        node = lb.task_node(tm, local.lmms_task if local else name)
+        if node is None or not node.leaves():
+            raise UserError(f"--tasks {name}: unknown task (neither an evalsuite task nor an lmms-eval task, "
+                            "group or tag with tasks; `evalsuite tasks` lists evalsuite's)")
+        specs.append(_spec(lb, tm, name, node, data, data_root, split, builtin=local is None))
+    _check_run(specs, data, limit)
     return specs
 
 
-def _builtin_spec(adapter, tm, name: str, data_opt) -> LmmsSpec:
-    leaves = adapter.leaf_task_configs(tm, name)
-    if not leaves:
-        raise UserError(f"--tasks {name}: unknown task (neither an evalsuite task nor an lmms-eval task, "
-                        "group or tag; `evalsuite tasks` lists evalsuite's)")
+def _spec(lb, tm, name: str, node, data: dict, data_root, split: str, builtin: bool) -> LmmsSpec:
+    if node.kind != "task" and name in data:
+        keys = ", ".join(f"{DATA_KEY}.{_leaf_key(lf)}" for lf in node.leaves())
+        raise UserError(f"{DATA_KEY}.{name}: {name} is a {node.kind} of {len(node.leaves())} tasks; map the "
+                        f"data of each task instead ({keys})")
+    leaves = []
+    for lf in node.leaves():
+        key = name if node.kind == "task" else _leaf_key(lf)
+        leaf = Leaf(lf.name, name if node.kind == "task" else f"{name}/{key}", key)
+        _leaf_data(leaf, lf, name, data.get(key), data_root, split)
+        leaves.append(leaf)
+    by_task = {lf.lmms_task: lf for lf in leaves}
+    tasks = _eval_items(lb, tm, node, by_task)
+    return LmmsSpec(name, node.name, node.kind, tasks, leaves, builtin)
+
+
+def _leaf_key(node) -> str:
+    """A leaf's name for users: evalsuite's name for its own yaml tasks (pope_adv), else lmms-eval's."""
+    return local_name(node.name) or node.name
+
+
+def _leaf_data(leaf: Leaf, node, top: str, data_opt, data_root, split: str) -> None:
+    cfg = node.config
+    local = LMMS_LOCAL_TASKS.get(local_name(node.name) or "")
+    leaf.paired = bool(local and local.paired)
+    yaml_split = cfg.get("test_split") or cfg.get("validation_split")
+    if data_opt is None and local is not None:
+        data_opt = [str(f) for f in world_files(leaf.key, local.world_files, data_root, split)]
     if data_opt is not None:
-        if len(leaves) != 1:
-            raise UserError(f"data.{name}: {name} is a group of {len(leaves)} tasks; map each task's data "
-                            f"separately ({', '.join(sorted(leaves))})")
-        cfg = next(iter(leaves.values()))
-        override = data_override(name, data_opt, split=cfg.get("test_split") or cfg.get("validation_split"),
-                                 dataset_name=cfg.get("dataset_name"))
-        return LmmsSpec(name, name, {"task": name, **override}, data=str(data_opt), builtin=True)
-    for leaf, cfg in leaves.items():
-        check_hub_cached(name, leaf, cfg)
-    return LmmsSpec(name, name, name, data=", ".join(str(c.get("dataset_path")) for c in leaves.values()),
-                    builtin=True)
+        leaf.override = data_override(leaf.key, data_opt, split=yaml_split, dataset_name=cfg.get("dataset_name"))
+        kwargs = leaf.override.get("dataset_kwargs", {})
+        files = kwargs.get("data_files", {}).get(yaml_split)
+        leaf.source = ", ".join(files) if files else str(kwargs.get("data_dir") or leaf.override["dataset_path"])
+        task = {"task": leaf.lmms_task, **leaf.override}
+    else:
+        check_hub_cached(top, leaf.key, cfg)
+        leaf.source = "hub:" + "/".join(str(x) for x in (cfg.get("dataset_path"), cfg.get("dataset_name")) if x)
+        task = {"dataset_path": cfg.get("dataset_path"), "dataset_name": cfg.get("dataset_name")}
+    leaf.cache_tag = f"{leaf.lmms_task}.{data_fingerprint(task)}"
+    leaf.data_id = content_fingerprint(task)
 
 
-def _gen_kwargs_arg(ctx: RunContext) -> str | None:
-    gk = ctx.options.get("gen_kwargs")
-    if isinstance(gk, dict):
-        return ",".join(f"{k}={v}" for k, v in gk.items()) or None
-    return gk or None
+def _eval_items(lb, tm, node, by_task: dict[str, Leaf]) -> list:
+    """What simple_evaluate gets for `node`: bare names where nothing is overridden, else override dicts
+    (a group becomes a dict config with the group yaml's own keys, so lmms-eval still aggregates it)."""
+    if node.kind == "task":
+        override = by_task[node.name].override
+        if not override:
+            return [node.item or node.name]
+        base = dict(node.item) if isinstance(node.item, dict) else {"task": node.name}
+        return [{**base, **override}]
+    if not any(by_task[lf.name].override for lf in node.leaves()):
+        return [node.name]
+    children = [item for child in node.children for item in _eval_items(lb, tm, child, by_task)]
+    if node.kind == "tag":
+        return children
+    return [{**lb.group_config(tm, node.name), "group": node.name, "task": children}]
 
 
-def run_lmms_tasks(ctx: RunContext, names: list[str], backend=None) -> list[TaskResult]:
-    """Run lmms-eval tasks on `ctx.ckpt` (or `backend`: anything with generate/loglikelihood/fingerprint)."""
-    from evalsuite.adapters import lmms_eval as adapter
+def _check_run(specs: list[LmmsSpec], data: dict, limit: int | None) -> None:
+    seen: dict[str, str] = {}
+    for spec in specs:
+        for leaf in spec.leaves:
+            if leaf.lmms_task in seen:
+                raise UserError(f"--tasks {seen[leaf.lmms_task]},{spec.name}: both run lmms-eval task "
+                                f"{leaf.lmms_task}; list it once")
+            seen[leaf.lmms_task] = spec.name
+            if leaf.paired and limit is not None and limit % 2:
+                raise UserError(f"--limit {limit}: {leaf.name} scores question pairs (2 per image); use an even limit")
+    known = {leaf.key for spec in specs for leaf in spec.leaves}
+    unused = sorted(set(data) - known)
+    if unused:
+        raise UserError(f"{DATA_KEY}.{unused[0]}: {unused[0]} is not a task of this run "
+                        f"(its lmms-eval tasks: {', '.join(sorted(known))})")
 
-    specs = resolve_specs(ctx, names)
+
+def iter_lmms_tasks(names: list, *, ckpt=None, data_root=None, split: str = "val", data: dict | None = None,
+                    limit: int | None = None, batch_size: int = 8, gen_kwargs: str | None = None,
+                    bootstrap_iters: int = 100, cache_root=None, dist: Dist | None = None,
+                    device: str | None = None, backend=None, results_json=None) -> Iterator[TaskResult]:
+    """Run lmms-eval tasks (names, or specs from `resolve_specs`) on `ckpt` or `backend` (anything with
+    generate/loglikelihood/fingerprint/name/device), yielding each name's results as it finishes.
+    `results_json`: rank 0 also keeps lmms-eval's own results layout of everything run so far there."""
+    from evalsuite.adapters import lmms_backend as lb
+    from evalsuite.tasks.lmms_results import merge_layout, to_task_results
+
+    dist = dist or Dist.current()
+    specs = names if all(isinstance(n, LmmsSpec) for n in names) else resolve_specs(
+        list(names), data_root=data_root, split=split, data=data, limit=limit)
     if backend is None:
-        backend = _checkpoint_backend(ctx)
-    cache_root = ctx.options.get("resume_dir") or Path(ctx.output_dir) / ".resume" / "lmms"
-    lm = adapter.make_model(backend, batch_size=ctx.batch_size, cache_root=cache_root)
-    gen_kwargs = _gen_kwargs_arg(ctx)
-    results = []
+        from evalsuite.models.backend import VLMBackend
+
+        backend = VLMBackend.from_checkpoint(ckpt, device=dist.device(device))
+    lm = lb.make_model(backend, batch_size=batch_size, cache_root=cache_root, dist=dist)
+    layout: dict = {}
     for spec in specs:
         lm.reset_counts()
-        log.info("lmms-eval task %s (%s) on %s", spec.name, spec.lmms_task, spec.data)
-        task = dict(spec.task) if isinstance(spec.task, dict) else spec.task
-        lm.cache_tags[spec.lmms_task] = f"{spec.lmms_task}.{data_fingerprint(spec.task)}"
+        log.info("lmms-eval %s %s (%s) on %s", spec.kind, spec.name, spec.lmms_name,
+                 "; ".join(lf.source for lf in spec.leaves))
+        lm.cache_tags.update({lf.lmms_task: lf.cache_tag for lf in spec.leaves})
         try:
-            raw = adapter.evaluate_task(
-                lm, task, limit=ctx.limit, gen_kwargs=gen_kwargs, include_defaults=spec.builtin,
-                bootstrap_iters=int(ctx.options.get("bootstrap_iters", 100)),
-            )
+            raw = lb.evaluate(lm, spec.tasks, limit=limit, gen_kwargs=gen_kwargs, bootstrap_iters=bootstrap_iters,
+                              include_defaults=spec.builtin)
         except UserError:
             raise
         except Exception as exc:
@@ -157,99 +211,20 @@ def run_lmms_tasks(ctx: RunContext, names: list[str], backend=None) -> list[Task
                 f"{spec.name}: lmms-eval run failed ({type(exc).__name__}: {exc}); {lm.counts['generated']} "
                 f"newly finished samples are kept in {cache_root} and will not be regenerated"
             ) from exc
-        if raw is not None:  # None on ranks != 0
-            results.extend(to_task_results(spec, raw, dict(lm.counts), gen_kwargs, ctx.limit,
-                                           getattr(backend, "prompt_text", None)))
-    return results
-
-
-def _checkpoint_backend(ctx: RunContext):
-    from evalsuite.adapters.lmms_eval import VLMBackend
-    from evalsuite.manifest import checkpoint_hash
-
-    if ctx.device is None and int(os.environ.get("WORLD_SIZE", 1)) > 1:
-        import torch
-
-        if torch.cuda.is_available():  # data parallel: each rank its own GPU
-            ctx.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-    suffix = ctx.inputs.cache_suffix() if ctx.inputs is not None else ""
-    return VLMBackend(ctx.vlm, checkpoint_hash(ctx.ckpt) + suffix, name=str(ctx.ckpt))
-
-
-def to_task_results(spec: LmmsSpec, raw: dict, counts: dict, gen_kwargs, limit, prompt_text=None) -> list[TaskResult]:
-    """lmms-eval's results dict -> one TaskResult per leaf task (a group gives several).
-    `prompt_text(context, with_image)`: the text the model received for a context (recorded per sample)."""
-    from evalsuite.version import lmms_eval_version
-
-    out = []
-    leaves = [t for t in raw["results"] if t in raw.get("samples", {})]
-    for leaf in leaves:
-        metrics, stderr_clt = _metrics(raw, leaf)
-        name = spec.name if leaves == [spec.lmms_task] or len(leaves) == 1 else f"{spec.name}/{leaf}"
-        n = raw.get("n-samples", {}).get(leaf, {})
-        out.append(TaskResult(
-            task=name, version=_task_version(raw, leaf), metrics=metrics,
-            samples=_samples(name, raw["samples"][leaf], metrics, prompt_text),
-            config={"lmms_task": leaf, "data": spec.data, "limit": limit, "gen_kwargs": gen_kwargs},
-            extra={"lmms_eval_version": lmms_eval_version(), "lmms_task": leaf,
-                   "task_version": _task_version(raw, leaf), "n_samples": n,
-                   "stderr_clt": stderr_clt, "responses": counts},
-        ))
-    return out
-
-
-def _has_image(doc: dict) -> bool:
-    """Whether a (logged) lmms-eval doc came with an image: its image column or evalsuite's image_source."""
-    return any(doc.get(k) is not None for k in ("image", "image_source", "images"))
-
-
-def _number(v) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _metrics(raw: dict, task: str) -> tuple[list[MetricValue], dict]:
-    """MetricValues from lmms-eval's "metric,filter" keys. `stderr` is lmms-eval's (bootstrap) stderr
-    only: its `_stderr_clt` is computed over per-sample scores, which for aggregated totals such as
-    MME's (sum over categories) is not in the metric's units, so it goes to `extra` instead."""
-    res, hib = raw["results"][task], raw.get("higher_is_better", {}).get(task, {})
-    n = raw.get("n-samples", {}).get(task, {}).get("effective")
-    metrics, clt = [], {}
-    for key, value in res.items():
-        metric, sep, filt = key.partition(",")
-        if not sep or "_stderr" in metric or _number(value) is None:
+        if raw is None:  # ranks != 0
             continue
-        if _number(res.get(f"{metric}_stderr_clt,{filt}")) is not None:
-            clt[metric] = _number(res[f"{metric}_stderr_clt,{filt}"])
-        metrics.append(MetricValue(metric=metric, value=float(value), higher_is_better=bool(hib.get(metric, True)),
-                                   n=n, stderr=_number(res.get(f"{metric}_stderr,{filt}")),
-                                   variant=None if filt == "none" else filt))
-    return metrics, clt
+        if results_json is not None:
+            merge_layout(layout, raw, Path(results_json))
+        yield from to_task_results(spec, raw, dict(lm.counts), gen_kwargs=gen_kwargs, limit=limit,
+                                   bootstrap_iters=bootstrap_iters, backend=backend)
 
 
-def _task_version(raw: dict, task: str) -> str:
-    """The yaml's `metadata: [{version: ...}]` (lmms-eval itself reports "Yaml" for the list form)."""
-    meta = raw.get("configs", {}).get(task, {}).get("metadata")
-    for entry in meta if isinstance(meta, list) else [meta]:
-        if isinstance(entry, dict) and "version" in entry:
-            return str(entry["version"])
-    return str(raw["versions"].get(task))
-
-
-def _samples(name: str, rows: list[dict], metrics: list[MetricValue], prompt_text=None) -> list[dict]:
-    names = {m.metric for m in metrics}
-    out = []
-    for row in sorted(rows, key=lambda r: r["doc_id"]):
-        doc = row.get("doc") or {}
-        args = row.get("arguments") or [[None]]
-        prompt = args[0][0] if isinstance(args[0], (list, tuple)) else args[0]
-        answer = row.get("filtered_resps") or row.get("resps") or [None]
-        while isinstance(answer, list) and answer:
-            answer = answer[0]
-        rec = {"key": f"{name}/{row['doc_id']}", "doc_id": row["doc_id"],
-               "image_id": doc.get("question_id", doc.get("image_id")), "image": doc.get("image_source"),
-               "prompt": prompt, "answer": answer, "target": row.get("target"), "doc": doc}
-        if prompt_text is not None and isinstance(prompt, str):
-            rec["prompt_text"] = prompt_text(prompt, _has_image(doc))
-        rec.update({k: v for k, v in row.items() if k in names})
-        out.append(rec)
-    return out
+def run_lmms_tasks(names: list, *, ckpt=None, data_root=None, split: str = "val", data: dict | None = None,
+                   limit: int | None = None, batch_size: int = 8, gen_kwargs: str | None = None,
+                   bootstrap_iters: int = 100, cache_root=None, dist: Dist | None = None,
+                   device: str | None = None, backend=None, results_json=None) -> list[TaskResult]:
+    """`iter_lmms_tasks` as a list ([] on ranks != 0)."""
+    return list(iter_lmms_tasks(
+        names, ckpt=ckpt, data_root=data_root, split=split, data=data, limit=limit, batch_size=batch_size,
+        gen_kwargs=gen_kwargs, bootstrap_iters=bootstrap_iters, cache_root=cache_root, dist=dist, device=device,
+        backend=backend, results_json=results_json))

@@ -1,39 +1,40 @@
-"""Task `relevance`: CLIP image-relevance of the answers this run generated.
+"""Task `relevance`: CLIP image-relevance of the answers another task of this run generated.
 
-    evalsuite run --ckpt CKPT --tasks caption,relevance --clip /models/clip-vit-large-patch14-336
+    evalsuite run --ckpt CKPT --tasks caption,relevance --clip /models/clip-vit-large-patch14-336 --data-root D
 
-It scores answers already in `ctx.generations` (those of `caption`, else `chair`, of the run's split
-and, if given, prompt), so the model never answers twice; with no such answers it runs the caption
-task itself, which leaves its answers in `ctx.generations` for any later task. Scores are defined in
-`evalsuite.metrics.relevance`; the per-response score is the mean over sentences (`response_score`
-in the config), and the whole-response score is reported alongside as `relevance_whole_mean`.
+Options (`relevance:` section, `RelevanceOptions`): clip (a local CLIP/SigLIP dir; required), batch_size
+(CLIP batch, 32), source (caption | chair | null). It scores the answers of its source task, which it
+declares in `requires`: `source`, else caption if it is in the run, else chair if it is, else caption,
+which then runs as a dependency (its answers are used, its own result is not stored). So the model never
+answers twice. Scores are defined in `evalsuite.metrics.relevance`; the per-response score is the mean
+over sentences (`response_score` in the config), and the whole-response score is reported alongside as
+`relevance_whole_mean`.
 """
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from evalsuite.errors import UserError
-from evalsuite.tasks.base import RunContext
+from evalsuite.tasks.base import Plan, RunContext
 from evalsuite.types import MetricValue, TaskResult
 
 log = logging.getLogger(__name__)
 
-SOURCE_TASKS = ("caption", "chair")   # whose generations are reused, in order of preference
 
+@dataclass
+class RelevanceOptions:
+    clip: str | None = field(default=None, metadata={"path": "dir"})
+    batch_size: int = 32
+    source: Literal["caption", "chair"] | None = None
 
-def find_generations(ctx: RunContext) -> tuple[tuple, list[dict]] | None:
-    """(key, records) of this run's answers to score, or None when the run has none yet."""
-    split, prompt = ctx.options.get("split"), ctx.options.get("prompt")
-    for task in SOURCE_TASKS:
-        for key, records in ctx.generations.items():
-            if len(key) < 3 or key[0] != task:
-                continue
-            if (split is None or key[1] == split) and (prompt is None or key[2] == prompt):
-                return key, records
-    return None
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise UserError(f"relevance.batch_size: must be >= 1, got {self.batch_size}")
 
 
 def _image_path(ctx: RunContext, image: str) -> Path:
@@ -65,26 +66,35 @@ def relevance_metrics(scores: np.ndarray, whole: np.ndarray, sentence_scores: li
 class RelevanceTask:
     name = "relevance"
     version = "1"
+    Options = RelevanceOptions
 
-    def run(self, ctx: RunContext) -> TaskResult:
-        from evalsuite.metrics.relevance import RESPONSE_SCORE, RelevanceScorer, clip_family
+    def requires(self, opts: RelevanceOptions, tasks: list[str]) -> tuple[str, ...]:
+        if opts.source:
+            return (opts.source,)
+        return ("chair",) if "chair" in tasks and "caption" not in tasks else ("caption",)
 
-        clip = ctx.options.get("clip")
-        if not clip:
-            raise UserError("relevance: needs --clip DIR (a local CLIP/SigLIP checkpoint directory)")
-        clip_family(Path(clip))   # a bad --clip fails now, not after minutes of caption generation
-        found = find_generations(ctx)
-        if found is None:
-            log.info("relevance: no answers from %s in this run; running the caption task", "/".join(SOURCE_TASKS))
-            from evalsuite.tasks.caption import CaptionTask
+    def plan(self, ctx: RunContext, opts: RelevanceOptions, sources: dict[str, Plan]) -> Plan:
+        from evalsuite.metrics.relevance import RESPONSE_SCORE, clip_family
 
-            CaptionTask().run(ctx)
-            found = find_generations(ctx)
-            if found is None:   # the caption task keys its answers by the run's split and prompt
-                raise UserError("relevance: the caption task left no answers for this split/prompt")
-        key, records = found
-        records = records[: ctx.limit]
-        scorer = RelevanceScorer(clip, device=ctx.device, batch_size=int(ctx.options.get("clip_batch_size", 32)))
+        if not opts.clip:
+            raise UserError("relevance.clip: needs --clip DIR (a local CLIP/SigLIP checkpoint directory)")
+        family = clip_family(Path(opts.clip))   # a bad --clip fails now, not after minutes of generation
+        (source,) = sources.values()
+        clip_hash = _clip_hash(opts.clip)
+        identity = {"source": {"task": source.task, "eval_key": source.eval_key}, "clip_hash": clip_hash,
+                    "clip_family": family, "response_score": RESPONSE_SCORE}
+        config = {"source": {"task": source.task, "split": source.config.get("split"),
+                             "prompt": source.config.get("prompt")},
+                  "limit": ctx.limit, "response_score": RESPONSE_SCORE, "batch_size": opts.batch_size}
+        return Plan(self.name, self.version, identity, config, state={"clip": opts.clip, "clip_hash": clip_hash})
+
+    def run(self, ctx: RunContext, plan: Plan, inputs: dict[str, list[dict]]) -> TaskResult | None:
+        from evalsuite.metrics.relevance import RelevanceScorer
+
+        if not ctx.dist.is_main:  # scoring is cheap next to generation: rank 0 alone scores
+            return None
+        (records,) = inputs.values()
+        scorer = RelevanceScorer(plan.state["clip"], device=ctx.device, batch_size=plan.config["batch_size"])
         scored = scorer.score_responses([(_image_path(ctx, r["image"]), r["answer"]) for r in records],
                                         progress=True)
         samples = [
@@ -94,10 +104,9 @@ class RelevanceTask:
         ]
         metrics = relevance_metrics(np.array([s.score for s in scored]), np.array([s.whole for s in scored]),
                                     [x for s in scored for x in s.sentence_scores])
-        config = {**scorer.describe(), "source": {"task": key[0], "split": key[1], "prompt": key[2]},
-                  "limit": ctx.limit, "response_score": RESPONSE_SCORE}
-        return TaskResult(task=self.name, version=self.version, metrics=metrics, samples=samples, config=config,
-                          extra={"clip_hash": _clip_hash(clip)})
+        return TaskResult(task=self.name, version=self.version, metrics=metrics, samples=samples,
+                          config={**scorer.describe(), **plan.config}, identity=plan.identity,
+                          extra={"clip_hash": plan.state["clip_hash"]})
 
 
 def _clip_hash(clip: str) -> str | None:

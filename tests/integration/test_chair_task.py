@@ -20,10 +20,13 @@ def test_chair_task_on_tiny_model(tiny_vlm_dir, world_dir, tmp_path, monkeypatch
     monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "empty")])
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     ctx = RunContext(ckpt=str(tiny_vlm_dir), data_root=Path(world_dir), output_dir=tmp_path, batch_size=4,
-                     gen=GenConfig(max_new_tokens=8),
-                     options={"n_images": 5, "seed": 0, "cache_dir": str(tmp_path / "cache"),
-                              "n_boot": 20})
-    result = load_task("chair").run(ctx)
+                     gen=GenConfig(max_new_tokens=8), resume_root=tmp_path / "resume", ckpt_id="ck")
+    task = load_task("chair")
+    opts = task.Options(n_images=5, seed=0, cache_dir=str(tmp_path / "cache"),
+                        n_boot=20)
+    plan = task.plan(ctx, opts, {})
+    assert not ctx.loader.loaded   # planning (scorer, GT, image sample, identity) needs no model
+    result = task.run(ctx, plan, {})
     assert (result.task, result.version) == ("chair", "1")
     assert [m.metric for m in result.metrics] == ["CHAIRs", "CHAIRi", "Recall", "Len"]
     assert [m.higher_is_better for m in result.metrics][:2] == [False, False]
@@ -41,8 +44,10 @@ def test_chair_task_on_tiny_model(tiny_vlm_dir, world_dir, tmp_path, monkeypatch
     # GT came from the world's val annotations and is cached; every sampled image has GT objects
     assert list((tmp_path / "cache").glob("chair_gt_pattern_*.json.gz"))
     assert all(x["gt_objects"] for x in result.samples)
-    key = ("chair", "val", "Please describe this image in detail.")
-    assert ctx.generations[key] and [g["image_id"] for g in ctx.generations[key]] == [x["image_id"] for x in result.samples]
+    # the identity names what the numbers depend on; the answers are in the resume cache
+    assert result.identity["variant"] == "original" and len(result.identity["image_ids"]) == 5
+    assert result.identity["gen"]["max_new_tokens"] == 8 and result.eval_key == plan.eval_key
+    assert len((tmp_path / "resume" / "own" / "ck" / "answers.rank0.jsonl").read_text().splitlines()) == 5
     json.dumps(result.to_dict())
 
 

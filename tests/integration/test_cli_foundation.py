@@ -44,7 +44,7 @@ def test_world_tinyckpt_run_caption(tmp_path):
 
 
 def test_run_errors(tmp_path, tiny_vlm_dir):
-    res = run_cli("run", "--ckpt", str(tmp_path / "missing"), "--tasks", "caption")
+    res = run_cli("run", "--ckpt", str(tmp_path / "missing"), "--tasks", "caption", "--world")
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0 and "does not exist" in res.stderr
     res = run_cli("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "caption,no_such_task_xyz",

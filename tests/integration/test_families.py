@@ -42,17 +42,17 @@ def _answers(out: Path, task: str) -> list[str]:
 def test_eval_answers_do_not_depend_on_batch_size(arch, ckpts, world_dir, tmp_path):
     if not os.environ.get("NLTK_DATA"):
         pytest.skip("CHAIR needs NLTK_DATA (make test sets it)")
-    from evalsuite.run import EvalSpec, run_eval
-    from evalsuite.types import GenConfig
+    from evalsuite.run import run_eval
+    from evalsuite.run_config import load_eval_config
 
     outs = {}
-    for bs in (8, 1):
+    for bs in (8, 1):  # a store each: the second run must generate, not reuse the first one's results
         outs[bs] = tmp_path / f"bs{bs}"
-        run_eval(EvalSpec(ckpt=str(ckpts(arch)), tasks=["caption", "chair", "pope"], data_root=str(world_dir),
-                          output_dir=str(outs[bs]), store=str(tmp_path / "store"), limit=4, batch_size=bs,
-                          gen=GenConfig(max_new_tokens=6), device="cpu",
-                          options={"n_images": 4, "n_boot": 10, "gen_kwargs": "max_new_tokens=6",
-                                   "resume_dir": str(tmp_path / f"resume{bs}")}))
+        run_eval(load_eval_config([
+            "--ckpt", str(ckpts(arch)), "--tasks", "caption,chair,pope", "--data-root", str(world_dir),
+            "--output", str(outs[bs]), "--store", str(tmp_path / f"store{bs}"), "--limit", "4",
+            "--batch-size", str(bs), "--max-new-tokens", "6", "--gen-kwargs", "max_new_tokens=6",
+            "--device", "cpu", "chair.n_images=4", "chair.n_boot=10"])[0])
     for task in ("caption", "chair", "pope"):
         assert _answers(outs[8], task) == _answers(outs[1], task), task
     sample = json.loads((outs[8] / "caption" / "samples.jsonl").read_text().splitlines()[0])
@@ -214,4 +214,5 @@ def test_eval_records_the_input_settings(tiny_vlm_dir, world_dir, tmp_path):
     assert run["inputs"]["system_prompt"] == system and run["inputs"]["image_aspect"] == "pad"
     assert run["inputs"]["prompt_format"] == "chat_template"
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["caption"]["identity"]["inputs"] == {"system_prompt": system, "image_aspect": "pad"}
+    assert summary["caption"]["identity"]["inputs"] == {"system_prompt": system, "chat_template": None,
+                                                         "image_aspect": "pad"}

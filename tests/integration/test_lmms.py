@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from evalsuite.errors import UserError
-from evalsuite.tasks.base import RunContext
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -34,10 +33,10 @@ def _scratch_caches(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def adapter():
-    from evalsuite.adapters import lmms_eval
+    from evalsuite.adapters import lmms_backend
 
-    lmms_eval.import_evaluator()
-    return lmms_eval
+    lmms_backend.import_evaluator()
+    return lmms_backend
 
 
 MME_CATS = ["existence", "color", "count", "code_reasoning"]   # 3 perception + 1 cognition
@@ -89,8 +88,13 @@ class AnswerBackend:
         return [(-1.0, True) for _ in pairs]
 
 
-def _ctx(tmp_path, data_root, **kw) -> RunContext:
-    return RunContext(ckpt="unused", data_root=data_root, output_dir=tmp_path / "out", **kw)
+def _run(tmp_path, data_root, names, **kw):
+    """run_lmms_tasks as `evalsuite run` calls it, answers cached under tmp_path/out/.resume/lmms."""
+    from evalsuite.tasks.lmms import run_lmms_tasks
+
+    kw.setdefault("cache_root", tmp_path / "out" / ".resume" / "lmms")
+    kw.setdefault("backend", AnswerBackend())
+    return run_lmms_tasks(names, data_root=data_root, **kw)
 
 
 def _values(result) -> dict[str, float]:
@@ -102,9 +106,7 @@ def test_always_yes_gives_lmms_eval_numbers_on_mini_world(adapter, mini_world, t
     perception = existence + color + count = 150, cognition = code_reasoning = 50.
     POPE (all three samplings, 12 questions, 6 yes): TP 6, FP 6, FN 0 -> accuracy 6/12 = 0.5,
     precision 0.5, recall 1.0, F1 2*0.5*1/(1.5) = 0.6667; yes_ratio (of the ground truth) 0.5."""
-    from evalsuite.tasks.lmms import run_lmms_tasks
-
-    mme, pope = run_lmms_tasks(_ctx(tmp_path, mini_world), ["mme", "pope"], backend=AnswerBackend())
+    mme, pope = _run(tmp_path, mini_world, ["mme", "pope"])
     assert mme.task == "mme" and pope.task == "pope"
     assert _values(mme) == {"mme_perception_score": 150.0, "mme_cognition_score": 50.0}
     pv = _values(pope)
@@ -141,9 +143,7 @@ def _mme_yes_expectation(parquet: Path) -> tuple[float, float]:
 def test_always_yes_on_the_synthetic_world(adapter, world_dir, tmp_path):
     """The world's MME is balanced (one Yes, one No per image) so every category scores 50; its POPE
     has 3 present + 3 absent per image, so accuracy 0.5 and F1 2/3 as in the POPE paper's Yes-baseline."""
-    from evalsuite.tasks.lmms import run_lmms_tasks
-
-    mme, pope = run_lmms_tasks(_ctx(tmp_path, world_dir), ["mme", "pope"], backend=AnswerBackend())
+    mme, pope = _run(tmp_path, world_dir, ["mme", "pope"])
     perception, cognition = _mme_yes_expectation(world_dir / "questions" / "mme_val.parquet")
     assert perception > 0 and cognition > 0
     assert _values(mme) == {"mme_perception_score": perception, "mme_cognition_score": cognition}
@@ -162,12 +162,10 @@ def test_recorded_scores_equal_simple_evaluate(adapter, mini_world, tmp_path):
     simple_evaluate with lmms-eval's built-in `dummy` model (response=Yes). Every metric and every
     per-sample answer must match; then a doc-dependent answerer through the bridge vs through
     raw simple_evaluate on the same EvalsuiteLMM instance."""
-    from evalsuite.tasks.lmms import run_lmms_tasks
-
     ev = adapter.import_evaluator()
     raw = ev.simple_evaluate(model="dummy", model_args="response=Yes", tasks=[_mme_override(mini_world)],
                              log_samples=True, bootstrap_iters=100, task_manager=adapter.task_manager())
-    (mine,) = run_lmms_tasks(_ctx(tmp_path, mini_world), ["mme"], backend=AnswerBackend())
+    (mine,) = _run(tmp_path, mini_world, ["mme"])
     expected = {k.split(",")[0]: v for k, v in raw["results"]["evalsuite_mme"].items()
                 if k.endswith(",none") and "_stderr" not in k}
     assert _values(mine) == expected
@@ -177,9 +175,8 @@ def test_recorded_scores_equal_simple_evaluate(adapter, mini_world, tmp_path):
         return "No" if int(req.key.rsplit("/", 1)[1]) % 2 else "Yes"
 
     lm = adapter.make_model(AnswerBackend(answer_fn=odd_no, fingerprint="odd"), batch_size=3)
-    raw2 = adapter.evaluate_task(lm, _mme_override(mini_world))
-    (mine2,) = run_lmms_tasks(_ctx(tmp_path / "b", mini_world), ["mme"],
-                              backend=AnswerBackend(answer_fn=odd_no, fingerprint="odd"))
+    raw2 = adapter.evaluate(lm, [_mme_override(mini_world)])
+    (mine2,) = _run(tmp_path / "b", mini_world, ["mme"], backend=AnswerBackend(answer_fn=odd_no, fingerprint="odd"))
     expected2 = {k.split(",")[0]: v for k, v in raw2["results"]["evalsuite_mme"].items()
                  if k.endswith(",none") and "_stderr" not in k}
     assert expected2 == {"mme_perception_score": 600.0, "mme_cognition_score": 200.0}
@@ -190,70 +187,62 @@ def test_model_failure_keeps_finished_samples_and_resume_regenerates_only_the_re
     """batch_size 3 over MME's 8 docs = batches of 3, 3, 2. The model dies on its 3rd call: the first
     6 answers are on disk, the run raises. The rerun generates the missing 2 only; a third run 0.
     Scores equal an uninterrupted run (150 / 50)."""
-    from evalsuite.tasks.lmms import LmmsRunError, run_lmms_tasks
+    from evalsuite.tasks.lmms import LmmsRunError
 
-    ctx = _ctx(tmp_path, mini_world, batch_size=3)
     dying = AnswerBackend(fail_after_calls=2)
     with pytest.raises(LmmsRunError, match=r"mme: lmms-eval run failed \(RuntimeError: CUDA out of memory"):
-        run_lmms_tasks(ctx, ["mme"], backend=dying)
+        _run(tmp_path, mini_world, ["mme"], batch_size=3, backend=dying)
     assert len(dying.generated) == 6
     cache_files = list((tmp_path / "out" / ".resume" / "lmms" / "yes-model").glob("evalsuite_mme.*.rank0.jsonl"))
     assert len(cache_files) == 1 and len(cache_files[0].read_text().splitlines()) == 6
 
     second = AnswerBackend()
-    (res,) = run_lmms_tasks(ctx, ["mme"], backend=second)
+    (res,) = _run(tmp_path, mini_world, ["mme"], batch_size=3, backend=second)
     assert len(second.generated) == 2 and res.extra["responses"] == {"generated": 2, "cached": 6}
     assert _values(res) == {"mme_perception_score": 150.0, "mme_cognition_score": 50.0}
     third = AnswerBackend()
-    (res3,) = run_lmms_tasks(ctx, ["mme"], backend=third)
+    (res3,) = _run(tmp_path, mini_world, ["mme"], batch_size=3, backend=third)
     assert third.generated == [] and res3.extra["responses"] == {"generated": 0, "cached": 8}
 
 
 def test_gen_kwargs_and_limit_pass_through(adapter, mini_world, tmp_path):
     """--gen-kwargs max_new_tokens=3 overrides the yaml's 16; --limit 4 runs 4 docs (2 whole pairs:
     existence 50 + color 50 = perception 100, no cognition docs -> its aggregate is 0)."""
-    from evalsuite.tasks.lmms import run_lmms_tasks
-
     backend = AnswerBackend()
-    ctx = _ctx(tmp_path, mini_world, limit=4, options={"gen_kwargs": "max_new_tokens=3"})
-    (res,) = run_lmms_tasks(ctx, ["mme"], backend=backend)
+    (res,) = _run(tmp_path, mini_world, ["mme"], limit=4, gen_kwargs="max_new_tokens=3", backend=backend)
     assert {g.max_new_tokens for g in backend.gens} == {3}
     assert {g.do_sample for g in backend.gens} == {False}
     assert len(res.samples) == 4 and res.config["gen_kwargs"] == "max_new_tokens=3"
+    assert res.config["limit"] == 4 and res.config["n"] == 4 and res.config["n_total"] == 8
+    assert res.identity["limit"] == 4 and res.identity["gen_kwargs"] == "max_new_tokens=3"
     assert _values(res)["mme_perception_score"] == 100.0
 
 
 def test_data_option_accepts_save_to_disk_and_explicit_files(adapter, mini_world, tmp_path):
     import datasets
 
-    from evalsuite.tasks.lmms import run_lmms_tasks
-
     disk = tmp_path / "mme_disk"
     ds = datasets.load_dataset("parquet", data_files={"test": str(mini_world / "questions" / "mme_val.parquet")},
                                cache_dir=str(tmp_path / "c"))
     ds.save_to_disk(str(disk))
     for spec in (str(disk), [str(mini_world / "questions" / "mme_val.parquet")]):
-        ctx = _ctx(tmp_path / str(abs(hash(str(spec)))), None, options={"data": {"mme": spec}})
-        (res,) = run_lmms_tasks(ctx, ["mme"], backend=AnswerBackend())
+        (res,) = _run(tmp_path / str(abs(hash(str(spec)))), None, ["mme"], data={"mme": spec})
         assert _values(res) == {"mme_perception_score": 150.0, "mme_cognition_score": 50.0}
 
 
 def test_errors_name_the_task_and_the_option(adapter, mini_world, tmp_path):
-    from evalsuite.tasks.lmms import run_lmms_tasks
-
     empty = tmp_path / "empty-world"
     empty.mkdir()
     with pytest.raises(UserError, match=r"--tasks pope: local data not found: .*pope_val_random.parquet.*--data-root"):
-        run_lmms_tasks(_ctx(tmp_path, empty), ["pope"], backend=AnswerBackend())
+        _run(tmp_path, empty, ["pope"])
     with pytest.raises(UserError, match=r"--tasks mme: no local data; pass --data-root"):
-        run_lmms_tasks(_ctx(tmp_path, None), ["mme"], backend=AnswerBackend())
-    with pytest.raises(UserError, match=r"data.mme: .*nope.parquet does not exist"):
-        run_lmms_tasks(_ctx(tmp_path, None, options={"data": {"mme": str(tmp_path / "nope.parquet")}}), ["mme"],
-                       backend=AnswerBackend())
+        _run(tmp_path, None, ["mme"])
+    with pytest.raises(UserError, match=r"lmms\.data\.mme: .*nope.parquet does not exist"):
+        _run(tmp_path, None, ["mme"], data={"mme": str(tmp_path / "nope.parquet")})
     with pytest.raises(UserError, match=r"--limit 3: mme scores question pairs"):
-        run_lmms_tasks(_ctx(tmp_path, mini_world, limit=3), ["mme"], backend=AnswerBackend())
+        _run(tmp_path, mini_world, ["mme"], limit=3)
     with pytest.raises(UserError, match=r"--tasks no_such_task: unknown task"):
-        run_lmms_tasks(_ctx(tmp_path, mini_world), ["mme", "no_such_task"], backend=AnswerBackend())
+        _run(tmp_path, mini_world, ["mme", "no_such_task"])
     from evalsuite.tasks.lmms import validate_task_names
 
     with pytest.raises(UserError, match=r"--tasks nosuch: unknown task \(not an evalsuite task \(caption, mme"):
@@ -262,8 +251,8 @@ def test_errors_name_the_task_and_the_option(adapter, mini_world, tmp_path):
     adapter.task_manager(include_defaults=True)  # index the ~2000 built-in yamls outside the timing
     start = time.monotonic()
     with pytest.raises(UserError, match=r"--tasks ok_vqa_val2014: .*hub dataset .* not in the local HF cache.*"
-                                        r"map data.ok_vqa_val2014"):
-        run_lmms_tasks(_ctx(tmp_path, mini_world), ["ok_vqa_val2014"], backend=AnswerBackend())
+                                        r"map lmms\.data\.ok_vqa_val2014"):
+        _run(tmp_path, mini_world, ["ok_vqa_val2014"])
     assert time.monotonic() - start < 5
 
 
@@ -282,8 +271,9 @@ def _canon(obj):
 
 
 def test_shipped_yamls_equal_the_builtin_tasks_except_data(adapter):
-    """evalsuite_* yamls must score exactly like lmms-eval's mme / pope: same functions (by identity),
-    prompts, generation kwargs and metrics; only task name, dataset fields and metadata differ."""
+    """evalsuite_* yamls (the POPE ones through `include: _pope_base.yaml`) must score exactly like
+    lmms-eval's mme / pope: same functions (by identity), prompts, generation kwargs and metrics; only
+    task name, dataset fields and metadata differ."""
     import lmms_eval.tasks as lt
     from lmms_eval.utils import load_yaml_config
 
@@ -299,13 +289,27 @@ def test_shipped_yamls_equal_the_builtin_tasks_except_data(adapter):
             {k: v for k, v in ref.items() if k not in skip})
         assert mine["lmms_eval_specific_kwargs"]["default"] == ref["lmms_eval_specific_kwargs"]["default"]
         assert mine["task"] == ours
+    # the local group has the built-in group's members, each as evalsuite's local counterpart
+    from evalsuite.tasks.registry import local_name
+
+    group = load_yaml_config(str(adapter.YAML_DIR / "evalsuite_pope_full.yaml"), mode="simple")
+    ref_group = load_yaml_config(str(builtin_dir / "pope" / "pope_full.yaml"), mode="simple")
+    assert [local_name(t) for t in group["task"]] == ref_group["task"] == ["pope_adv", "pope_pop", "pope_random"]
 
 
 def test_entry_point_registers_the_evalsuite_model(adapter):
-    from lmms_eval.models import get_model
+    """pyproject's `lmms_eval.models` entry point (what `pip install` registers) resolves `--model evalsuite`."""
+    import importlib
+    import tomllib
 
+    from lmms_eval.models import MODEL_REGISTRY_V2, get_model
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    module, _, attr = pyproject["project"]["entry-points"]["lmms_eval.models"]["evalsuite"].partition(":")
+    (manifest,) = getattr(importlib.import_module(module), attr)()
+    MODEL_REGISTRY_V2.register_manifest(manifest, overwrite=True)
     cls = get_model("evalsuite")
-    assert cls is adapter.EvalsuiteLMM and cls.__module__ == "evalsuite.adapters.lmms_eval"
+    assert cls is adapter.EvalsuiteLMM and cls.__module__ == "evalsuite.adapters.lmms_backend"
     assert repr(adapter.make_model(AnswerBackend(fingerprint="abc123"))) == "EvalsuiteLMM(ckpt=abc123)"
 
 
@@ -314,15 +318,14 @@ def test_tiny_checkpoint_end_to_end(adapter, tiny_vlm_dir, world_dir, tmp_path):
     a rerun regenerates nothing and reproduces the scores exactly."""
     from evalsuite.tasks.lmms import run_lmms_tasks
 
-    ctx = RunContext(ckpt=str(tiny_vlm_dir), data_root=world_dir, output_dir=tmp_path / "out", limit=8,
-                     batch_size=4)
-    first = run_lmms_tasks(ctx, ["mme", "pope"])
+    kw = dict(ckpt=str(tiny_vlm_dir), data_root=world_dir, limit=8, batch_size=4, cache_root=tmp_path / "cache")
+    first = run_lmms_tasks(["mme", "pope"], **kw)
     assert [r.task for r in first] == ["mme", "pope"]
     for r in first:
         assert len(r.samples) == 8 and all(isinstance(s["answer"], str) for s in r.samples)
         assert r.extra["responses"] == {"generated": 8, "cached": 0}
     assert 0 <= _values(first[1])["pope_accuracy"] <= 1
-    again = run_lmms_tasks(ctx, ["mme", "pope"])
+    again = run_lmms_tasks(["mme", "pope"], **kw)
     assert [r.extra["responses"] for r in again] == [{"generated": 0, "cached": 8}] * 2
     assert [_values(r) for r in again] == [_values(r) for r in first]
     assert [s["answer"] for s in again[0].samples] == [s["answer"] for s in first[0].samples]
@@ -331,7 +334,7 @@ def test_tiny_checkpoint_end_to_end(adapter, tiny_vlm_dir, world_dir, tmp_path):
 def test_tiny_checkpoint_loglikelihood_matches_its_greedy_answer(adapter, tiny_vlm_dir, world_dir):
     """The greedy 1-token answer of the tiny model must be reported as greedy, with the log-prob
     of its argmax token (< 0); another continuation is less likely and not greedy."""
-    from evalsuite.adapters.vlm_loglik import loglikelihood
+    from evalsuite.models.loglik import loglikelihood
     from evalsuite.models.vlm import generate, load_vlm
     from evalsuite.types import GenConfig, GenRequest
 
@@ -349,21 +352,25 @@ def test_tiny_checkpoint_loglikelihood_matches_its_greedy_answer(adapter, tiny_v
 
 def test_shared_cache_never_serves_another_worlds_answers(adapter, mini_world, world_dir, tmp_path):
     """One cache dir for two worlds: the same doc ids and checkpoint, other files -> all regenerated."""
-    from evalsuite.tasks.lmms import run_lmms_tasks
-
-    shared = {"resume_dir": str(tmp_path / "shared-cache")}
-    (a,) = run_lmms_tasks(_ctx(tmp_path / "a", mini_world, options=dict(shared)), ["mme"], backend=AnswerBackend())
-    (b,) = run_lmms_tasks(_ctx(tmp_path / "b", world_dir, limit=8, options=dict(shared)), ["mme"],
-                          backend=AnswerBackend())
+    shared = tmp_path / "shared-cache"
+    (a,) = _run(tmp_path / "a", mini_world, ["mme"], cache_root=shared)
+    (b,) = _run(tmp_path / "b", world_dir, ["mme"], limit=8, cache_root=shared)
     assert a.extra["responses"] == {"generated": 8, "cached": 0}
     assert b.extra["responses"] == {"generated": 8, "cached": 0}
-    (c,) = run_lmms_tasks(_ctx(tmp_path / "c", mini_world, options=dict(shared)), ["mme"], backend=AnswerBackend())
+    (c,) = _run(tmp_path / "c", mini_world, ["mme"], cache_root=shared)
     assert c.extra["responses"] == {"generated": 0, "cached": 8}
 
 
 def test_model_args_route_of_the_lmms_eval_cli(adapter, tiny_vlm_dir, mini_world):
-    """`lmms-eval --model evalsuite --model_args pretrained=DIR` builds the model this way."""
-    lm = adapter.EvalsuiteLMM.create_from_arg_string(f"pretrained={tiny_vlm_dir}", {"batch_size": 2, "device": "cpu"})
+    """`lmms-eval --model evalsuite --model_args pretrained=DIR,batch_size=2` builds the model this way; the
+    CLI's own --batch_size (default 1) comes as additional config, and model_args win over it."""
+    lm = adapter.EvalsuiteLMM.create_from_arg_string(f"pretrained={tiny_vlm_dir},batch_size=2",
+                                                     {"batch_size": "1", "device": "cpu", "max_batch_size": None})
     assert lm.batch_size == 2 and str(lm.device) == "cpu" and lm.cache_dir is None
-    raw = adapter.evaluate_task(lm, _mme_override(mini_world))
+    raw = adapter.evaluate(lm, [_mme_override(mini_world)])
     assert len(raw["samples"]["evalsuite_mme"]) == 8 and lm.counts == {"generated": 8, "cached": 0}
+    assert adapter.EvalsuiteLMM.create_from_arg_string("", {"backend": AnswerBackend(), "batch_size": 3}).batch_size == 3
+    with pytest.raises(ValueError, match="unknown model_args temprature"):
+        adapter.EvalsuiteLMM.create_from_arg_string(f"pretrained={tiny_vlm_dir},temprature=0")
+    with pytest.raises(ValueError, match="batch_size='auto'"):
+        adapter.EvalsuiteLMM.create_from_arg_string("", {"backend": AnswerBackend(), "batch_size": "auto"})

@@ -1,7 +1,9 @@
 """Data-parallel lmms-eval tasks: `torchrun --nproc_per_node 2` on CPU (gloo).
 
 Each rank answers every 2nd doc (rank 0: 0, 2, 4, ...; rank 1: 1, 3, 5, ...), lmms-eval gathers the
-answers on rank 0, and only rank 0 gets results. The scores must equal a single-process run.
+answers on rank 0, and only rank 0 gets results. The scores must equal a single-process run. Tested
+twice: the bridge under a worker that builds the process group itself, and the documented command
+`torchrun --nproc_per_node 2 -m evalsuite run ...` (docs/multi-gpu.md), which builds it on its own.
 """
 from __future__ import annotations
 
@@ -20,8 +22,8 @@ WORKER = textwrap.dedent('''
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    from evalsuite.tasks.base import RunContext
-    from evalsuite.tasks.lmms import run_lmms_tasks, is_main_process
+    from evalsuite.dist import Dist
+    from evalsuite.tasks.lmms import run_lmms_tasks
 
     class Yes:
         device, fingerprint, name = "cpu", "yes-model", "yes"
@@ -33,10 +35,10 @@ WORKER = textwrap.dedent('''
 
     world, out = Path(sys.argv[1]), Path(sys.argv[2])
     backend = Yes()
-    ctx = RunContext(ckpt="unused", data_root=world, output_dir=out, batch_size=2)
-    results = run_lmms_tasks(ctx, ["mme", "pope"], backend=backend)
+    results = run_lmms_tasks(["mme", "pope"], data_root=world, batch_size=2, backend=backend,
+                             cache_root=out / ".resume" / "lmms", dist=Dist.current())
     (out / f"docs_rank{rank}.json").write_text(json.dumps(backend.generated))
-    if is_main_process():
+    if Dist.current().is_main:
         (out / "results.json").write_text(json.dumps(
             {r.task: {"metrics": {m.metric: m.value for m in r.metrics}, "n": len(r.samples),
                       "doc_ids": [s["doc_id"] for s in r.samples]} for r in results}))
@@ -48,7 +50,9 @@ WORKER = textwrap.dedent('''
 
 
 def _torchrun(worker, world, out, env):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+    from tests.conftest import free_port
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            str(worker), str(world), str(out)]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
 
@@ -82,3 +86,57 @@ def test_torchrun_two_ranks_split_docs_and_rank0_writes(world_dir, tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert [json.loads((out / f"docs_rank{r}.json").read_text()) for r in (0, 1)] == [[], []]
     assert json.loads((out / "results.json").read_text()) == results
+
+
+def _answers(out) -> list[str]:
+    return [json.loads(line)["answer"] for line in (out / "pope" / "samples.jsonl").read_text().splitlines()]
+
+
+RUN_ARGS = ["--tasks", "pope", "--limit", "8", "--gen-kwargs", "max_new_tokens=4", "--batch-size", "2"]
+LAUNCHERS = {  # docs/multi-gpu.md: on a machine without GPUs both start 2 CPU processes
+    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port"],
+    "accelerate": [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                   "--main_process_port"],
+}
+
+
+def _env(tmp) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HOME": str(tmp / "hf"), "LM_HARNESS_CACHE_PATH": str(tmp / "req")}
+    env.pop("ACCELERATE_USE_CPU", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def single_process_answers(tiny_vlm_dir, world_dir, tmp_path_factory) -> list[str]:
+    from tests.conftest import run_cli
+
+    tmp = tmp_path_factory.mktemp("single")
+    res = run_cli("run", "--ckpt", str(tiny_vlm_dir), "--data-root", str(world_dir), *RUN_ARGS,
+                  "--store", str(tmp / "s"), "--output", str(tmp / "o"), env=_env(tmp))
+    assert res.returncode == 0, res.stderr[-3000:]
+    return _answers(tmp / "o")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_evalsuite_run_on_two_cpu_processes_as_documented(launcher, single_process_answers, tiny_vlm_dir,
+                                                          world_dir, tmp_path):
+    """`torchrun --nproc_per_node 2 -m evalsuite run --tasks pope --limit 8` (and accelerate's
+    `--multi_gpu --num_processes 2`) on CPU, with no process group set up by anyone but evalsuite (and no
+    ACCELERATE_USE_CPU): rc 0; each rank answered 4 of the 8 docs (its own cache file); the answers equal
+    a single-process run; only rank 0 wrote (one store run, one printed result)."""
+    from evalsuite.store import Store
+
+    from tests.conftest import free_port
+
+    cmd = [*LAUNCHERS[launcher], str(free_port()), "-m", "evalsuite", "run", "--ckpt", str(tiny_vlm_dir),
+           "--data-root", str(world_dir), *RUN_ARGS, "--store", str(tmp_path / "s"), "--output", str(tmp_path / "o")]
+    proc = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _answers(tmp_path / "o") == single_process_answers and len(single_process_answers) == 8
+    (cache_dir,) = (tmp_path / "s" / ".resume" / "lmms").iterdir()
+    per_rank = {p.name.split(".rank")[1]: len(p.read_text().splitlines()) for p in cache_dir.glob("*.jsonl")}
+    assert per_rank == {"0.jsonl": 4, "1.jsonl": 4}
+    assert Store(tmp_path / "s").metrics()["run_id"].nunique() == 1
+    assert json.loads((tmp_path / "o" / "summary.json").read_text()).keys() == {"pope"}
+    assert proc.stdout.count('"run_id"') == 1  # rank 0 reports; rank 1 prints nothing

@@ -37,6 +37,22 @@ def test_paper_preset_values():
     assert (tr["lora_r"], tr["lora_alpha"], tr["learning_rate"], tr["beta"], tr["num_train_epochs"]) == (128, 256, 1e-7, 0.1, 1)
 
 
+def test_paper_preset_is_the_released_code():
+    """Every fidelity switch of csr.yaml has the released value (docs/csr-fidelity.md), and so do the
+    dataclass defaults; csr_tiny keeps our variants."""
+    cfg = load_config(CONFIGS / "csr.yaml")
+    t = cfg.tree
+    released = ("released", None, 1024, None, None, False, "after_pruning")
+    assert (t.stop, t.period_id, t.max_chars, t.max_response_tokens, t.max_depth, t.dedupe_siblings, t.junk_filter) == released
+    d = TreeConfig()
+    assert (d.stop, d.period_id, d.max_chars, d.max_response_tokens, d.max_depth, d.dedupe_siblings, d.junk_filter) == released
+    assert cfg.reward.language_score == "beam" and cfg.dtype == "float16"
+    assert (cfg.train["warmup_ratio"], cfg.train["merge_dtype"]) == (0.03, "auto") and "max_target_length" not in cfg.train
+    tiny = load_config(CONFIGS / "csr_tiny.yaml")
+    assert (tiny.tree.stop, tiny.tree.dedupe_siblings, tiny.tree.junk_filter, tiny.reward.language_score) == \
+        ("sentence_marks", True, "before_pruning", "teacher_forced")
+
+
 def test_overrides_and_run_dir():
     cfg = load_config(CONFIGS / "csr_tiny.yaml", ["iterations=1", "tree.max_depth=2", "name=x"])
     assert (cfg.iterations, cfg.tree.max_depth, cfg.run_dir) == (1, 2, Path("runs/x"))
@@ -54,6 +70,7 @@ def test_overrides_and_run_dir():
     ({"train": {"loss_type": "dpoo"}}, "csr.train: loss_type: 'dpoo' is not one of"),
     ({"train": {"lora_rank": 8}}, "csr.train: unknown key 'lora_rank'"),
     ({"model": ""}, "csr.model"),
+    ({"dtype": "fp16"}, "dtype: expected 'float32' | 'float16' | 'bfloat16' or null"),
 ])
 def test_bad_values_name_the_field(data, field):
     base = {"model": "m", "prompts": "p", "image_root": "i", "clip": "c"}

@@ -118,7 +118,9 @@ def test_batched_equals_one_at_a_time(vlm, image_root, expander):
 
 @pytest.fixture(scope="module")
 def trees(vlm, image_root):
-    cfg = TreeConfig(max_new_tokens=10, max_depth=4, max_response_tokens=30)
+    """Our rule (`stop: sentence_marks`, token/depth caps, dedupe, filter before pruning)."""
+    cfg = TreeConfig(max_new_tokens=10, max_depth=4, max_response_tokens=30, max_chars=None, stop="sentence_marks",
+                     dedupe_siblings=True, junk_filter="before_pruning")
     return TreeGenerator(vlm, cfg, image_root).generate(_records(6), progress=False)
 
 
@@ -135,7 +137,7 @@ def test_no_token_after_eos_and_eos_ends_the_branch(vlm, trees):
             if eos in n.sentence_ids:
                 n_eos += 1
                 assert n.sentence_ids.index(eos) == len(n.sentence_ids) - 1
-                assert n.ends_with_eos and not n.children and (n.is_final or not n.usable)
+                assert n.has_eos and not n.children and (n.is_final or not n.usable)
                 assert eos not in n.response_ids
     assert n_eos > 0, "the test needs at least one EOS branch to mean anything"
 

@@ -15,7 +15,7 @@ from training.csr.reward import node_costs, path_rewards, rank_path_score, sibli
 
 def _node(i, parent, depth, ids, final=False, status="active", text=None, eos=False):
     return Node(id=i, parent=parent, depth=depth, prefix_ids=[], sentence_ids=ids, text=text or f"sentence {i}",
-                sentence_score=0.0, lm_score=0.0, is_final=final, ends_with_eos=eos, status=status)
+                sentence_score=0.0, lm_score=0.0, is_final=final, eos_at=len(ids) - 1 if eos else None, status=status)
 
 
 def hand_tree() -> Tree:

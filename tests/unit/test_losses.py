@@ -16,9 +16,16 @@ def t(*v):
 
 
 def test_map_has_the_five_seed_losses():
+    """VL-RLHF's log-probs by default: every loss on summed log-probs (ipo too), ddpo on its replaced
+    spans; `ipo_logps: mean` is TRL's IPO, `ddpo_mask: changed` ours."""
+    from training.losses import loss_spec
+
     assert set(LOSSES) == {"sigmoid", "hinge", "ipo", "kto_pair", "ddpo"}
-    assert LOSSES["ipo"].average_logps and LOSSES["ddpo"].diff_mask
-    assert not LOSSES["sigmoid"].average_logps and not LOSSES["sigmoid"].diff_mask
+    assert not any(s.average_logps for s in LOSSES.values())
+    assert LOSSES["ddpo"].diff_mask == "replaced" and LOSSES["sigmoid"].diff_mask is None
+    assert loss_spec("ipo").average_logps is False and loss_spec("ipo", ipo_logps="mean").average_logps
+    assert loss_spec("ddpo", ddpo_mask="changed").diff_mask == "changed"
+    assert loss_spec("sigmoid", ipo_logps="mean", ddpo_mask="changed") == LOSSES["sigmoid"]
 
 
 def test_sigmoid():
@@ -95,3 +102,47 @@ def test_rpo_nll_is_token_mean_nll_of_chosen():
 
     assert rpo_nll(torch.tensor([-6.0, -2.0]), torch.tensor([3, 1]), average_logps=False).item() == pytest.approx(2.0)
     assert rpo_nll(torch.tensor([-1.0, -3.0]), torch.tensor([5, 5]), average_logps=True).item() == pytest.approx(2.0)
+
+
+def test_ipo_sum_vs_mean_by_hand():
+    """Per-token log-ratios: chosen [0.5, 0.5, 0.5, 0.5] (4 tokens), rejected [-1, -1] (2 tokens), beta 0.1.
+    Summed (VL-RLHF): c = 2, r = -2 -> (4 - 5)^2 = 1. Token means (TRL): c = 0.5, r = -1 -> (1.5 - 5)^2 = 12.25."""
+    from training.losses import loss_spec
+
+    chosen = t(0.5, 0.5, 0.5, 0.5).unsqueeze(0)
+    rejected = t(-1.0, -1.0, 0.0, 0.0).unsqueeze(0)
+    m_c, m_r = t(1, 1, 1, 1).unsqueeze(0), t(1, 1, 0, 0).unsqueeze(0)
+    for mode, want in (("sum", 1.0), ("mean", 12.25)):
+        spec = loss_spec("ipo", ipo_logps=mode)
+        c = sequence_logps(chosen, m_c, average=spec.average_logps)
+        r = sequence_logps(rejected, m_r, average=spec.average_logps)
+        assert spec.fn(c, r, beta=0.1).item() == pytest.approx(want), mode
+
+
+def test_replaced_spans_insertion_only_is_empty():
+    """VL-RLHF's diff_lib: only gaps with both sides non-empty count.
+    [1,2,3,4,5,6] vs [1,2,3,9,9,4,5,6]: blocks [1,2,3] and [4,5,6], the only gap is b's [9,9] with an
+    empty a side -> nothing. [1,2,3,7,4,5,6] vs [1,2,3,8,8,4,5,6]: gap a{3} / b{3,4} -> replaced."""
+    from training.losses import replaced_spans
+
+    assert replaced_spans([1, 2, 3, 4, 5, 6], [1, 2, 3, 9, 9, 4, 5, 6]) == (set(), set())
+    assert replaced_spans([1, 2, 3, 7, 4, 5, 6], [1, 2, 3, 8, 8, 4, 5, 6]) == ({3}, {3, 4})
+    assert replaced_spans([7, 1, 2, 3], [1, 2, 3]) == (set(), set())  # a deletion at the start
+
+
+def test_replaced_token_masks_on_label_rows():
+    """Prompt length 2, rows padded with 0 to the batch's widest row and shifted by one (labels[:, 1:]).
+    Insertion only: chosen [5,6,7,8,9,10], rejected [5,6,7,20,21,8,9,10]; width 10; a = [0,5,6,7,8,9,10,0,0],
+    b = [0,5,6,7,20,21,8,9,10]: blocks [0,5,6,7], [8,9,10]; gaps a{} / b{4,5} and a{7,8} / b{} -> both masks 0.
+    A tail appended to rejected: chosen [5,6,7,8], rejected [5,6,7,8,9,10]; a = [0,5,6,7,8,0,0],
+    b = [0,5,6,7,8,9,10]: the last gap pairs a's padding with b's [9,10] -> rejected tokens 9, 10 count.
+    The same two pairs in one batch (width 10) give the same masks for each."""
+    from training.losses import replaced_token_masks
+
+    ins = (2, [5, 6, 7, 8, 9, 10], [5, 6, 7, 20, 21, 8, 9, 10])
+    tail = (2, [5, 6, 7, 8], [5, 6, 7, 8, 9, 10])
+    assert replaced_token_masks([ins]) == [([0] * 6, [0] * 8)]
+    assert replaced_token_masks([tail]) == [([0, 0, 0, 0], [0, 0, 0, 0, 1, 1])]
+    assert replaced_token_masks([ins, tail]) == [([0] * 6, [0] * 8), ([0, 0, 0, 0], [0, 0, 0, 0, 1, 1])]
+    # ours (`ddpo_mask: changed`) marks the inserted tokens
+    assert diff_token_masks(ins[1], ins[2]) == ([0] * 6, [0, 0, 0, 1, 1, 0, 0, 0])

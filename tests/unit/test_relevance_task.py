@@ -6,19 +6,9 @@ import pytest
 
 from evalsuite.errors import UserError
 from evalsuite.tasks.base import RunContext
-from evalsuite.tasks.relevance import RelevanceTask, find_generations, relevance_metrics
+from evalsuite.tasks.relevance import RelevanceOptions, RelevanceTask, relevance_metrics
 
 PROMPT = "Please describe this image in detail."
-
-
-class CountingContext(RunContext):
-    """A real RunContext that counts generate() calls (the model is still the real tiny VLM)."""
-
-    calls = 0
-
-    def generate(self, requests, gen=None):
-        type(self).calls += 1
-        return super().generate(requests, gen)
 
 
 def _records(world_dir, n=3):
@@ -42,32 +32,41 @@ def test_metrics_by_hand():
     assert all(x.higher_is_better for x in m.values())
 
 
-def test_find_generations_prefers_caption_and_filters_split_and_prompt(tmp_path):
-    ctx = RunContext(ckpt="unused", data_root=tmp_path, output_dir=tmp_path, options={"split": "val"})
-    ctx.generations = {("chair", "val", PROMPT): [{"c": 1}], ("caption", "train", PROMPT): [{"t": 1}]}
-    assert find_generations(ctx) == (("chair", "val", PROMPT), [{"c": 1}])
-    ctx.generations[("caption", "val", PROMPT)] = [{"v": 1}]
-    assert find_generations(ctx)[0] == ("caption", "val", PROMPT)
-    ctx.options["prompt"] = "other"
-    assert find_generations(ctx) is None
+def test_requires_names_its_source():
+    """source option first; else caption when the run has it or has neither; chair when only chair is there."""
+    t = RelevanceTask()
+    assert t.requires(RelevanceOptions(), ["relevance"]) == ("caption",)
+    assert t.requires(RelevanceOptions(), ["chair", "relevance"]) == ("chair",)
+    assert t.requires(RelevanceOptions(), ["caption", "chair", "relevance"]) == ("caption",)
+    assert t.requires(RelevanceOptions(source="chair"), ["caption", "relevance"]) == ("chair",)
 
 
-def test_needs_clip(tmp_path):
-    ctx = RunContext(ckpt="unused", data_root=tmp_path, output_dir=tmp_path)
+def test_needs_clip(world_dir, tmp_path):
+    ctx = RunContext(ckpt="unused", data_root=world_dir, output_dir=tmp_path)
     with pytest.raises(UserError, match="--clip"):
-        RelevanceTask().run(ctx)
+        RelevanceTask().plan(ctx, RelevanceOptions(), {"caption": _caption_plan(ctx)})
 
 
-def test_scores_existing_generations_without_a_model(tiny_clip_dir, world_dir, tmp_path):
+def _caption_plan(ctx):
+    from evalsuite.tasks.caption import CaptionOptions, CaptionTask
+
+    return CaptionTask().plan(ctx, CaptionOptions(), {})
+
+
+def test_scores_given_answers_without_a_model(tiny_clip_dir, world_dir, tmp_path):
+    """The answers come in as an argument: the checkpoint is never loaded; the scores equal the scorer's."""
     from evalsuite.metrics.relevance import RelevanceScorer
 
     recs = _records(world_dir)
-    ctx = RunContext(ckpt="no-model-here", data_root=world_dir, output_dir=tmp_path,
-                     options={"clip": str(tiny_clip_dir), "split": "val"},
-                     generations={("caption", "val", PROMPT): recs})
-    res = RelevanceTask().run(ctx)
-    assert ctx._vlm is None   # nothing was generated: the checkpoint was never even loaded
+    ctx = RunContext(ckpt="no-model-here", data_root=world_dir, output_dir=tmp_path, device="cpu")
+    task = RelevanceTask()
+    source = _caption_plan(ctx)
+    plan = task.plan(ctx, RelevanceOptions(clip=str(tiny_clip_dir)), {"caption": source})
+    assert plan.identity["source"] == {"task": "caption", "eval_key": source.eval_key}
+    res = task.run(ctx, plan, {"caption": recs})
+    assert not ctx.loader.loaded   # nothing was generated: the checkpoint was never even loaded
     assert (res.task, res.version, len(res.samples)) == ("relevance", "1", 3)
+    assert res.eval_key == plan.eval_key
     assert res.config["response_score"] == "sentence_mean" and res.config["source"]["task"] == "caption"
     direct = RelevanceScorer(tiny_clip_dir, device="cpu").score_responses([(r["image"], r["answer"]) for r in recs])
     for s, d in zip(res.samples, direct):
@@ -80,20 +79,3 @@ def test_scores_existing_generations_without_a_model(tiny_clip_dir, world_dir, t
     assert m["relevance_mean"] == pytest.approx(np.mean(scores))
     assert m["relevance_median"] == pytest.approx(np.median(scores))
     assert m["relevance_sentence_mean"] == pytest.approx(np.mean([x for s in res.samples for x in s["sentence_scores"]]))
-
-
-@pytest.mark.slow
-def test_runs_caption_once_when_the_run_has_no_answers(tiny_vlm_dir, tiny_clip_dir, world_dir, tmp_path):
-    from evalsuite.tasks.caption import CaptionTask
-    from evalsuite.types import GenConfig
-
-    CountingContext.calls = 0
-    ctx = CountingContext(ckpt=str(tiny_vlm_dir), data_root=world_dir, output_dir=tmp_path, limit=2,
-                          gen=GenConfig(max_new_tokens=6), device="cpu",
-                          options={"clip": str(tiny_clip_dir), "split": "val"})
-    res = RelevanceTask().run(ctx)
-    assert CountingContext.calls == 1 and list(ctx.generations) == [("caption", "val", PROMPT)]
-    assert len(res.samples) == 2 and all("relevance" in s for s in res.samples)
-    CaptionTask().run(ctx)        # caption after relevance reuses the same answers
-    RelevanceTask().run(ctx)
-    assert CountingContext.calls == 1

@@ -130,3 +130,29 @@ def test_old_checkpointing_name_is_read_as_the_new_one(paths, tmp_path):
         assert cfg.activation_checkpointing is True and cfg.trainer_kwargs()["activation_checkpointing"] is True
         y.write_text("gradient_checkpointing: true\n")
         assert load_config(["--config", str(y), *argv(paths)]).activation_checkpointing is True
+
+
+def test_warmup_ratio_maps_to_warmup_steps(paths):
+    """VL-RLHF scripts pass --warmup_ratio 0.03; transformers 5 reads a float < 1 in warmup_steps as the ratio."""
+    cfg = load_config([*argv(paths), "--warmup_ratio", "0.03"])
+    assert cfg.trainer_kwargs()["warmup_steps"] == 0.03
+    with pytest.raises(UserError, match="warmup_ratio: give warmup_ratio or warmup_steps"):
+        load_config([*argv(paths), "--warmup_ratio", "0.03", "--warmup_steps", "10"])
+    with pytest.raises(UserError, match="warmup_ratio: must be in"):
+        load_config([*argv(paths), "--warmup_ratio", "1.5"])
+
+
+def test_resume_from_checkpoint_true_is_the_latest(paths):
+    """VL-RLHF's bool: True -> the highest checkpoint-N in output_dir; none there is an error; a path is kept."""
+    from pathlib import Path
+
+    with pytest.raises(UserError, match="resume_from_checkpoint: true, but"):
+        load_config([*argv(paths), "--resume_from_checkpoint", "True"])
+    out = Path(paths["output_dir"])
+    for n in (5, 12, 9):
+        (out / f"checkpoint-{n}").mkdir(parents=True)
+    cfg = load_config([*argv(paths), "--resume_from_checkpoint", "True"])
+    assert cfg.trainer_kwargs()["resume_from_checkpoint"] == str(out / "checkpoint-12")
+    cfg = load_config([*argv(paths), "--resume_from_checkpoint", str(out / "checkpoint-5")])
+    assert cfg.trainer_kwargs()["resume_from_checkpoint"] == str(out / "checkpoint-5")
+    assert load_config(argv(paths)).trainer_kwargs()["resume_from_checkpoint"] is None

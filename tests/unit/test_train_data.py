@@ -93,17 +93,40 @@ def test_select_pairs():
     assert select_pairs([("x", 1.0), ("y", 1.0)], -1) == []
 
 
-def test_vlfeedback_paired_mean_ratings(root):
-    """Ratings: r1 mean(5, 3) = 4, r2 mean(2) = 2 (N/A ignored), r3 mean(1, 1) = 1 -> largest gap r1 > r3."""
+def test_vlfeedback_na_drops_every_pair_of_that_completion(root):
+    """VL-RLHF (utils/data.py): float("N/A") raises, so every pair with that completion is skipped.
+    Ratings r1 (5, 3) -> 4, r2 (2, N/A) -> unusable, r3 (1, 1) -> 1: the one pair left is r1 > r3,
+    whatever the margin (averaging r2's other aspect would also give r1 > r2 and r2 > r3).
+    The audit's case (5,5,5), (4,N/A,2), (3,3,3): one pair, r1 > r3."""
     a = lambda *r: {f"asp{i}": {"Rating": v, "Rationale": ""} for i, v in enumerate(r)}  # noqa: E731
-    row = {"id": "1", "prompt": "Q?", "image": "img/a.png", "completions": {
+    row = {"id": "1", "prompt": "Q?", "img_path": "img/a.png", "completions": {
         "annotations": [a("5", "3"), a("2", "N/A"), a("1", "1")], "response": ["r1", "r2", "r3"],
         "model": ["m1", "m2", "m3"]}}
     f = write(root / "vlf.json", [row])
     (ex,), _ = read_examples("vlfeedback_paired", f)
     assert (ex["chosen"], ex["rejected"]) == ("r1", "r3")
     ex2, _ = read_examples("vlfeedback_paired", f, score_margin=1.0)
-    assert [(e["chosen"], e["rejected"]) for e in ex2] == [("r1", "r2"), ("r1", "r3"), ("r2", "r3")]
+    assert [(e["chosen"], e["rejected"]) for e in ex2] == [("r1", "r3")]
+    audit = {**row, "completions": [{"annotations": a(*r), "response": n} for r, n in
+                                    ((("5", "5", "5"), "r1"), (("4", "N/A", "2"), "r2"), (("3", "3", "3"), "r3"))]}
+    ex3, _ = read_examples("vlfeedback_paired", write(root / "vlf3.json", [audit]), score_margin=0.0)
+    assert [(e["chosen"], e["rejected"]) for e in ex3] == [("r1", "r3")]
+
+
+def test_vlfeedback_image_is_img_path_and_never_silently_dropped(root):
+    """VLFeedback rows carry the image under `img_path`: it is joined under image_root. A row with no
+    image at all is an error naming the row; a missing image file is an error naming the row too."""
+    a = {"h": {"Rating": "5"}}
+    b = {"h": {"Rating": "1"}}
+    row = {"prompt": "Q?", "img_path": "img/a.png", "completions": [{"annotations": a, "response": "good"},
+                                                                       {"annotations": b, "response": "bad"}]}
+    (ex,), _ = read_examples("vlfeedback_paired", write(root / "v.json", [row]))
+    assert ex["image"] == str(root / "img" / "a.png")
+    with pytest.raises(UserError, match=r"v2.json\[0\]: VLFeedback rows need an image"):
+        read_examples("vlfeedback_paired", write(root / "v2.json", [{k: v for k, v in row.items() if k != "img_path"}]))
+    gone, _ = read_examples("vlfeedback_paired", write(root / "v3.json", [{**row, "img_path": "img/none.png"}]))
+    with pytest.raises(UserError, match=r"v3.json\[0\]: image .*none.png.* not found"):
+        drop_missing_images(gone, skip=False)
 
 
 def test_rlhfv_parquet(root):
@@ -117,12 +140,18 @@ def test_rlhfv_parquet(root):
     assert ex["image"].endswith("img/a.png")
 
 
-def test_split_and_hash(root):
-    """10 items, ratio 0.8 -> 8 train + 2 eval, disjoint, covering all, same for the same seed."""
-    tr, ev = split_train_eval(list(range(10)), 0.8, seed=1)
-    assert len(tr) == 8 and len(ev) == 2 and sorted(tr + ev) == list(range(10))
-    assert (tr, ev) == split_train_eval(list(range(10)), 0.8, seed=1)
-    assert split_train_eval([1], 1.0, 0) == ([1], [])
+def test_split_is_vlrlhf_s(root):
+    """VL-RLHF dpo.py: train_test_split(test_size=0.005, seed=42), then the first int(len(train) * ratio)
+    train rows. 200 items: ceil(0.005 * 200) = 1 eval row, 199 train; ratio 0.5 keeps int(99.5) = 99 of
+    them, in the split's order; nothing else is used. eval_split 0: the original order, first 8 of 10."""
+    from datasets import Dataset
+
+    want = Dataset.from_dict({"i": list(range(200))}).train_test_split(test_size=0.005, seed=42)
+    tr, ev = split_train_eval(list(range(200)), 0.005, 0.5)
+    assert ev == want["test"]["i"] and len(ev) == 1
+    assert tr == want["train"]["i"][:99]
+    assert split_train_eval(list(range(10)), 0.0, 0.8) == (list(range(8)), [])
+    assert split_train_eval([1], 0.005, 1.0) == ([1], [])
     f = write(root / "h.json", [])
     assert len(data_hash([f])) == 64
 
@@ -138,3 +167,58 @@ def test_truncation_counts_text_tokens_only():
     assert keep_prompt_end([5, 6], protected=set(), limit=5) == [0, 1]
     assert _first_text_tokens([4, 4, 5, 6, 7], protected={0, 1}, limit=2) == 4
     assert _first_text_tokens([4, 5], protected={0}, limit=9) == 2
+
+
+def _tok():
+    """Image token 4 and a leading BOS 1 protected, as `_Tok.protected` finds them in these rows."""
+    from types import SimpleNamespace
+
+    from training.trainers.collate import keep_prompt_end
+
+    def protected(ids):
+        return {i for i, x in enumerate(ids) if x == 4 or (i == 0 and x == 1)}
+
+    return SimpleNamespace(text_len=lambda ids: len(ids) - len(protected(ids)),
+                           cut_prompt=lambda row, n: row.take(keep_prompt_end(row.ids, protected(row.ids), n)))
+
+
+def _pair(p, answers, *args):
+    from training.trainers.collate import _Row, truncate_pair
+
+    prompt, answers = truncate_pair(_Row(p, {}), answers, _tok(), *args)
+    return prompt.ids, answers
+
+
+def test_truncate_pair_vlrlhf_only_when_too_long():
+    """TRL 0.8.1 (VL-RLHF): prompt [BOS, 5, IMG, IMG, 6, 7, 8] has 5 text tokens, answers 3 and 6 tokens.
+    max_length 12: 5 + 6 = 11 fits, nothing is cut, though the prompt is longer than max_prompt_length 3.
+    max_length 10: 11 > 10 -> the prompt keeps BOS, the images and its last 3 text tokens (4 text tokens);
+      4 + 6 = 10 fits -> answers untouched.
+    max_length 8: prompt cut as above, 4 + 6 > 8 -> both answers cut to 8 - 3 = 5 tokens.
+    max_target_length (2) is never used."""
+    p, c, r = [1, 5, 4, 4, 6, 7, 8], [20, 21, 2], [30, 31, 32, 33, 34, 2]
+    assert _pair(p, [c, r], 12, 3, 2) == (p, [c, r])
+    assert _pair(p, [c, r], 10, 3, 2) == ([1, 4, 4, 6, 7, 8], [c, r])
+    assert _pair(p, [c, r], 8, 3, 2) == ([1, 4, 4, 6, 7, 8], [c, r[:5]])
+
+
+def test_truncate_pair_per_field():
+    """per_field: the prompt always keeps its last 3 text tokens; each answer its first min(2, room) tokens."""
+    p, c, r = [1, 5, 4, 4, 6, 7, 8], [20, 21, 2], [30, 31, 32, 33, 34, 2]
+    assert _pair(p, [c, r], 12, 3, 2, "per_field") == ([1, 4, 4, 6, 7, 8], [c[:2], r[:2]])
+    assert _pair(p, [c, r], 5, 3, 9, "per_field") == ([1, 4, 4, 6, 7, 8], [c[:1], r[:1]])
+
+
+def test_sft_answers_are_not_cut_by_max_target_length(tiny_vlm_dir):
+    """VL-RLHF's SFT only cuts the whole sequence at max_length; per_field also caps each answer."""
+    from transformers import AutoProcessor
+
+    from training.trainers.collate import SFTCollator
+
+    proc = AutoProcessor.from_pretrained(tiny_vlm_dir)
+    ex = {"image": None, "image_bytes": None, "messages": [
+        {"role": "user", "content": "describe the image."},
+        {"role": "assistant", "content": "a red cup is on the left of a blue cup."}]}
+    labelled = lambda cfg: int((SFTCollator(proc, **cfg)([ex])["labels"] != -100).sum())  # noqa: E731
+    full = labelled(dict(max_length=512, max_target_length=3))
+    assert full > 3 and labelled(dict(max_length=512, max_target_length=3, truncation="per_field")) == 3

@@ -20,9 +20,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evalsuite.errors import UserError
+from evalsuite.run_config import EvalConfig
 
 EXPANDERS = ("group_beam", "sample")
+STOP_RULES = ("released", "sentence_marks")
+JUNK_FILTERS = ("after_pruning", "before_pruning")
 REWARD_MODES = ("rank", "value")
+LANGUAGE_SCORES = ("beam", "teacher_forced")
 
 
 def _check(cond: bool, where: str, msg: str) -> None:
@@ -32,22 +36,33 @@ def _check(cond: bool, where: str, msg: str) -> None:
 
 @dataclass
 class TreeConfig:
-    """Sentence-level search (csr-method.md §2, §10.1.2).
+    """Sentence-level search (csr-method.md §2, §10.1.2). Defaults are the released code's; the
+    switches naming our changes are listed in docs/csr-fidelity.md.
 
     expander: `group_beam` (diverse group beam search, the paper's) or `sample` (num_samples draws).
     num_beams / num_beam_groups / diversity_penalty: 5 / 5 / 3.0 = one beam per group, Hamming penalty.
-    max_new_tokens: token cap of one sentence (70). A sentence also ends at a `sentence_end` token or EOS.
+    max_new_tokens: token cap of one sentence (70).
+    stop: where a sentence ends.
+      `released`: only at the "." token (`period_id`, None = the vocabulary's "." token, LLaMA's 29889).
+        EOS does not stop the search: the candidate runs on to the next "." and the branch is final
+        (the response is cut at its first EOS when pairs are written).
+      `sentence_marks`: at every token that decodes to one of `sentence_end`, or at EOS.
+    max_chars / max_response_tokens / max_depth: a branch is final once the decoded prompt + response
+      (special tokens kept, the image placeholder once, the padding HF adds to shorter beams included)
+      reaches `max_chars` characters (released: 1024), or the response `max_response_tokens` tokens, or
+      the tree `max_depth` sentences; null = no such cap (at least one must be set).
     keep_top / keep_bottom: partial responses kept per depth, best and worst by cumulative LM score;
       None = the released code's floor(k/2)-1 and floor(k/2) with k = num_beams (1 and 2).
     prune_threshold: prune only when at least this many live children exist (None = num_beams).
-    max_response_tokens / max_depth: a branch becomes final at these caps (the original capped at
-      1024 characters including the prompt; token counts are used here since ids are tracked).
+    dedupe_siblings: drop exact-duplicate sibling sentences (released: kept, always `num_beams` children).
+    junk_filter: `after_pruning` (released: junk and too-short sentences are dropped, with their
+      subtrees, once the tree is grown, so they can hold a pruning slot) or `before_pruning` (ours).
     min_sentence_chars: shorter new sentences are dropped with their subtree (§3.2(b)).
     batch_nodes: nodes expanded in one batched forward (rows = nodes x beams); 1 = one-at-a-time.
     prompt_batch: prompts whose trees grow together (bounds memory and sets the unit of progress).
     """
 
-    expander: str = "group_beam"
+    expander: Literal["group_beam", "sample"] = "group_beam"
     num_beams: int = 5
     num_beam_groups: int = 5
     diversity_penalty: float = 3.0
@@ -56,14 +71,18 @@ class TreeConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 70
+    stop: Literal["released", "sentence_marks"] = "released"
+    period_id: int | None = None
     sentence_end: list[str] = field(default_factory=lambda: [".", "!", "?"])
+    max_chars: int | None = 1024
+    max_response_tokens: int | None = None
+    max_depth: int | None = None
     keep_top: int | None = None
     keep_bottom: int | None = None
     prune_threshold: int | None = None
-    max_response_tokens: int = 256
-    max_depth: int = 12
     min_sentence_chars: int = 4
-    dedupe_siblings: bool = True
+    dedupe_siblings: bool = False
+    junk_filter: Literal["after_pruning", "before_pruning"] = "after_pruning"
     batch_nodes: int = 32
     prompt_batch: int = 16
     seed: int = 0
@@ -71,6 +90,8 @@ class TreeConfig:
     def __post_init__(self) -> None:
         w = "tree"
         _check(self.expander in EXPANDERS, f"{w}.expander", f"{self.expander!r} is not one of {EXPANDERS}")
+        _check(self.stop in STOP_RULES, f"{w}.stop", f"{self.stop!r} is not one of {STOP_RULES}")
+        _check(self.junk_filter in JUNK_FILTERS, f"{w}.junk_filter", f"{self.junk_filter!r} is not one of {JUNK_FILTERS}")
         _check(self.num_beams >= 1, f"{w}.num_beams", "must be >= 1")
         _check(self.num_beam_groups >= 1 and self.num_beams % self.num_beam_groups == 0,
                f"{w}.num_beam_groups", f"must divide num_beams ({self.num_beams})")
@@ -79,7 +100,13 @@ class TreeConfig:
         _check(self.temperature > 0, f"{w}.temperature", "must be > 0")
         _check(0 < self.top_p <= 1, f"{w}.top_p", "must be in (0, 1]")
         _check(self.max_new_tokens >= 1, f"{w}.max_new_tokens", "must be >= 1")
-        _check(self.max_response_tokens >= 1 and self.max_depth >= 1, f"{w}.max_depth", "caps must be >= 1")
+        caps = ("max_chars", "max_response_tokens", "max_depth")
+        for name in caps:
+            v = getattr(self, name)
+            _check(v is None or v >= 1, f"{w}.{name}", "must be >= 1 or null")
+        _check(any(getattr(self, n) is not None for n in caps), f"{w}.max_chars",
+               "at least one of max_chars, max_response_tokens, max_depth must be set (else a tree may never end)")
+        _check(self.period_id is None or self.period_id >= 0, f"{w}.period_id", "must be a token id or null")
         _check(self.batch_nodes >= 1 and self.prompt_batch >= 1, f"{w}.batch_nodes", "must be >= 1")
         for name in ("keep_top", "keep_bottom", "prune_threshold"):
             v = getattr(self, name)
@@ -103,16 +130,27 @@ class TreeConfig:
 class RewardConfig:
     """Calibrated reward (§3): `rank` = released code (sibling ranks, lower cost is better),
     `value` = paper formula (lam * R_I + (1 - lam) * R_T summed over sentences, higher is better).
-    lam is the paper's lambda (the code's clip_alpha): the weight of the visual term."""
+    lam is the paper's lambda (the code's clip_alpha): the weight of the visual term.
 
-    mode: str = "rank"
+    language_score: the sentence's language score R_T.
+      `beam` (released): the search's own score kept on the node (for group beam search HF's
+        `sequences_scores`: mean token log-prob including the diversity-penalty deductions).
+      `teacher_forced` (ours): the mean token log-prob of the same ids from a second, penalty-free
+        forward pass over every node (`lm_batch` rows per pass).
+    """
+
+    mode: Literal["rank", "value"] = "rank"
     lam: float = 0.9
+    language_score: Literal["beam", "teacher_forced"] = "beam"
     lm_batch: int = 32
     clip_batch: int = 64
 
     def __post_init__(self) -> None:
         _check(self.mode in REWARD_MODES, "reward.mode", f"{self.mode!r} is not one of {REWARD_MODES}")
         _check(0.0 <= self.lam <= 1.0, "reward.lam", "must be in [0, 1]")
+        _check(self.language_score in LANGUAGE_SCORES, "reward.language_score",
+               f"{self.language_score!r} is not one of {LANGUAGE_SCORES}")
+        _check(self.lm_batch >= 1 and self.clip_batch >= 1, "reward.lm_batch", "batch sizes must be >= 1")
 
 
 @dataclass
@@ -138,8 +176,10 @@ class CSRConfig:
     iterations: T. limit: use only the first N prompts (None = all).
     train: mapping handed to `training.trainers.dpo.run_dpo` on top of what the loop sets
       (model, data, output dir); e.g. lora_r, lora_alpha, learning_rate, beta, num_train_epochs.
-    eval_tasks / eval_options / eval_data_root / store: coupled evaluation of the base and every merged
-      checkpoint through `evalsuite.run.run_eval`; pair statistics go to `store` as task `csr_pairs`.
+    eval: the coupled evaluation of the base and every merged checkpoint through `evalsuite.run.run_eval`:
+      an `evalsuite.run_config.EvalConfig` section (tasks, data_root, limit, chair:, lmms:, ...; see
+      configs/eval/), validated when the preset loads; null = no evaluation. The loop sets its ckpt,
+      output, label and store (results and pair statistics, as task `csr_pairs`, go to `store`).
     device / dtype: where generation and scoring run (None = cuda if available, else cpu).
     system_prompt / chat_template / image_aspect: the prompt and image settings used identically by
       candidate generation, reward scoring, DPO collation and the coupled evaluation
@@ -156,12 +196,9 @@ class CSRConfig:
     output_dir: str | None = None
     limit: int | None = None
     store: str = "results"
-    eval_tasks: list[str] = field(default_factory=list)
-    eval_options: dict[str, Any] = field(default_factory=dict)
-    eval_data_root: str | None = field(default=None, metadata={"path": "dir"})
-    eval_limit: int | None = None
+    eval: EvalConfig | None = None
     device: str | None = None
-    dtype: str | None = None
+    dtype: Literal["float32", "float16", "bfloat16"] | None = None
     system_prompt: str | None = None
     chat_template: str | None = field(default=None, metadata={"path": "file"})
     image_aspect: Literal["crop", "pad"] = "crop"
@@ -176,6 +213,14 @@ class CSRConfig:
         _check(self.iterations >= 1, "csr.iterations", "must be >= 1")
         _check(self.limit is None or self.limit >= 1, "csr.limit", "must be >= 1 or null")
         self.input_config()  # an empty system_prompt fails before any model loads
+        if self.eval is not None:
+            defaults = EvalConfig()
+            for name in ("ckpt", "output", "label", "store"):
+                _check(getattr(self.eval, name) == getattr(defaults, name), f"eval.{name}",
+                       "is set by the loop (the checkpoint of each iteration, its eval dir, the top-level store)")
+            for name in ("system_prompt", "chat_template", "image_aspect"):
+                _check(getattr(self.eval, name) == getattr(defaults, name), f"eval.{name}",
+                       f"is set by the loop from the top-level {name} (generation, DPO and evaluation share it)")
         self.train_config(self.model, 1, self.run_dir / "iter_1", portable=True)  # fail now, not at the train stage
 
     def input_config(self):
@@ -188,12 +233,24 @@ class CSRConfig:
         """Before the loop starts: the inputs exist and the train section fits this machine."""
         from evalsuite.config import missing_paths
 
-        missing = [m for m in missing_paths(self) if not m.startswith("eval_data_root")]
+        missing = missing_paths(self)
         if missing:
             raise UserError(missing[0])
         if not (Path(self.model) / "config.json").is_file():
             raise UserError(f"model: no config.json in {self.model} (not a Hugging Face checkpoint directory)")
         self.train_config(self.model, 1, self.run_dir / "iter_1")
+
+    @property
+    def evaluates(self) -> bool:
+        return self.eval is not None and bool(self.eval.tasks)
+
+    def eval_config(self, ckpt: str | Path, label: str, out: Path) -> EvalConfig:
+        """The `eval:` section completed with what the loop owns, for one checkpoint."""
+        import dataclasses
+
+        return dataclasses.replace(self.eval, ckpt=str(ckpt), output=str(out), label=label, store=self.store,
+                                   device=self.eval.device or self.device, system_prompt=self.system_prompt,
+                                   chat_template=self.chat_template, image_aspect=self.image_aspect)
 
     def train_config(self, ckpt: str | Path, t: int, d: Path, portable: bool = False):
         """The trainer's TrainConfig for iteration t: the preset's `train:` mapping + what the loop owns.

@@ -4,17 +4,19 @@ A tree per (image, question). The root is the prompt; every other node is one se
 token ids (never decoded and re-encoded: the original's string offsets broke across versions):
 
     prefix_ids    response tokens before this sentence     sentence_ids  this sentence's tokens
-    text          the sentence decoded (special tokens out) lm_score      cumulative search score
+    text          the sentence decoded (special tokens out) sentence_score the search's score of it
+    lm_score      cumulative search score                   eos_at        index of EOS in sentence_ids
     depth, parent, children, is_final, status ("active" | "expanded" | "pruned" | "end" |
-                  "dropped:<rule>")
+                  "dropped:<rule>" | "dropped:ancestor")
 
 Growth is depth-synchronous over a batch of prompts: every active node of every prompt in the batch
 is expanded in chunks of `batch_nodes` nodes by ONE batched search (`search.py`), each candidate
-sentence becomes a child, junk children are dropped (`clean.py`), and per prompt the live children
-are pruned to the `keep_top` best and `keep_bottom` worst by cumulative LM score (the worst are kept
-on purpose: they become the rejected side). A child is final when its sentence ends with EOS or the
-response reaches `max_response_tokens` / `max_depth`. A candidate that is only EOS ends the response
-where its parent ends: it is kept as an empty final node with status "end" (not scored itself).
+sentence becomes a child, and per prompt the live children are pruned to the `keep_top` best and
+`keep_bottom` worst by cumulative LM score (the worst are kept on purpose: they become the rejected
+side). Where sentences end, when a branch is final, whether duplicate siblings are kept and when junk
+is dropped follow `TreeConfig` (`stop`, caps, `dedupe_siblings`, `junk_filter`); the defaults are
+the released sampler's (docs/csr-fidelity.md). With `stop: sentence_marks` a candidate that is only
+EOS ends the response where its parent ends: it is kept as an empty final node with status "end".
 
 With `batch_nodes=1, prompt_batch=1` the same code runs one prompt and one node per call, as the
 released sampler does; both modes give the same trees (tests/unit/test_csr_generate.py).
@@ -43,15 +45,20 @@ class Node:
     sentence_score: float
     lm_score: float
     is_final: bool = False
-    ends_with_eos: bool = False
+    eos_at: int | None = None
     status: str = "active"
     children: list[int] = field(default_factory=list)
 
     @property
+    def has_eos(self) -> bool:
+        return self.eos_at is not None
+
+    @property
     def response_ids(self) -> list[int]:
-        """The whole response up to and including this sentence (EOS stripped)."""
-        ids = self.prefix_ids + self.sentence_ids
-        return ids[:-1] if self.ends_with_eos else ids
+        """The whole response up to this sentence, cut before its first EOS (with `stop: released` the
+        search runs past EOS to the next "."; what follows EOS never enters a response)."""
+        sentence = self.sentence_ids if self.eos_at is None else self.sentence_ids[:self.eos_at]
+        return self.prefix_ids + sentence
 
     @property
     def usable(self) -> bool:
@@ -87,6 +94,16 @@ class Tree:
                    nodes=[Node(**n) for n in d["nodes"]])
 
 
+def period_id(tokenizer, configured: int | None) -> int:
+    """The released rule's one sentence-end token: `configured`, else the vocabulary's "." token."""
+    from evalsuite.errors import UserError
+
+    pid = configured if configured is not None else tokenizer.convert_tokens_to_ids(".")
+    if pid is None or not 0 <= pid < len(tokenizer) or (configured is None and pid == tokenizer.unk_token_id):
+        raise UserError("tree.period_id: the tokenizer has no '.' token; set tree.period_id to its id")
+    return pid
+
+
 def sentence_end_ids(tokenizer, marks: Sequence[str]) -> list[int]:
     """Ids of every vocabulary token that decodes to just a sentence mark ('.', ' .', ...)."""
     wanted = set(marks)
@@ -116,9 +133,14 @@ class TreeGenerator:
         self.vlm, self.cfg, self.image_root = vlm, cfg, Path(image_root)
         tok = vlm.tokenizer
         self.eos_id = tok.eos_token_id
-        stops = sentence_end_ids(tok, cfg.sentence_end) + [self.eos_id]
+        if cfg.stop == "released":  # sample.py passes the "." id as eos_token_id: EOS is an ordinary token
+            stops = [period_id(tok, cfg.period_id)]
+        else:
+            stops = sentence_end_ids(tok, cfg.sentence_end) + [self.eos_id]
         suppress = [i for i in suppressed_token_ids(vlm) if i != self.eos_id]
         pad = tok.pad_token_id if tok.pad_token_id is not None else self.eos_id
+        self.pad_id = tok.pad_token_id
+        self.image_id = tok.convert_tokens_to_ids(getattr(vlm.processor, "image_token", "<image>"))
         self.spec = SearchSpec(num_beams=cfg.num_beams, num_groups=cfg.num_beam_groups,
                                diversity_penalty=cfg.diversity_penalty, length_penalty=cfg.length_penalty,
                                max_new_tokens=cfg.max_new_tokens, stop_ids=tuple(stops),
@@ -152,6 +174,9 @@ class TreeGenerator:
                     self._add_children(p.tree, nid, hyps)
             for p in prompts:
                 p.active = self._prune(p.tree, p.active)
+        if self.cfg.junk_filter == "after_pruning":
+            for p in prompts:
+                self._drop_junk(p.tree)
         return [p.tree for p in prompts]
 
     def _expand(self, chunk: list[tuple[_Prompt, int]]):
@@ -172,26 +197,57 @@ class TreeGenerator:
     def _add_children(self, tree: Tree, nid: int, hyps) -> None:
         parent = tree.nodes[nid]
         parent.status = "expanded"
+        longest = max((len(h.ids) for h in hyps), default=0)
         seen: set[tuple[int, ...]] = set()
         for h in hyps:  # best first, so a duplicate keeps the better score
             if self.cfg.dedupe_siblings and h.ids in seen:
                 continue
             seen.add(h.ids)
             ids = list(h.ids)
-            eos = bool(ids) and ids[-1] == self.eos_id
-            text = self.vlm.tokenizer.decode(ids[:-1] if eos else ids, skip_special_tokens=True).strip()
+            eos_at = ids.index(self.eos_id) if self.eos_id in ids else None
+            # Special tokens out; with `stop: released` text after an EOS stays in the sentence, as
+            # in the released tree (it is scored, but never enters a pair's response).
+            text = self.vlm.tokenizer.decode(ids, skip_special_tokens=True).strip()
             child = Node(id=len(tree.nodes), parent=nid, depth=parent.depth + 1,
                          prefix_ids=parent.response_ids, sentence_ids=ids, text=text,
-                         sentence_score=h.score, lm_score=parent.lm_score + h.score, ends_with_eos=eos)
-            n_tokens = len(child.prefix_ids) + len(ids)
-            if eos and not text:
-                child.is_final, child.status = True, "end"
-            elif (reason := junk_reason(text, self.cfg.min_sentence_chars)) is not None:
-                child.status = f"dropped:{reason}"
-            elif eos or n_tokens >= self.cfg.max_response_tokens or child.depth >= self.cfg.max_depth:
-                child.is_final, child.status = True, "final"
+                         sentence_score=h.score, lm_score=parent.lm_score + h.score, eos_at=eos_at)
+            child.status = self._status(tree, child, pads=longest - len(ids))
+            child.is_final = child.status in ("end", "final")
             tree.nodes.append(child)
             parent.children.append(child.id)
+
+    def _status(self, tree: Tree, child: Node, pads: int) -> str:
+        cfg = self.cfg
+        if cfg.stop == "sentence_marks" and child.has_eos and not child.text:
+            return "end"
+        if cfg.junk_filter == "before_pruning" and (reason := junk_reason(child.text, cfg.min_sentence_chars)):
+            return f"dropped:{reason}"
+        return "final" if child.has_eos or self._at_cap(tree, child, pads) else "active"
+
+    def _at_cap(self, tree: Tree, child: Node, pads: int) -> bool:
+        cfg = self.cfg
+        if cfg.max_depth is not None and child.depth >= cfg.max_depth:
+            return True
+        if cfg.max_response_tokens is not None and len(child.prefix_ids) + len(child.sentence_ids) >= cfg.max_response_tokens:
+            return True
+        return cfg.max_chars is not None and self._chars(tree, child, pads) >= cfg.max_chars
+
+    def _chars(self, tree: Tree, child: Node, pads: int) -> int:
+        """Characters of the decoded sequence as sample.py measures it: prompt + response + this
+        sentence, special tokens kept, the image placeholder once (its processor did not expand it),
+        and the `pads` pad tokens HF's beam search appends to the shorter candidates of one call."""
+        head = [t for i, t in enumerate(tree.prompt_ids) if t != self.image_id or i == 0 or tree.prompt_ids[i - 1] != t]
+        tail = [self.pad_id] * pads if self.pad_id is not None else []
+        return len(self.vlm.tokenizer.decode(head + child.prefix_ids + child.sentence_ids + tail))
+
+    def _drop_junk(self, tree: Tree) -> None:
+        """`junk_filter: after_pruning`: junk and too-short sentences go once the tree is grown, with
+        their subtrees (score.py's clean_tree + length check)."""
+        for node in tree.nodes[1:]:  # a parent always precedes its children
+            if not tree.nodes[node.parent].usable:
+                node.status = "dropped:ancestor"
+            elif node.status != "end" and (reason := junk_reason(node.text, self.cfg.min_sentence_chars)):
+                node.status = f"dropped:{reason}"
 
     def _prune(self, tree: Tree, expanded: Iterable[int]) -> list[int]:
         """Next active nodes: live children of this depth, pruned to the best/worst by lm_score."""

@@ -6,7 +6,7 @@
 
 Layout of `output_dir` (default runs/NAME/):
     config.json                      the resolved CSRConfig of the first start
-    base_eval.done                   coupled evaluation of the base model (if eval_tasks)
+    base_eval.done                   coupled evaluation of the base model (if eval.tasks)
     iter_t/trees.rank{r}.jsonl       rank r's shard of search trees (prompts r, r+W, ...)
     iter_t/trees.jsonl               all trees, prompt order (rank 0 merges the shards)
     iter_t/scores.jsonl              per tree: node id -> {lm, clip, cos}
@@ -255,12 +255,12 @@ def stage_train(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> 
 
 
 def stage_eval(cfg: CSRConfig, ckpt: str, label: str, out: Path) -> None:
-    from evalsuite.run import EvalSpec, run_eval
+    """The coupled evaluation, on rank 0 alone (the other ranks wait at the next barrier). A rerun after a
+    kill resumes it: `out` holds the same run, finished tasks are in the store, finished answers cached."""
+    from evalsuite.dist import Dist
+    from evalsuite.run import run_eval
 
-    run_eval(EvalSpec(ckpt=str(ckpt), tasks=list(cfg.eval_tasks), data_root=cfg.eval_data_root,
-                      output_dir=str(out), store=cfg.store, limit=cfg.eval_limit, options=dict(cfg.eval_options),
-                      device=cfg.device, label=label, system_prompt=cfg.system_prompt,
-                      chat_template=cfg.chat_template, image_aspect=cfg.image_aspect))
+    run_eval(cfg.eval_config(ckpt, label, out), dist=Dist())
 
 
 # ---------------------------------------------------------------- driver
@@ -277,9 +277,9 @@ def run_iteration(cfg: CSRConfig, models: _Models, records: list[dict], ckpt: st
         _barrier()  # unconditional: a rank that saw the marker late must not skip a barrier rank 0 waits in
     done = _done(d, "train")
     merged = done["merged"] if done else stage_train(cfg, models, ckpt, t, d)
-    if cfg.eval_tasks and not _done(d, "eval") and rank == 0:
+    if cfg.evaluates and not _done(d, "eval") and rank == 0:
         stage_eval(cfg, merged, f"{cfg.name}/iter_{t}", d / "eval")
-        _mark(d, "eval", tasks=list(cfg.eval_tasks))
+        _mark(d, "eval", tasks=list(cfg.eval.tasks))
     _barrier()
     return merged
 
@@ -297,9 +297,9 @@ def run_csr(cfg: CSRConfig | dict | str | Path) -> list[str]:
         run_dir.mkdir(parents=True, exist_ok=True)
         if not (run_dir / "config.json").exists():
             write_json_atomic(run_dir / "config.json", cfg.to_dict())
-        if cfg.eval_tasks and not (run_dir / "base_eval.done").exists():
+        if cfg.evaluates and not (run_dir / "base_eval.done").exists():
             stage_eval(cfg, cfg.model, f"{cfg.name}/base", run_dir / "base_eval")
-            _mark(run_dir, "base_eval", tasks=list(cfg.eval_tasks))
+            _mark(run_dir, "base_eval", tasks=list(cfg.eval.tasks))
     _barrier()
     models = _Models(cfg)
     ckpt, merged = cfg.model, []

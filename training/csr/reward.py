@@ -1,9 +1,10 @@
 """Sentence rewards of a search tree and their aggregation over complete responses (csr-method.md §3).
 
 Per scorable node (a usable, non-empty sentence):
-  * `lm`  language self-reward: the mean token log-prob of the sentence's ids given prompt + prefix, by
-          one teacher-forced pass over the kept ids. Unlike the beam's `sequences_scores` (kept as
-          `Node.sentence_score` and used only for pruning) it has no diversity-penalty deductions.
+  * `lm`  language self-reward, by `RewardConfig.language_score`: `beam` (released) is the search's
+          own score kept on the node (`Node.sentence_score`: HF's `sequences_scores`, the mean token
+          log-prob including the diversity-penalty deductions), so no model pass is needed;
+          `teacher_forced` is the mean token log-prob of the same ids from one penalty-free pass.
   * `clip` visual reward R_I = max(s * cos, 0) of (image, sentence) from the shared
           `evalsuite.metrics.relevance.RelevanceScorer` (s = exp(logit_scale), ~100); `cos` is kept.
 
@@ -142,16 +143,12 @@ def language_scores(vlm, trees: Sequence[Tree], features: Sequence, batch: int =
     return out
 
 
-def score_trees(vlm, scorer, trees: Sequence[Tree], image_root: str | Path, cfg: RewardConfig) -> list[dict]:
-    """Per tree {"id", "nodes": {node id: {"lm", "clip", "cos"}}} for every scorable node."""
+def _prompt_features(vlm, trees: Sequence[Tree], image_root: str | Path) -> list[dict]:
+    """The full processor output of each tree's prompt (InternVL's patches, Qwen's grid, ...), encoded the
+    way generation encoded it; a prompt that encodes differently now would score other tokens."""
     from evalsuite.errors import UserError
-    from evalsuite.files import safe_join
-    from evalsuite.models.vlm import load_image
     from training.csr.generate import encode_prompt
 
-    images = [load_image(safe_join(image_root, t.image)) for t in trees]
-    # The full processor output of each tree's prompt (InternVL's patches, Qwen's grid, ...), encoded
-    # the way generation encoded it; a prompt that encodes differently now would score other tokens.
     features = []
     for t in trees:
         ids, feats = encode_prompt(vlm, image_root, t.image, t.question)
@@ -159,7 +156,19 @@ def score_trees(vlm, scorer, trees: Sequence[Tree], image_root: str | Path, cfg:
             raise UserError(f"tree {t.id}: its prompt encodes differently now than at generation "
                             "(changed system_prompt, chat_template or image_aspect?)")
         features.append(feats)
-    lm = language_scores(vlm, trees, features, cfg.lm_batch)
+    return features
+
+
+def score_trees(vlm, scorer, trees: Sequence[Tree], image_root: str | Path, cfg: RewardConfig) -> list[dict]:
+    """Per tree {"id", "nodes": {node id: {"lm", "clip", "cos"}}} for every scorable node."""
+    from evalsuite.files import safe_join
+    from evalsuite.models.vlm import load_image
+
+    images = [load_image(safe_join(image_root, t.image)) for t in trees]
+    if cfg.language_score == "teacher_forced":
+        lm = language_scores(vlm, trees, _prompt_features(vlm, trees, image_root), cfg.lm_batch)
+    else:  # the released ranking: the score the search gave the sentence
+        lm = [{nid: t.nodes[nid].sentence_score for nid in scorable(t)} for t in trees]
     items = [(ti, nid) for ti, t in enumerate(trees) for nid in scorable(t)]
     # PIL images are hashed by content in the scorer's cache, so each image is encoded once.
     clip, cos = scorer.score_texts([(images[ti], trees[ti].nodes[nid].text) for ti, nid in items])

@@ -60,14 +60,22 @@ def drop_missing_images(examples: list[dict], skip: bool, workers: int = 1) -> t
     return kept, missing
 
 
-def split_train_eval(examples: list[Any], ratio: float, seed: int) -> tuple[list[Any], list[Any]]:
-    """A seeded random `ratio` of the examples for training (original order kept), the rest for eval."""
-    order = list(range(len(examples)))
-    random.Random(seed).shuffle(order)
-    n_train = max(1, round(ratio * len(examples)))
-    train_idx = sorted(order[:n_train])
-    eval_idx = sorted(order[n_train:])
+def split_train_eval(examples: list[Any], eval_split: float, data_ratio: float, seed: int = 42) -> tuple[list[Any], list[Any]]:
+    """VL-RLHF's split (its dpo.py): HF datasets' `train_test_split(test_size=eval_split, seed=42)`, then
+    the first int(len(train) * data_ratio) rows of the (shuffled) train split are kept and the rest is
+    unused. eval_split 0: no eval rows, the original order. Returns (train, eval)."""
+    if eval_split > 0 and len(examples) > 1:
+        from datasets import Dataset
+
+        parts = Dataset.from_dict({"i": list(range(len(examples)))}).train_test_split(test_size=eval_split, seed=seed)
+        train_idx, eval_idx = parts["train"]["i"], parts["test"]["i"]
+    else:
+        train_idx, eval_idx = list(range(len(examples))), []
+    train_idx = train_idx[: int(len(train_idx) * data_ratio)]
     return [examples[i] for i in train_idx], [examples[i] for i in eval_idx]
+
+
+EVAL_SPLIT = {"sft": 0.005, "dpo": 0.005, "csr": 0.0}  # VL-RLHF holds out 0.5 %; CSR trains on every pair
 
 
 def data_hash(files: list[Path]) -> str:
@@ -85,9 +93,12 @@ def load_examples(cfg) -> tuple[Any, Any, dict]:
     examples, missing = drop_missing_images(examples, cfg.skip_missing_images, cfg.dataset_num_proc)
     if not examples:
         raise UserError(f"data_path: no training examples in {cfg.data_path!r}")
-    train, held = split_train_eval(examples, cfg.data_ratio, cfg.seed)
+    eval_split = cfg.eval_split if cfg.eval_split is not None else EVAL_SPLIT.get(cfg.method, 0.0)
+    train, held = split_train_eval(examples, eval_split, cfg.data_ratio)
+    if not train:
+        raise UserError(f"data_ratio: {cfg.data_ratio} of {len(examples) - len(held)} examples keeps none for training")
     info = {"dataset_name": cfg.resolved_dataset, "examples": len(examples), "train": len(train),
-            "eval": len(held), "missing_images": missing, "data_hash": data_hash(files)}
+            "eval": len(held), "eval_split": eval_split, "missing_images": missing, "data_hash": data_hash(files)}
     log.info("data: %s", info)
     to_ds = lambda rows: Dataset.from_list([{k: v for k, v in r.items() if k != "source"} for r in rows])  # noqa: E731
     return to_ds(train), (to_ds(held) if held else None), info

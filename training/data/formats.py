@@ -8,6 +8,7 @@ chat template puts the image back in one place. `image` is still relative to `--
 from __future__ import annotations
 
 import json
+import re
 from itertools import combinations
 from typing import Any, Callable
 
@@ -70,34 +71,43 @@ def vlquery_json(row: dict, where: str, **_) -> list[dict]:
     return [{**_image(row, where), "messages": _turns(row.get("conversations"), where, "conversations")}]
 
 
+TEMPLATED = re.compile(r"(^|\s)USER:.*ASSISTANT:\s*$", re.DOTALL)
+
+
 def csr_pairs(row: dict, where: str, **_) -> list[dict]:
-    """CSR's LLaVA-style pair: conversations / rejected_conversations, one human + one gpt turn each."""
+    """CSR's LLaVA-style pair: conversations / rejected_conversations, one human + one gpt turn each.
+    The human turn is the bare question (as the loop writes it); the released construct.py output,
+    whose human turn is the whole templated prompt, is refused: `evalsuite csr-convert pairs` converts it."""
     chosen = _turns(row.get("conversations"), where, "conversations")
     rejected = _turns(row.get("rejected_conversations"), where, "rejected_conversations")
     if len(chosen) != 2 or len(rejected) != 2:
         raise UserError(f"{where}: CSR pairs have exactly one question and one answer per side")
     if chosen[0]["content"] != rejected[0]["content"]:
         raise UserError(f"{where}: conversations and rejected_conversations ask different questions")
+    if TEMPLATED.search(chosen[0]["content"]):
+        raise UserError(f"{where}: the question is a templated prompt (USER: ... ASSISTANT:), as in CSR's released "
+                        "json; convert the file first: evalsuite csr-convert pairs FILE --out OUT")
     return [{**_image(row, where), "prompt": chosen[0]["content"],
              "chosen": chosen[1]["content"], "rejected": rejected[1]["content"]}]
 
 
 def _mean_rating(annotation: Any, where: str) -> float | None:
+    """VL-RLHF: the mean of every aspect's rating; None (the completion is unusable, every pair with it
+    is dropped) when any rating is not a number ("N/A"), as its float() raises and skips the pair."""
     if not isinstance(annotation, dict):
         raise UserError(f"{where}: each completion annotation must be an object of aspect -> {{'Rating': ...}}")
     scores = []
-    for aspect, value in annotation.items():
+    for value in annotation.values():
         rating = value.get("Rating") if isinstance(value, dict) else None
-        if rating in (None, "N/A", ""):
-            continue
         try:
             scores.append(float(rating))
         except (TypeError, ValueError):
-            raise UserError(f"{where}: aspect {aspect!r} rating {rating!r} is not a number") from None
+            return None
     return sum(scores) / len(scores) if scores else None
 
 
 def _completions(row: dict, where: str) -> list[tuple[str, float]]:
+    """(response, mean rating) of every completion whose ratings are all numbers."""
     comps = row.get("completions")
     if isinstance(comps, dict):  # HF struct-of-lists form
         keys = ("annotations", "response")
@@ -131,8 +141,13 @@ def select_pairs(scored: list[tuple[str, float]], score_margin: float) -> list[t
 
 
 def vlfeedback_paired(row: dict, where: str, score_margin: float = -1.0, **_) -> list[dict]:
-    """MMInstruction/VLFeedback row: prompt + rated completions -> the pairs `select_pairs` keeps."""
-    prompt, image = _bare(_text(row, "prompt", where)), _image(row, where)
+    """MMInstruction/VLFeedback row: prompt + rated completions -> the pairs `select_pairs` keeps.
+    The image is `img_path` (VL-RLHF's column), else an `image` path or struct; a row with neither is
+    an error, never a text-only example."""
+    prompt = _bare(_text(row, "prompt", where))
+    image = _image(row, where, key="img_path" if row.get("img_path") else "image")
+    if image["image"] is None and image["image_bytes"] is None:
+        raise UserError(f"{where}: VLFeedback rows need an image ('img_path' or 'image')")
     return [{**image, "prompt": prompt, "chosen": c, "rejected": r}
             for c, r in select_pairs(_completions(row, where), score_margin)]
 

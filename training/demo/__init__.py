@@ -88,9 +88,11 @@ class DemoConfig:
         from training.csr.config import CSRConfig
 
         csr = {"name": self.name, "model": str(base), "prompts": str(prompts), "image_root": str(world),
-               "clip": str(judge), "output_dir": self.output_dir, "store": self.store,
-               "eval_data_root": str(world), **self.csr}
-        csr["eval_options"] = {"clip": str(judge), "split": "val", **csr.get("eval_options", {})}
+               "clip": str(judge), "output_dir": self.output_dir, "store": self.store, **self.csr}
+        if isinstance(csr.get("eval"), dict):  # evaluated on the demo's own world, relevance judged by its judge
+            ev = csr["eval"]
+            relevance = ev.get("relevance") if isinstance(ev.get("relevance"), dict) else {}
+            csr["eval"] = {"data_root": str(world), **ev, "relevance": {"clip": str(judge), **relevance}}
         return CSRConfig.from_dict(csr, where="demo.csr")
 
     @classmethod

@@ -8,17 +8,22 @@ is the rendering of the full conversation minus the rendered prompt, so it carri
 end-of-turn the template emits (EOS is appended if it emits none).
 
 Truncation counts text tokens only (image blocks — placeholders with their special markers — are
-never cut):
-  prompt      keeps its last `max_prompt_length` text tokens (and a leading BOS);
-  completion  keeps its first `max_target_length` tokens, then is cut so prompt + completion fit
-              `max_length`.
+never cut), per `truncation`:
+  vlrlhf     (default) TRL 0.8.1 as VL-RLHF runs it (`truncate_pair`): only when prompt + the longer
+             completion exceed `max_length` is the prompt cut to its last `max_prompt_length` text
+             tokens (and a leading BOS), and then, if still too long, both completions to
+             `max_length - max_prompt_length`; `max_target_length` is unused (decoder-only). SFT keeps
+             the first `max_length` text tokens of the conversation.
+  per_field  every field has its own cap: the prompt always keeps its last `max_prompt_length` text
+             tokens, a completion / SFT answer its first `max_target_length` tokens, and a completion
+             is then cut so prompt + completion fit `max_length`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from training.losses import diff_token_masks
+from training.losses import diff_token_masks, replaced_token_masks
 
 
 def load_example_image(example: dict):
@@ -127,6 +132,25 @@ class _Tok:
     def text_len(self, ids: list[int]) -> int:
         return len(ids) - len(self.protected(ids))
 
+    def cut_prompt(self, row: _Row, limit: int) -> _Row:
+        """`row` keeping its protected positions and its last `limit` text tokens."""
+        return row.take(keep_prompt_end(row.ids, self.protected(row.ids), limit))
+
+
+def truncate_pair(prompt: _Row, answers: list[list[int]], t: _Tok, max_length: int, max_prompt_length: int,
+                  max_target_length: int, mode: str = "vlrlhf") -> tuple[_Row, list[list[int]]]:
+    """(prompt, answers) cut to the length limits (module docstring); answers already end with EOS."""
+    if mode == "per_field":
+        prompt = t.cut_prompt(prompt, max_prompt_length)
+        room = max(1, max_length - t.text_len(prompt.ids))
+        return prompt, [a[: min(max_target_length, room)] for a in answers]
+    longer = max(len(a) for a in answers)  # TRL 0.8.1 tokenize_row: measured once, before any cut
+    if t.text_len(prompt.ids) + longer > max_length:
+        prompt = t.cut_prompt(prompt, max_prompt_length)
+    if t.text_len(prompt.ids) + longer > max_length:
+        answers = [a[: max_length - max_prompt_length] for a in answers]
+    return prompt, answers
+
 
 def _pad_right(rows: list[list[int]], value: int):
     import torch
@@ -159,18 +183,24 @@ class PreferenceCollator:
     max_length: int = 512
     max_prompt_length: int = 128
     max_target_length: int = 128
-    diff_mask: bool = False
+    diff_mask: str | None = None  # ddpo: "replaced" (VL-RLHF) | "changed" (training/losses.py)
+    truncation: str = "vlrlhf"
     inputs: Any = None  # evalsuite.models.inputs.InputConfig
 
     def __post_init__(self):
         self._t = _Tok(self.processor, self.inputs)
 
-    def _completion(self, ids: list[int], prompt_text_len: int) -> list[int]:
+    def _completion(self, ids: list[int]) -> list[int]:
         t = self._t
-        if not ids or ids[-1] != t.eos_id:
-            ids = ids + [t.eos_id]
-        room = max(1, self.max_length - prompt_text_len)
-        return ids[: min(self.max_target_length, room)]
+        return ids if ids and ids[-1] == t.eos_id else ids + [t.eos_id]
+
+    def _masks(self, pairs: list[tuple[list[int], list[int], list[int]]]) -> list[tuple[list[int], list[int]]]:
+        """Per pair, the 0/1 masks of the chosen and rejected tokens entering the sequence log-probs."""
+        if self.diff_mask == "replaced":
+            return replaced_token_masks([(len(p), c, r) for p, c, r in pairs])
+        if self.diff_mask == "changed":
+            return [diff_token_masks(c, r) for _, c, r in pairs]
+        return [([1] * len(c), [1] * len(r)) for _, c, r in pairs]
 
     def __call__(self, examples: list[dict]) -> dict:
         import torch
@@ -187,24 +217,23 @@ class PreferenceCollator:
             chosen.append(c_text)
             rejected.append(r_text)
         encoded, image_data = t.encode_prompts(prompts, images)
-        encoded = [p.take(keep_prompt_end(p.ids, t.protected(p.ids), self.max_prompt_length)) for p in encoded]
         rows, comp_masks, logp_masks = [], [], []
-        pairs = []
+        pairs, kept = [], []
         for p, c, r in zip(encoded, chosen, rejected):
-            n = t.text_len(p.ids)
-            pairs.append((p.ids, self._completion(t.encode_text(c), n), self._completion(t.encode_text(r), n)))
-        for side in (1, 2):  # chosen rows, then rejected rows
-            for p, c, r in pairs:
-                comp = (c, r)[side - 1]
-                if self.diff_mask:
-                    mask = diff_token_masks(c, r)[side - 1]
-                else:
-                    mask = [1] * len(comp)
+            answers = [self._completion(t.encode_text(c)), self._completion(t.encode_text(r))]
+            p, (c_ids, r_ids) = truncate_pair(p, answers, t, self.max_length, self.max_prompt_length,
+                                              self.max_target_length, self.truncation)
+            kept.append(p)
+            pairs.append((p.ids, c_ids, r_ids))
+        masks = self._masks(pairs)
+        for side in (0, 1):  # chosen rows, then rejected rows
+            for (p, c, r), mask in zip(pairs, masks):
+                comp = (c, r)[side]
                 rows.append(p + comp)
                 comp_masks.append([0] * len(p) + [1] * len(comp))
-                logp_masks.append([0] * len(p) + mask)
+                logp_masks.append([0] * len(p) + mask[side])
         doubled = {k: merge_tensors([v, v]) for k, v in image_data.items()}  # sample-major: rows repeat
-        batch = _model_batch(t, encoded + encoded, rows, doubled)
+        batch = _model_batch(t, kept + kept, rows, doubled)
         batch["completion_mask"] = _pad_right(comp_masks, 0)
         batch["logp_mask"] = _pad_right(logp_masks, 0)
         if "ref_chosen_logps" in examples[0]:
@@ -217,8 +246,10 @@ class PreferenceCollator:
 class SFTCollator:
     """Examples {image, image_bytes, messages} -> input_ids / attention_mask / labels (+ image tensors).
 
-    Only assistant turns are labelled; each is cut to `max_target_length`, and the whole sequence
-    keeps its first `max_length` text tokens (image tokens are in the first turn and always kept).
+    Only assistant turns are labelled; the whole sequence keeps its first `max_length` text tokens
+    (image tokens are in the first turn and always kept). With `truncation: per_field` the first
+    prompt also keeps only its last `max_prompt_length` text tokens and each answer its first
+    `max_target_length` tokens.
     """
 
     processor: Any
@@ -226,6 +257,7 @@ class SFTCollator:
     max_prompt_length: int = 128
     max_target_length: int = 128
     label_pad_token_id: int = -100
+    truncation: str = "vlrlhf"  # per_field: prompt and answers capped too (module docstring)
     inputs: Any = None  # evalsuite.models.inputs.InputConfig
 
     def __post_init__(self):
@@ -258,7 +290,8 @@ class SFTCollator:
         encoded, image_data = t.encode_prompts([s[0][0] for s in segs], images)
         prompts, rows, labels = [], [], []
         for first, pieces in zip(encoded, segs):
-            first = first.take(keep_prompt_end(first.ids, t.protected(first.ids), self.max_prompt_length))
+            per_field = self.truncation == "per_field"
+            first = t.cut_prompt(first, self.max_prompt_length) if per_field else first
             ids = list(first.ids)
             lab = [self.label_pad_token_id] * len(ids)
             for text, is_answer in pieces[1:]:
@@ -266,7 +299,7 @@ class SFTCollator:
                 if is_answer:
                     if not piece or piece[-1] != t.eos_id:
                         piece = piece + [t.eos_id]
-                    piece = piece[: self.max_target_length]
+                    piece = piece[: self.max_target_length] if per_field else piece
                 ids += piece
                 lab += piece if is_answer else [self.label_pad_token_id] * len(piece)
             keep = _first_text_tokens(ids, t.protected(ids), self.max_length)

@@ -53,7 +53,8 @@ def _last_metrics(trainer) -> dict:
 
 
 def finish_training(trainer, cfg, processor, info: dict, method: str) -> Path:
-    """Save the adapter (if any), then on the main process merge it into a full checkpoint + manifest.
+    """Save the adapter (if any), then on the main process merge it into a full checkpoint + manifest
+    (a LoRA adapter in float32 into the base's own weights, saved in `merge_dtype`: training/checkpoint.py).
 
     Under ZeRO-3 the weights are sharded across ranks; merge from OUTPUT_DIR/adapter in a separate
     single process instead (`--save_merged false` here).
@@ -72,6 +73,8 @@ def finish_training(trainer, cfg, processor, info: dict, method: str) -> Path:
         model.eval()
         save_checkpoint(model, processor, out, iteration=cfg.iteration,
                         parent=cfg.parent or cfg.model_name_or_path, method=method, config=cfg.resolved(),
-                        data_hash=info.get("data_hash"), extra={"data": info, "metrics": _last_metrics(trainer)})
+                        data_hash=info.get("data_hash"), extra={"data": info, "metrics": _last_metrics(trainer)},
+                        base=cfg.model_name_or_path, merge_dtype=cfg.merge_dtype,
+                        trust_remote_code=cfg.trust_remote_code)
     acc.wait_for_everyone()
     return out

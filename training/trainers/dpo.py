@@ -4,7 +4,8 @@
 
 The subclass keeps TRL's engine (fused LM head, PEFT reference = adapter disabled, accelerate,
 logging) and replaces only the loss computation, so every loss in `training.losses.LOSSES` (incl.
-kto_pair and ddpo, which TRL 1.16 lacks) is one spec lookup. It also adds what TRL refuses for
+kto_pair and ddpo, which TRL 1.16 lacks) is one spec lookup (`loss_spec`, with VL-RLHF's summed
+log-probs for ipo and its DDPO mask unless `ipo_logps` / `ddpo_mask` say otherwise). It also adds what TRL refuses for
 vision data: reference log-probs computed once before training (`--precompute_ref_log_probs`).
 
 `run_dpo(cfg) -> Path` is the API the CSR loop calls once per iteration: it returns the merged
@@ -19,7 +20,7 @@ from pathlib import Path
 import torch
 from trl import DPOConfig, DPOTrainer
 
-from training.losses import LOSSES, LossSpec, rpo_nll, sequence_logps
+from training.losses import LossSpec, loss_spec, rpo_nll, sequence_logps
 from training.trainers.common import JsonLogCallback, finish_training, trainer_args
 
 log = logging.getLogger(__name__)
@@ -127,13 +128,13 @@ def build_dpo_trainer(cfg, model, processor, train_ds, eval_ds=None) -> VLDPOTra
     from training.trainers.collate import PreferenceCollator
     from training.trainers.model import lora_config
 
-    spec = LOSSES[cfg.loss_type]
+    spec = loss_spec(cfg.loss_type, cfg.ipo_logps, cfg.ddpo_mask)
     args = DPOConfig(**trainer_args(cfg), beta=cfg.beta, label_smoothing=cfg.label_smoothing,
                      loss_type=["sigmoid"],  # unused: VLDPOTrainer computes cfg.loss_type itself
                      max_length=None, precompute_ref_log_probs=False, dataset_num_proc=cfg.dataset_num_proc)
     collator = PreferenceCollator(processor, max_length=cfg.max_length, max_prompt_length=cfg.max_prompt_length,
                                   max_target_length=cfg.max_target_length, diff_mask=spec.diff_mask,
-                                  inputs=cfg.input_config())
+                                  truncation=cfg.truncation, inputs=cfg.input_config())
     return VLDPOTrainer(
         model=model, args=args, data_collator=collator, train_dataset=train_ds, eval_dataset=eval_ds,
         processing_class=processor, peft_config=lora_config(cfg, model), loss_spec=spec,
@@ -143,6 +144,7 @@ def build_dpo_trainer(cfg, model, processor, train_ds, eval_ds=None) -> VLDPOTra
 
 def run_dpo(cfg) -> Path:
     """Train cfg (a validated TrainConfig) and return the merged checkpoint directory."""
+    from training.config import resume_checkpoint
     from training.data import load_examples
     from training.trainers.model import load_model_and_processor, setup_reporting
 
@@ -154,7 +156,7 @@ def run_dpo(cfg) -> Path:
         trainer.train_dataset = trainer.precompute_reference(trainer.train_dataset)
         if trainer.eval_dataset is not None:
             trainer.eval_dataset = trainer.precompute_reference(trainer.eval_dataset)
-    trainer.train(resume_from_checkpoint=cfg.resume_from_checkpoint)
+    trainer.train(resume_from_checkpoint=resume_checkpoint(cfg))
     return finish_training(trainer, cfg, processor, info, method="csr" if cfg.method == "csr" else "dpo")
 
 

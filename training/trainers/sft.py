@@ -26,7 +26,7 @@ def build_sft_trainer(cfg, model, processor, train_ds, eval_ds=None) -> SFTTrain
                      dataset_kwargs={"skip_prepare_dataset": True})  # SFTCollator tokenises on the fly
     collator = SFTCollator(processor, max_length=cfg.max_length, max_prompt_length=cfg.max_prompt_length,
                            max_target_length=cfg.max_target_length, label_pad_token_id=cfg.label_pad_token_id,
-                           inputs=cfg.input_config())
+                           truncation=cfg.truncation, inputs=cfg.input_config())
     return SFTTrainer(model=model, args=args, data_collator=collator, train_dataset=train_ds, eval_dataset=eval_ds,
                       processing_class=processor, peft_config=lora_config(cfg, model),
                       callbacks=[JsonLogCallback(Path(cfg.output_dir) / "metrics.jsonl")])
@@ -34,6 +34,7 @@ def build_sft_trainer(cfg, model, processor, train_ds, eval_ds=None) -> SFTTrain
 
 def run_sft(cfg) -> Path:
     """Train cfg (a validated TrainConfig, method sft) and return the full checkpoint directory."""
+    from training.config import resume_checkpoint
     from training.data import load_examples
     from training.trainers.model import load_model_and_processor, setup_reporting
 
@@ -41,7 +42,7 @@ def run_sft(cfg) -> Path:
     train_ds, eval_ds, info = load_examples(cfg)
     model, processor = load_model_and_processor(cfg)
     trainer = build_sft_trainer(cfg, model, processor, train_ds, eval_ds)
-    trainer.train(resume_from_checkpoint=cfg.resume_from_checkpoint)
+    trainer.train(resume_from_checkpoint=resume_checkpoint(cfg))
     return finish_training(trainer, cfg, processor, info, method="sft")
 
 

@@ -1,4 +1,4 @@
-"""Log-likelihood of a continuation given (image, prompt), for lmms-eval's loglikelihood requests.
+"""Log-likelihood of a continuation given (image, prompt): what lmms-eval's loglikelihood requests ask.
 
 `evalsuite.models.vlm` answers generation requests; multiple-choice / loglikelihood tasks need the
 summed log-probability of a given continuation after the checkpoint's own chat prompt, and whether

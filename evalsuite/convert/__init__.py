@@ -1,0 +1,1 @@
+"""Converters from released data files to the formats evalsuite's trainers read (pure data, no models)."""

@@ -1,0 +1,50 @@
+"""A loaded VLM behind the small interface evaluation harnesses call (lmms-eval's model adapter today).
+
+    backend = VLMBackend.from_checkpoint("ckpt/", device="cpu")
+    backend.generate([GenRequest(...)], GenConfig(max_new_tokens=16))   # -> [str]
+    backend.loglikelihood([(GenRequest(...), " yes")])                   # -> [(logp, is_greedy)]
+
+`fingerprint` (the checkpoint hash) keys every cached answer. Any object with `generate`,
+`loglikelihood`, `fingerprint`, `name` and `device` can stand in (tests use stub answerers).
+"""
+from __future__ import annotations
+
+from evalsuite.types import GenConfig, GenRequest
+
+
+class VLMBackend:
+    """Answers GenRequests with a loaded evalsuite VLM."""
+
+    def __init__(self, vlm, fingerprint: str, name: str | None = None):
+        self.vlm = vlm
+        # answers generated under other prompt settings (system prompt, template, image_aspect) must not be
+        # served from the cache: their identity joins the fingerprint (nothing for the defaults)
+        self.inputs_identity = vlm.inputs.config.identity() if getattr(vlm, "inputs", None) else {}
+        self.fingerprint = fingerprint + (vlm.inputs.config.cache_suffix() if self.inputs_identity else "")
+        self.name = name or str(vlm.path)
+        self.device = str(vlm.device)
+
+    @classmethod
+    def from_checkpoint(cls, path, device=None, dtype=None, trust_remote_code: bool = False,
+                        fingerprint: str | None = None) -> "VLMBackend":
+        from evalsuite.manifest import checkpoint_hash
+        from evalsuite.models.vlm import load_vlm
+
+        vlm = load_vlm(path, trust_remote_code=trust_remote_code, device=device, dtype=dtype)
+        return cls(vlm, fingerprint or checkpoint_hash(path), name=str(path))
+
+    def generate(self, requests: list[GenRequest], gen: GenConfig) -> list[str]:
+        from evalsuite.models.vlm import generate
+
+        return generate(self.vlm, requests, gen, batch_size=max(1, len(requests)), progress=False)
+
+    def prompt_text(self, context: str, with_image: bool = True) -> str:
+        """The text the processor receives for `context` (chat template, system prompt, family format)."""
+        from evalsuite.models.vlm import build_prompt
+
+        return build_prompt(self.vlm, context, with_image)
+
+    def loglikelihood(self, pairs: list[tuple[GenRequest, str]]) -> list[tuple[float, bool]]:
+        from evalsuite.models.loglik import loglikelihood
+
+        return loglikelihood(self.vlm, pairs)

@@ -1,0 +1,104 @@
+"""An output directory that belongs to one evaluation run: OUT/run.json says which, OUT/.lock who writes.
+
+    out = OutputDir(path)
+    run_id = out.existing_run(config, ckpt_hash) or new_run_id()   # a check: no file is written
+    ...                                                            # every other check, then
+    run_id = out.claim(meta, config, ckpt_hash)                    # when the first task starts
+    ...
+    out.release()
+
+A directory is resumed when its run.json holds the same configuration and checkpoint hash; a
+non-empty directory holding anything else is refused with one line naming the flag. The lock is an
+flock on OUT/.lock: the kernel drops it when its process dies (kill -9 included), and a second process
+trying to write into the same directory while the first runs is refused.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from evalsuite.errors import UserError
+
+LOCK = ".lock"
+
+
+def differences(old, new, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two plain (JSON-like) mappings."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return [] if old == new else [prefix.rstrip(".") or "config"]
+    out: list[str] = []
+    for key in sorted(set(old) | set(new), key=str):
+        out += differences(old.get(key), new.get(key), f"{prefix}{key}.")
+    return out
+
+
+class OutputDir:
+    def __init__(self, path: str | os.PathLike, flag: str = "--output"):
+        self.path = Path(path)
+        self.flag = flag
+        self._fd: int | None = None
+
+    def existing_run(self, config: dict, ckpt_hash: str) -> str | None:
+        """The run id this directory holds when it is this same run (resume), None when it is new or
+        empty; a UserError when it holds anything else."""
+        p, flag = self.path, self.flag
+        if not p.exists():
+            return None
+        if not p.is_dir():
+            raise UserError(f"{flag} {p}: is not a directory")
+        if not any(e.name != LOCK for e in p.iterdir()):
+            return None
+        try:
+            old = json.loads((p / "run.json").read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"{flag} {p}: not empty and not an evalsuite run directory (no run.json); "
+                            "pass a new or empty directory") from None
+        except (OSError, ValueError) as e:
+            raise UserError(f"{flag} {p}: run.json unreadable ({e}); pass a new or empty directory") from None
+        if not isinstance(old, dict) or not old.get("run_id"):
+            raise UserError(f"{flag} {p}: run.json names no run; pass a new or empty directory")
+        diff = differences(old.get("config"), config)
+        if old.get("ckpt_hash") != ckpt_hash:
+            diff.insert(0, "the checkpoint's weights")
+        if diff:
+            shown = ", ".join(diff[:4]) + (", ..." if len(diff) > 4 else "")
+            raise UserError(f"{flag} {p}: holds run {old['run_id']} of another configuration ({shown} differ); "
+                            "pass another directory, or the same settings to resume it")
+        return str(old["run_id"])
+
+    def claim(self, meta: dict, config: dict, ckpt_hash: str) -> str:
+        """Take the lock, then write run.json unless the directory already holds this run; the run id."""
+        import fcntl
+
+        from evalsuite.files import write_json_atomic
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / LOCK, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UserError(f"{self.flag} {self.path}: another evalsuite run is writing there now") from None
+        self._fd = fd
+        try:
+            resumed = self.existing_run(config, ckpt_hash)  # again under the lock: a run may have started since
+            if not resumed:
+                write_json_atomic(self.path / "run.json", meta)
+        except BaseException:
+            self.release()
+            raise
+        return resumed or str(meta["run_id"])
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+    def summary(self) -> dict:
+        """summary.json of a resumed run ({} when there is none)."""
+        try:
+            data = json.loads((self.path / "summary.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}

@@ -1,0 +1,53 @@
+"""configs/csr.yaml itself (the released sampler's rules, beam LM score, fp32 merge) for one iteration on
+the tiny kit: only paths, sizes and CPU settings are overridden, every fidelity switch keeps the preset's
+value. Checks that the released rules hold in the trees the real loop writes."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_released_preset_one_iteration(tmp_path, tiny_vlm_dir, tiny_clip_dir, world_dir):
+    from evalsuite.manifest import read_manifest
+    from evalsuite.models.vlm import load_vlm
+    from training.csr.config import load_config
+    from training.csr.generate import read_trees
+    from training.csr.loop import run_csr
+
+    images = world_dir / "images" / "train"
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": p.stem, "image": p.name, "question": "Describe the image."}) + "\n"
+                               for p in sorted(images.iterdir())[:4]))
+    overrides = [f"model={tiny_vlm_dir}", f"clip={tiny_clip_dir}", f"prompts={prompts}", f"image_root={images}",
+                 f"output_dir={tmp_path / 'run'}", f"store={tmp_path / 'store'}", "iterations=1", "device=cpu",
+                 "dtype=float32", "tree.max_new_tokens=8", "tree.max_chars=150",
+                 "train.bf16=false", "train.use_cpu=true", "train.gradient_checkpointing=false", "train.lora_r=8",
+                 "train.lora_alpha=16"]
+    cfg = load_config(REPO / "configs" / "csr.yaml", overrides)
+    assert (cfg.tree.stop, cfg.tree.dedupe_siblings, cfg.tree.junk_filter, cfg.reward.language_score) == \
+        ("released", False, "after_pruning", "beam")
+    (merged,) = run_csr(cfg)
+
+    vlm = load_vlm(merged, device="cpu")
+    tok, period = vlm.tokenizer, vlm.tokenizer.convert_tokens_to_ids(".")
+    trees = read_trees(tmp_path / "run" / "iter_1" / "trees.jsonl")
+    for tree in trees:
+        for node in tree.nodes[1:]:
+            ids = node.sentence_ids
+            # a sentence ends only at "." or at the 8-token cap, never at EOS or another mark
+            assert ids[-1] == period or len(ids) == 8
+            assert period not in ids[:-1]
+            siblings = tree.nodes[node.parent].children
+            assert len(siblings) == cfg.tree.num_beams  # duplicates kept: always 5 children
+    scores = [json.loads(x) for x in (tmp_path / "run" / "iter_1" / "scores.jsonl").read_text().splitlines()]
+    for tree, sc in zip(trees, scores):
+        for nid, s in sc["nodes"].items():
+            assert s["lm"] == tree.nodes[int(nid)].sentence_score  # the beam's own score
+    man = read_manifest(merged)
+    assert man["extra"]["merge"]["dtype"] == "float32" and man["extra"]["merge"]["delta_kept"] == pytest.approx(1.0, abs=1e-3)
+    assert tok.decode([period]) == "."

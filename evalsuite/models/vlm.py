@@ -102,6 +102,11 @@ def load_vlm(
     if getattr(config, "vision_config", None) is None:
         raise UserError(f"{path}: model_type {config.model_type!r} is not a vision-language model "
                         "(no vision_config)")
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    if config.model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES and not trust_remote_code:
+        raise UserError(f"{path}: not a loadable vision-language checkpoint (model_type {config.model_type!r} "
+                        "has no image-text-to-text model class in transformers)")
     model_inputs = load_inputs(path, inputs, trust_remote_code)  # a missing prompt format fails before the weights
     device = _pick_device(device)
     torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)

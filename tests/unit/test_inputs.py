@@ -142,7 +142,7 @@ def test_paligemma_loglikelihood_scores_the_continuation_as_the_suffix(paligemma
     `processor(text=prefix, suffix=continuation)` encoding (which also appends EOS, not scored here)."""
     import torch
 
-    from evalsuite.adapters.vlm_loglik import loglikelihood
+    from evalsuite.models.loglik import loglikelihood
     from evalsuite.models.vlm import load_vlm
     from evalsuite.types import GenRequest
 

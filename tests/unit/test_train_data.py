@@ -170,7 +170,7 @@ def test_truncation_counts_text_tokens_only():
 
 
 def _tok():
-    """Image token 4 and a leading BOS 1 protected, as `_Tok.protected` finds them in these rows."""
+    """Image token 4 (not text) and a leading BOS 1 (text, but never cut), as `_Tok` finds them here."""
     from types import SimpleNamespace
 
     from training.trainers.collate import keep_prompt_end
@@ -178,7 +178,7 @@ def _tok():
     def protected(ids):
         return {i for i, x in enumerate(ids) if x == 4 or (i == 0 and x == 1)}
 
-    return SimpleNamespace(text_len=lambda ids: len(ids) - len(protected(ids)),
+    return SimpleNamespace(text_len=lambda ids: sum(1 for x in ids if x != 4),
                            cut_prompt=lambda row, n: row.take(keep_prompt_end(row.ids, protected(row.ids), n)))
 
 

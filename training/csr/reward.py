@@ -106,11 +106,13 @@ def path_rewards(tree: Tree, scores: dict[int, dict], cfg: RewardConfig) -> list
 
 
 # ---------------------------------------------------------------- model passes
-def language_scores(vlm, trees: Sequence[Tree], features: Sequence, batch: int = 32) -> list[dict[int, float]]:
+def language_scores(vlm, trees: Sequence[Tree], features: Sequence | None = None, batch: int = 32,
+                    image_root: str | Path | None = None) -> list[dict[int, float]]:
     """Teacher-forced mean token log-prob of every scorable sentence, batched across trees.
 
     `features[t]`: tree t's per-sample model inputs (`training.csr.generate.encode_prompt`; a bare
-    pixel tensor is accepted for one-image-tensor models)."""
+    pixel tensor is accepted for one-image-tensor models); None = encode each tree's prompt again from
+    its image under `image_root`."""
     import torch
 
     from evalsuite.models.inputs import batch_rows, model_kwargs, to_device
@@ -121,6 +123,8 @@ def language_scores(vlm, trees: Sequence[Tree], features: Sequence, batch: int =
     model = vlm.model
     device = next(model.parameters()).device
     pad = vlm.tokenizer.pad_token_id if vlm.tokenizer.pad_token_id is not None else vlm.tokenizer.eos_token_id
+    if features is None:
+        features = _prompt_features(vlm, trees, image_root)
     feats = [{"pixel_values": f} if isinstance(f, torch.Tensor) else f for f in features]
     for lo in range(0, len(items), batch):
         chunk = items[lo:lo + batch]
@@ -166,7 +170,7 @@ def score_trees(vlm, scorer, trees: Sequence[Tree], image_root: str | Path, cfg:
 
     images = [load_image(safe_join(image_root, t.image)) for t in trees]
     if cfg.language_score == "teacher_forced":
-        lm = language_scores(vlm, trees, _prompt_features(vlm, trees, image_root), cfg.lm_batch)
+        lm = language_scores(vlm, trees, None, cfg.lm_batch, image_root=image_root)
     else:  # the released ranking: the score the search gave the sentence
         lm = [{nid: t.nodes[nid].sentence_score for nid in scorable(t)} for t in trees]
     items = [(ti, nid) for ti, t in enumerate(trees) for nid in scorable(t)]

@@ -112,10 +112,15 @@ class _Tok:
         return out, image_data
 
     def protected(self, ids: list[int]) -> set[int]:
-        """Positions truncation never cuts: every run of special tokens that holds an image token (the
-        image placeholders with their markers: Qwen's vision_start/end, Idefics3's row/col tags,
-        Gemma3's start/end_of_image, PaliGemma's <bos> after the image) and a leading BOS."""
-        keep: set[int] = {0} if ids and self.bos_id is not None and ids[0] == self.bos_id else set()
+        """Positions truncation never cuts: the image blocks and a leading BOS."""
+        bos = {0} if ids and self.bos_id is not None and ids[0] == self.bos_id else set()
+        return self.image_positions(ids) | bos
+
+    def image_positions(self, ids: list[int]) -> set[int]:
+        """Every run of special tokens that holds an image token: the image placeholders with their
+        markers (Qwen's vision_start/end, Idefics3's row/col tags, Gemma3's start/end_of_image,
+        PaliGemma's <bos> after the image). Not text, never counted nor cut."""
+        keep: set[int] = set()
         i = 0
         while i < len(ids):
             if ids[i] not in self.special_ids:
@@ -130,7 +135,7 @@ class _Tok:
         return keep
 
     def text_len(self, ids: list[int]) -> int:
-        return len(ids) - len(self.protected(ids))
+        return len(ids) - len(self.image_positions(ids))
 
     def cut_prompt(self, row: _Row, limit: int) -> _Row:
         """`row` keeping its protected positions and its last `limit` text tokens."""
@@ -302,7 +307,7 @@ class SFTCollator:
                     piece = piece[: self.max_target_length] if per_field else piece
                 ids += piece
                 lab += piece if is_answer else [self.label_pad_token_id] * len(piece)
-            keep = _first_text_tokens(ids, t.protected(ids), self.max_length)
+            keep = _first_text_tokens(ids, t.image_positions(ids), self.max_length)
             prompts.append(first)
             rows.append(ids[:keep])
             labels.append(lab[:keep])
@@ -312,7 +317,7 @@ class SFTCollator:
 
 
 def _first_text_tokens(ids: list[int], protected: set[int], limit: int) -> int:
-    """Length of the longest prefix of `ids` holding at most `limit` text (unprotected) tokens."""
+    """Length of the longest prefix of `ids` holding at most `limit` text (not `protected`) tokens."""
     n = 0
     for i in range(len(ids)):
         if i not in protected:

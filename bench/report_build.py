@@ -3,9 +3,10 @@
     python bench/report_build.py                       # 10,000 records, limits 30 s and 25 MB
     python bench/report_build.py --records 2000 --keep /tmp/bench-store
 
-The store is filled through `Store.write_run` with TaskResults shaped like the chair, relevance and
-csr_pairs tasks' (3 checkpoint iterations; records split between chair and relevance samples plus
-training pairs), over small synthetic PNG images. Prints build seconds and file size; exits 1 when a
+The store is filled through `Store.write_run` with TaskResults shaped like the chair, relevance, POPE
+(lmms-eval's per-question results, three settings) and csr_pairs tasks' (3 checkpoint iterations;
+records split between chair and relevance samples, POPE questions and training pairs), over small
+synthetic PNG images. The build includes the paired bootstraps of every delta (1000 resamples). Prints build seconds and file size; exits 1 when a
 limit is exceeded.
 """
 from __future__ import annotations
@@ -58,8 +59,28 @@ def _caption_sample(rng, i: int, image: Path, hal_rate: float) -> tuple[dict, di
     return chair, relevance
 
 
+def _pope(rng, n: int, yes_bias: float):
+    """n POPE questions in lmms-eval's record shape (a third per setting) and their accuracy."""
+    from evalsuite.types import MetricValue, TaskResult
+
+    settings = ("random", "popular", "adversarial")
+    recs = []
+    for i in range(n):
+        truth = "yes" if i % 2 == 0 else "no"
+        ans = "yes" if rng.random() < (0.8 if truth == "yes" else yes_bias) else "no"
+        res = {"question_id": str(i), "score": float(ans == truth), "prediction": ans, "ground_truth": truth}
+        recs.append({"key": f"pope/{i}", "image_id": str(i), "image": f"img_{i // 6:05d}", "answer": ans,
+                     "prompt": f"Is there a {OBJECTS[i % len(OBJECTS)]} in the image?", "target": truth,
+                     "doc": {"question": f"Is there a {OBJECTS[i % len(OBJECTS)]} in the image?",
+                             "category": settings[i * 3 // n], "image_source": f"img_{i // 6:05d}"},
+                     "pope_accuracy": res, "pope_f1_score": res})
+    acc = sum(r["pope_accuracy"]["score"] for r in recs) / n
+    return TaskResult("pope", "0.0", [MetricValue("pope_accuracy", acc, True, n)], samples=recs)
+
+
 def fill_store(store_dir: Path, image_dir: Path, records: int, iterations: int = 3, seed: int = 0) -> None:
-    """`records` per-sample records in all: chair + relevance per image per checkpoint, plus pairs."""
+    """`records` per-sample records in all: chair + relevance per image per checkpoint, POPE
+    questions, plus pairs."""
     import numpy as np
 
     from evalsuite.store import Store
@@ -67,7 +88,8 @@ def fill_store(store_dir: Path, image_dir: Path, records: int, iterations: int =
 
     per_ckpt = records // iterations
     n_pairs = per_ckpt // 5
-    n_images = (per_ckpt - n_pairs) // 2
+    n_pope = per_ckpt // 4 // 6 * 6
+    n_images = (per_ckpt - n_pairs - n_pope) // 2
     images = make_images(image_dir, min(n_images, 400), seed)
     store = Store(store_dir)
     for it in range(iterations):
@@ -93,6 +115,7 @@ def fill_store(store_dir: Path, image_dir: Path, records: int, iterations: int =
                                           MetricValue("rejected_reward_mean", rj, True, n_pairs),
                                           MetricValue("reward_gap", ch - rj, True, n_pairs),
                                           MetricValue("num_pairs", n_pairs, True)], samples=pairs),
+            _pope(rng, n_pope, 0.5 - 0.1 * it),
         ]
         store.write_run({"ckpt": f"/ckpts/iter{it}", "ckpt_hash": f"{it:064x}", "iteration": it,
                          "method": "base" if it == 0 else "csr", "config": {"iteration": it}}, results)

@@ -11,10 +11,16 @@ from __future__ import annotations
 import io
 import os
 import struct
+import threading
 import warnings
 from typing import Any
 
 from evalsuite.errors import UserError
+
+# PIL's own default; checked here, since libraries loaded in the same process (lmms-eval's task
+# modules) raise Image.MAX_IMAGE_PIXELS and turn on ImageFile.LOAD_TRUNCATED_IMAGES for everyone
+MAX_PIXELS = 89_478_485
+_TRUNCATED_FLAG = threading.Lock()
 
 
 def open_rgb(src: Any, name: str | os.PathLike | None = None):
@@ -25,11 +31,20 @@ def open_rgb(src: Any, name: str | os.PathLike | None = None):
         return src.convert("RGB")
     raw = isinstance(src, (bytes, bytearray, memoryview))
     label = str(name if name is not None else ("<image bytes>" if raw else src))
+    from PIL import ImageFile
+
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _TRUNCATED_FLAG:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(src) if raw else src) as im:
-                return im.convert("RGB")      # convert() decodes fully: truncation shows here
+                w, h = im.size
+                if w * h > MAX_PIXELS:
+                    raise Image.DecompressionBombError(f"{w}x{h} = {w * h} pixels, more than {MAX_PIXELS}")
+                saved, ImageFile.LOAD_TRUNCATED_IMAGES = ImageFile.LOAD_TRUNCATED_IMAGES, False
+                try:
+                    return im.convert("RGB")      # convert() decodes fully: truncation shows here
+                finally:
+                    ImageFile.LOAD_TRUNCATED_IMAGES = saved
     except FileNotFoundError:
         raise UserError(f"{label}: image not found") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:

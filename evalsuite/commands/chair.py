@@ -5,7 +5,8 @@
 
 Lines are `{"image_id": int, "caption": str}` or LLaVA answers `{"image_id": int or "COCO_..._000000002239.jpg",
 "text": str}`. Writes OUT/summary.json (variant, integer counts, CHAIRs, CHAIRi, Recall, Len, ci, NLTK
-resource checksums) and OUT/per_caption.jsonl, and prints a one-line table.
+resource checksums) and OUT/per_caption.jsonl, and prints a one-line table: CHAIRs, CHAIRi and Recall
+as fractions (0-1, as `evalsuite table` and the report show them) with 95% CIs, Len in tokens.
 """
 from __future__ import annotations
 
@@ -57,7 +58,9 @@ def main(args: argparse.Namespace) -> int:
     out = args.output or Path("runs") / "chair" / f"{args.captions.stem}-{variant.name}"
     write_jsonl_atomic(out / "per_caption.jsonl", records)
     write_json_atomic(out / "summary.json", summary)
-    print(f"{'variant':<12} {'caps':>5} {'CHAIRs':>7} {'CHAIRi':>7} {'Recall':>7} {'Len':>7}   -> {out}")
-    print(f"{variant.name:<12} {summary['num_caps']:>5} {summary['CHAIRs'] * 100:>7.1f} {summary['CHAIRi'] * 100:>7.1f}"
-          f" {summary['Recall'] * 100:>7.1f} {summary['Len']:>7.1f}")
+    # fractions with their 95% CIs, as `evalsuite table` and the report show them (papers print percent)
+    print(f"{'variant':<12} {'caps':>5} {'CHAIRs':>21} {'CHAIRi':>21} {'Recall':>21} {'Len':>7}   -> {out}")
+    cells = [f"{summary[m]:.3f} [{summary['ci'][m][0]:.3f}, {summary['ci'][m][1]:.3f}]" for m in ("CHAIRs", "CHAIRi", "Recall")]
+    print(f"{variant.name:<12} {summary['num_caps']:>5} " + " ".join(f"{c:>21}" for c in cells) + f" {summary['Len']:>7.2f}")
+    print("(fractions, 0-1, with 95% bootstrap CIs; Len in tokens per caption)")
     return 0

@@ -9,9 +9,11 @@ from __future__ import annotations
 def register(sub) -> None:
     p = sub.add_parser(
         "report", help="write a self-contained HTML report from the results store",
-        description="Summary table with deltas vs base, metrics across iterations, chosen vs rejected "
-                    "rewards per CSR iteration, relevance densities, a per-sample view with marked "
-                    "hallucinations, and provenance: all in OUT/index.html (no network needed to view).")
+        description="A headline (base vs last iteration, which changes are significant), a summary table "
+                    "with deltas vs base and paired-bootstrap CIs (the numbers `evalsuite table` prints), "
+                    "metrics across iterations, chosen vs rejected rewards and DPO training curves per CSR "
+                    "iteration, relevance densities, caption and question (POPE/MME) browsers with "
+                    "filters and search, and provenance: all in OUT/index.html (no network needed to view).")
     p.add_argument("--store", default="results", help="results store directory (default: results)")
     p.add_argument("--out", default="reports/latest", help="output folder (default: reports/latest)")
     p.add_argument("--version", dest="as_of", metavar="V",
@@ -23,6 +25,10 @@ def register(sub) -> None:
     p.add_argument("--max-images", type=int, default=120,
                    help="image/prompt groups in the per-sample view (default 120; bounds the file size)")
     p.add_argument("--page-size", type=int, default=8, help="sample groups per page (default 8)")
+    p.add_argument("--max-questions", type=int, default=400,
+                   help="questions (POPE, MME) in the question browser (default 400, changed answers first)")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for CIs (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--image-root", action="append", default=[], metavar="DIR",
                    help="folder relative sample image paths are resolved against; repeatable")
     p.add_argument("--title", help="page title")
@@ -38,10 +44,13 @@ def main(args) -> int:
     store = Store(args.store)
     if not store.metrics_dir.is_dir():
         raise UserError(f"--store {args.store}: no results store there (no metrics/ folder)")
-    if args.max_images < 0 or args.page_size < 1:
-        raise UserError("--max-images must be >= 0 and --page-size >= 1")
+    if args.max_images < 0 or args.page_size < 1 or args.max_questions < 0:
+        raise UserError("--max-images and --max-questions must be >= 0 and --page-size >= 1")
+    if args.n_boot < 1:
+        raise UserError(f"--n-boot: must be >= 1, got {args.n_boot}")
     ensure_writable_dir(args.out, "--out", create=False)
     path = build_report(store, args.out, as_of=args.as_of, runs=args.run, base=args.base, max_images=args.max_images,
-                        page_size=args.page_size, image_roots=args.image_root, title=args.title)
+                        page_size=args.page_size, image_roots=args.image_root, title=args.title,
+                        max_questions=args.max_questions, n_boot=args.n_boot, seed=args.seed)
     print(path)
     return 0

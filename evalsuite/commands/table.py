@@ -16,7 +16,9 @@ def register(sub) -> None:
                     "of the same setup with a CI. A checkpoint evaluated two ways (prompt, images, data...) "
                     "gives two rows labelled by what differs. The base is chosen per lineage (checkpoints "
                     "linked by their manifests' parent): its iteration 0, else its first; unrelated "
-                    "checkpoints get no delta unless --base names one. Metrics are named TASK/METRIC[VARIANT].")
+                    "checkpoints get no delta unless --base names one. Metrics are named TASK/METRIC[VARIANT]. "
+                    "Where both checkpoints' per-sample records exist, CIs come from a paired bootstrap over "
+                    "the shared samples (the report uses the same numbers); the notes say which.")
     p.add_argument("--store", default="results", help="results store directory (default: results)")
     p.add_argument("--metric", action="append", metavar="M",
                    help="metric to show: TASK/METRIC, METRIC or a glob ('chair/*'); repeatable")
@@ -28,14 +30,20 @@ def register(sub) -> None:
     p.add_argument("--base", metavar="CKPT",
                    help="take every delta against this checkpoint (its name in the table, path or hash prefix)")
     p.add_argument("--list-versions", action="store_true", help="list the store's writes and exit")
+    p.add_argument("--no-samples", dest="samples", action="store_false",
+                   help="do not read per-sample records: stored CIs only, deltas from the two CIs (faster)")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
     from evalsuite.errors import UserError
     from evalsuite.store import Store
-    from evalsuite.store.table import to_csv, to_json, to_markdown, tidy_table
+    from evalsuite.store.table import tidy_table, to_csv, to_json, to_markdown
 
+    if args.n_boot < 1:
+        raise UserError(f"--n-boot: must be >= 1, got {args.n_boot}")
     store = Store(args.store)
     if not store.metrics_dir.is_dir():
         raise UserError(f"--store {args.store}: no results store there (no metrics/ folder)")
@@ -51,5 +59,10 @@ def main(args) -> int:
     df = snap.metrics(as_of=args.as_of, runs=args.run)
     tidy = tidy_table(df, args.metric, base=args.base,
                       run_meta={m["run_id"]: m for m in snap.run_meta()})
+    if args.samples:
+        from evalsuite.store.paired import group_records, sample_runs, with_sample_stats
+
+        records = snap.sample_records(run_id=sample_runs(tidy))
+        tidy = with_sample_stats(tidy, group_records(records), n_boot=args.n_boot, seed=args.seed)
     print({"md": to_markdown, "csv": to_csv, "json": to_json}[args.format](tidy).rstrip("\n"))
     return 0

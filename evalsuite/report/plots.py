@@ -10,6 +10,7 @@ import io
 import itertools
 import math
 import re
+import textwrap
 from pathlib import Path
 
 _INK = "#010203"           # sentinel for "the page's text colour"
@@ -69,20 +70,43 @@ def _x(points: list[dict]) -> tuple[list[float], list[str]]:
     return list(range(len(points))), [p["name"] for p in points]
 
 
-def metric_plot(title: str, points: list[dict], higher_is_better: bool) -> str:
-    """One metric across checkpoints: line + markers, CI band where the points have CIs."""
+def y_limits(values: list[float], lows: list[float], highs: list[float], min_rel: float = 0.1) -> tuple[float, float]:
+    """An axis that holds every point and CI and spans at least `min_rel` of the largest magnitude, so
+    differences far smaller than the values (chance-level noise) do not fill the plot."""
+    lo, hi = min(values + lows), max(values + highs)
+    span = hi - lo
+    mag = max(abs(v) for v in values + lows + highs)
+    need = min_rel * mag if mag > 0 else 1.0
+    pad = max(0.08 * span, (need - span) / 2)
+    lo, hi = lo - pad, hi + pad
+    if min(values + lows) >= 0 > lo:     # a non-negative metric's axis never dips below 0 for padding
+        lo, hi = 0.0, hi - lo
+    return lo, hi
+
+
+def metric_plot(title: str, points: list[dict], direction: str | bool) -> str:
+    """One metric across checkpoints: line + markers, CI band where the points have CIs, a dotted line
+    at the first (base) value; the y-axis follows `y_limits`."""
+    if isinstance(direction, bool):
+        direction = "up" if direction else "down"
     plt = _plt()
     with plt.rc_context(_style()):
         fig, ax = plt.subplots(figsize=(3.4, 2.3))
         xs, labels = _x(points)
         ys = [p["value"] for p in points]
         ax.plot(xs, ys, marker="o", ms=4, lw=1.6, color=PALETTE[0])
-        if all(p.get("ci_low") is not None for p in points):
-            ax.fill_between(xs, [p["ci_low"] for p in points], [p["ci_high"] for p in points],
-                            color=PALETTE[0], alpha=0.2, lw=0)
+        lows = highs = []
+        if points and all(p.get("ci_low") is not None for p in points):
+            lows, highs = [p["ci_low"] for p in points], [p["ci_high"] for p in points]
+            ax.fill_between(xs, lows, highs, color=PALETTE[0], alpha=0.2, lw=0)
+        if ys:
+            ax.axhline(ys[0], color=_INK, lw=0.8, ls=":", alpha=0.6)
+            ax.set_ylim(*y_limits(ys, lows, highs))
         ax.set_xticks(xs, labels, rotation=30 if not points or points[0].get("iteration") is None else 0)
         ax.set_xlabel("iteration")
-        ax.set_title(f"{title}  {'↑' if higher_is_better else '↓'}", fontsize=9, loc="left")
+        arrow = {"up": "↑", "down": "↓"}.get(direction, "(no direction)")
+        # wrapped, so a long name does not widen the figure (and shrink it on the page)
+        ax.set_title(textwrap.fill(f"{title}  {arrow}", 42), fontsize=9, loc="left")
         return to_svg(fig)
 
 
@@ -138,3 +162,40 @@ def density_plot(title: str, sets: dict[str, list[float]]) -> str:
     with tempfile.TemporaryDirectory() as tmp, plt.rc_context(_style()):
         out = relevance_density(sets, Path(tmp) / "density", title=title, xlabel="relevance")
         return finish_svg(Path(out["svg"]).read_text(encoding="utf-8"))
+
+
+TRAIN_PANELS = (("training loss (DPO, + NLL with rpo_alpha)", (("loss", "-"),)),
+                ("reward margin (chosen − rejected)", (("rewards/margins", "-"),)),
+                ("reward accuracy", (("rewards/accuracies", "-"),)),
+                ("log-prob: chosen (solid), rejected (dashed)", (("logps/chosen", "-"), ("logps/rejected", "--"))))
+
+
+def training_plots(series: dict[str, list[dict]]) -> list[dict]:
+    """DPO training curves against the step, one line per CSR iteration (`series`: label -> the step
+    rows of its trainer log): loss, reward margin, reward accuracy, chosen/rejected log-probs.
+    A panel no iteration logged is left out."""
+    plt = _plt()
+    out = []
+    with plt.rc_context(_style()):
+        for title, fields in TRAIN_PANELS:
+            fig, ax = plt.subplots(figsize=(3.6, 2.4))
+            drawn = False
+            for i, (label, rows) in enumerate(series.items()):
+                for j, (field, ls) in enumerate(fields):
+                    pts = [(float(r["step"]), float(r[field])) for r in rows
+                           if isinstance(r.get(field), (int, float)) and isinstance(r.get("step"), (int, float))]
+                    if not pts:
+                        continue
+                    xs, ys = zip(*pts)
+                    ax.plot(xs, ys, ls=ls, lw=1.4, color=PALETTE[i % len(PALETTE)], marker="o" if len(pts) < 8 else None,
+                            ms=3, label=label if j == 0 else None)
+                    drawn = True
+            if not drawn:
+                plt.close(fig)
+                continue
+            ax.set_xlabel("step")
+            ax.set_title(title, fontsize=9, loc="left")
+            if len(series) > 1:
+                ax.legend(fontsize=7)
+            out.append({"title": title, "svg": to_svg(fig)})
+    return out

@@ -165,11 +165,17 @@ def cell(rec: dict | None) -> dict | None:
 
 def build_view(samples, ckpt_of_run: dict, ckpts: list[dict], max_images: int, roots: list[Path],
                notes: list[str] | None = None) -> dict:
-    """Rows for the per-sample section: [{image, key, prompt, thumb, cells: [cell per checkpoint]}];
-    images without a thumbnail are named in `notes`."""
+    """Rows for the per-sample section: [{image_id, image_name (the file name only: no machine path on
+    the page), key, prompt, thumb, cells: [cell per checkpoint], flags ("changed": the checkpoints'
+    answers differ; "hal": one names a hallucinated object)}]; images without a thumbnail are named in
+    `notes`."""
     if samples.empty or "answer" not in samples.columns:
         return {"rows": [], "total": 0, "ckpts": []}
-    df = samples[samples["answer"].notna() & (samples["task"] != "csr_pairs")]
+    # captions only: questions with a target answer (POPE, MME) have their own browser (report/qa.py)
+    keep = samples["answer"].notna() & ~samples["task"].isin(["csr_pairs", "csr_train"])
+    if "target" in samples.columns:
+        keep &= samples["target"].isna()
+    df = samples[keep]
     # plain dicts from here: per-row pandas access is ~100x slower at 10k records
     records = [_clean(r) for r in df.to_dict("records")]
     last_run: dict = {}
@@ -195,9 +201,12 @@ def build_view(samples, ckpt_of_run: dict, ckpts: list[dict], max_images: int, r
     rows = []
     for _, img, prompt, merged, cells in ranked[:max_images]:
         first = next(iter(merged.values()))
-        rows.append({"image_id": img, "prompt": prompt, "image": first.get("image"),
-                     "key": first.get("key"), "thumb": thumbnail(first.get("image"), roots, cache, notes),
-                     "cells": cells})
+        image = first.get("image")
+        answers = {str(m.get("answer") or "").strip() for m in merged.values()}
+        flags = (["changed"] if len(answers) > 1 else []) + (["hal"] if any(c and c["n_hal"] for c in cells) else [])
+        rows.append({"image_id": img, "prompt": prompt, "image_name": Path(str(image)).name if image else "",
+                     "key": first.get("key"), "thumb": thumbnail(image, roots, cache, notes),
+                     "cells": cells, "flags": " ".join(flags)})
     names = {c["ckpt_id"]: c["name"] for c in ckpts}
     return {"rows": rows, "total": len(ranked), "ckpts": [names[c] for c in order]}
 

@@ -364,8 +364,11 @@ class Store:
         A run whose samples file is missing, unreadable or named outside STORE/samples (a crafted or
         damaged footer) is skipped with a warning, and described in `problems` when a list is given:
         the other runs' records still load."""
-        import pandas as pd
+        return samples_frame(self.sample_records(task, run_id, problems, loaded=loaded))
 
+    def sample_records(self, task: str | None = None, run_id: str | Iterable[str] | None = None,
+                       problems: list[str] | None = None, *, loaded=None) -> list[dict]:
+        """What `samples` returns, as plain dicts (each with run_id and task), in store order."""
         wanted = {run_id} if isinstance(run_id, str) else (set(run_id) if run_id is not None else None)
         records = []
         for path, _, meta in (self._load() if loaded is None else loaded):
@@ -379,11 +382,7 @@ class Store:
                 log.warning("%s", msg)
                 if problems is not None:
                     problems.append(msg)
-        if not records:
-            return pd.DataFrame(columns=["run_id", "task", "key", "image_id", "image", "prompt", "answer"])
-        df = pd.DataFrame.from_records(records)
-        front = ["run_id", "task"]
-        return df[front + [c for c in df.columns if c not in front]]
+        return records
 
     def _sample_records(self, name: str, task: str | None) -> list[dict]:
         """The records of one samples file, which must lie directly in STORE/samples."""
@@ -404,6 +403,17 @@ class Store:
         except (pa.ArrowException, OSError, ValueError, TypeError) as e:
             raise UserError(f"{self.samples_dir / name}: samples file unreadable "
                             f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+
+def samples_frame(records: list[dict]):
+    """Records (dicts with run_id and task) as a frame, run_id and task first; absent fields are NaN."""
+    import pandas as pd
+
+    if not records:
+        return pd.DataFrame(columns=["run_id", "task", "key", "image_id", "image", "prompt", "answer"])
+    df = pd.DataFrame.from_records(records)
+    front = ["run_id", "task"]
+    return df[front + [c for c in df.columns if c not in front]]
+
 
 class Snapshot:
     """A store read once (`Store.snapshot()`): every metrics file decoded a single time, then answered
@@ -430,3 +440,6 @@ class Snapshot:
 
     def samples(self, task: str | None = None, run_id=None, problems: list[str] | None = None):
         return self.store.samples(task, run_id, problems=problems, loaded=self.loaded)
+
+    def sample_records(self, task: str | None = None, run_id=None, problems: list[str] | None = None):
+        return self.store.sample_records(task, run_id, problems=problems, loaded=self.loaded)

@@ -290,6 +290,20 @@ def fmt(x, signed: bool = False) -> str:
     return f"{x:+.{places}f}" if signed else f"{x:.{places}f}"
 
 
+ARROWS = {"up": "↑", "down": "↓", "none": "·"}
+
+
+def significant(r) -> bool | None:
+    """Whether a row's delta CI excludes 0 (None: no delta CI): the report colours exactly these."""
+    lo, hi = _num(r["delta_low"]), _num(r["delta_high"])
+    return None if lo is None or hi is None else bool(lo > 0 or hi < 0)
+
+
+def direction_of(r) -> str:
+    d = r.get("direction") if hasattr(r, "get") else None
+    return d if isinstance(d, str) and d in ARROWS else ("up" if bool(r["higher_is_better"]) else "down")
+
+
 def cell_text(r) -> str:
     s = fmt(r["value"])
     if _num(r["ci_low"]) is not None:
@@ -298,6 +312,7 @@ def cell_text(r) -> str:
         s += f" Δ {fmt(r['delta'], signed=True)}"
         if _num(r["delta_low"]) is not None:
             s += f" [{fmt(r['delta_low'], signed=True)}, {fmt(r['delta_high'], signed=True)}]"
+            s += "*" if significant(r) else ""
     if _num(r["n"]) is not None:
         s += f" (n={int(r['n'])})"
     return s
@@ -307,10 +322,10 @@ def to_markdown(tidy) -> str:
     """Rows = (checkpoint, setup), columns = metrics; notes below say what Δ is against and where
     the documents came from."""
     keys = list(dict.fromkeys(tidy["metric_key"]))
-    hib = dict(zip(tidy["metric_key"], tidy["higher_is_better"]))
+    arrow = {r["metric_key"]: ARROWS[direction_of(r)] for _, r in tidy.drop_duplicates("metric_key").iterrows()}
     with_setup = bool((tidy["setup"] != "").any())
     head = ["checkpoint", "iter", "method"] + (["setup"] if with_setup else []) + \
-        [f"{k} {'↑' if hib[k] else '↓'}" for k in keys]
+        [f"{k} {arrow[k]}" for k in keys]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (name, setup), g in tidy.groupby(["checkpoint", "setup"], sort=False):
         first = g.iloc[0]
@@ -324,7 +339,7 @@ def to_markdown(tidy) -> str:
 
 
 def _notes(tidy) -> list[str]:
-    out = []
+    out = _ci_notes(tidy)
     based = tidy[tidy["base"].notna()]
     bases = list(dict.fromkeys(based["base"]))
     if bases:
@@ -347,6 +362,28 @@ def _notes(tidy) -> list[str]:
             if text:     # a run that recorded none has nothing to say here
                 out.append(f"{', '.join(names)}: {text}.")
     return ([""] + out) if out else []
+
+
+def _ci_notes(tidy) -> list[str]:
+    """Which deltas' CIs are paired, which combine two CIs, which have none (`store.paired`)."""
+    out = []
+    if (tidy["delta"].map(_num).notna() & tidy["delta_low"].map(_num).notna()).any():
+        out.append("*: the 95% CI of Δ excludes 0. ↑/↓: higher/lower is better; ·: a diagnostic, no direction.")
+    if "delta_method" not in tidy.columns:
+        return out
+    st = tidy.attrs.get("sample_stats") or {}
+    has_delta = tidy["delta"].map(_num).notna()
+    for method, text in (("paired", "paired bootstrap over the samples both checkpoints answered"
+                          + (f" (n_boot {st['n_boot']}, seed {st['seed']})" if st else "")),
+                         ("independent", "from the two CIs as if independent (MOVER; no usable per-sample values)"),
+                         ("", "none (neither a stored CI nor per-sample values)")):
+        keys = list(dict.fromkeys(tidy.loc[has_delta & (tidy["delta_method"] == method), "metric_key"]))
+        if keys:
+            out.append(f"Δ CI {text}: {', '.join(keys)}.")
+    if (tidy["metric"] == "model_yes_ratio").any():
+        out.append("pope model_yes_ratio: the model's share of \"yes\" answers (lmms-eval's pope_yes_ratio "
+                   "counts the ground truth's and is left out).")
+    return out
 
 
 def _md(s: str) -> str:

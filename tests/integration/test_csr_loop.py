@@ -48,7 +48,7 @@ def _kill_after(marker: Path, overrides: list[str], timeout: float = 120.0) -> N
 
 @pytest.mark.slow
 def test_two_iterations_killed_and_resumed(csr_setup):
-    from evalsuite.manifest import read_manifest
+    from evalsuite.manifest import checkpoint_hash, read_manifest
     from evalsuite.models.vlm import load_vlm
     from evalsuite.store import Store
     from training.csr.config import load_config
@@ -83,7 +83,20 @@ def test_two_iterations_killed_and_resumed(csr_setup):
         first = json.loads((d / "train" / "metrics.jsonl").read_text().splitlines()[0])
         assert first["loss"] == pytest.approx(0.6931, abs=1e-3)
 
-    rows = Store(tmp / "store").metrics()
+    store = Store(tmp / "store")
+    # each iteration's trainer log is a csr_train run on the checkpoint it trained, M_t, one record a step
+    train = store.metrics()
+    train = train[train["task"] == "csr_train"]
+    assert sorted(set(train["iteration"])) == [1, 2] and set(train["metric"]) == {
+        "final_loss", "final_reward_margin", "final_reward_accuracy"}
+    for t, ckpt in enumerate(merged, start=1):
+        run = train[train["iteration"] == t]
+        assert set(run["ckpt_hash"]) == {checkpoint_hash(ckpt)} and run["run_id"].nunique() == 1
+        steps = [json.loads(x) for x in (tmp / "run" / f"iter_{t}" / "train" / "metrics.jsonl").read_text().splitlines()]
+        records = store.sample_records(task="csr_train", run_id=run["run_id"].iloc[0])
+        assert [r["step"] for r in records] == [r["step"] for r in steps if "loss" in r]
+        assert records[0]["loss"] == pytest.approx(0.6931, abs=1e-3)
+    rows = store.metrics()
     rows = rows[rows["task"] == "csr_pairs"]
     # iteration t's pairs sit under their generator M_{t-1} (iterations 0 and 1), named in `generator`
     assert sorted(set(rows["iteration"])) == [0, 1]

@@ -1,5 +1,8 @@
 """The report in headless Chromium: loads with no request leaving the page, sections visible, scripts
-work, injected markup inert; screenshots (light and dark) saved under test-artifacts/.
+work, injected markup inert, and every part a researcher needs is there (headline, CIs on every delta,
+per-setting POPE rows, the model's yes ratio without a direction, caption and question browsers whose
+filter and search work, training curves, widest-gap pairs with images, no machine paths under
+thumbnails); screenshots (light and dark, whole page) saved under test-artifacts/.
 
 Chromium is driven over the DevTools protocol on a pipe (`--remote-debugging-pipe`: NUL-separated
 JSON on fds 3/4), so no driver package is needed. Needs the Debian package `chromium`
@@ -21,8 +24,7 @@ import pytest
 from PIL import Image
 
 from evalsuite.report import build_report
-from evalsuite.store import Store
-from evalsuite.types import MetricValue, TaskResult
+from tests.report_data import demo_store
 
 pytestmark = pytest.mark.browser
 
@@ -105,46 +107,6 @@ class Chromium:
             self._proc.kill()
 
 
-def _store(tmp_path: Path) -> Store:
-    """Two iterations, eight images; iteration 1's caption of image 0 carries the payload."""
-    store = Store(tmp_path / "store")
-    for it in range(2):
-        chair, rel = [], []
-        for i in range(8):
-            img = tmp_path / "img" / f"{i}.png"
-            if not img.exists():
-                img.parent.mkdir(parents=True, exist_ok=True)
-                Image.new("RGB", (80, 60), (30 * i, 140, 220 - 20 * i)).save(img)
-            hal = it == 0 and i % 2 == 0
-            answer = "A dog beside a cat on a bench." if hal else "A dog sitting on a bench."
-            if it == 1 and i == 0:
-                answer = f"A dog. {PAYLOAD}"
-            mentioned = [{"word": "dog", "category": "dog", "position": 2, "hallucinated": False}]
-            if hal:
-                mentioned.append({"word": "cat", "category": "cat", "position": answer.index("cat"),
-                                  "hallucinated": True})
-            base = {"key": f"val:{i}", "image_id": i, "image": str(img), "prompt": "Describe the image.",
-                    "answer": answer}
-            chair.append({**base, "mentioned": mentioned, "hallucinated": ["cat"] if hal else [],
-                          "gt": ["dog", "bench"], "chair_s": int(hal)})
-            rel.append({**base, "relevance": 0.5 + 0.1 * it + 0.02 * i})
-        cs = 0.5 if it == 0 else 0.1
-        pairs = [{"id": f"p{j}", "image": str(tmp_path / "img" / "0.png"), "prompt": "Describe.",
-                  "chosen": "A dog.", "rejected": "A cat.", "chosen_reward": 1.0 + 0.1 * j + it,
-                  "rejected_reward": 0.4 + 0.05 * j, "chosen_relevance": 0.6 + 0.03 * j,
-                  "rejected_relevance": 0.45 + 0.02 * j} for j in range(6)]
-        store.write_run(
-            {"ckpt": f"/ckpts/iter{it}", "ckpt_hash": f"{it:064x}", "iteration": it,
-             "method": "base" if it == 0 else "csr", "config": {"beta": 0.1, "caption": PAYLOAD}},
-            [TaskResult("chair", "1", [MetricValue("CHAIRs", cs, False, 8, cs - 0.1, cs + 0.1)], samples=chair),
-             TaskResult("relevance", "1", [MetricValue("relevance_mean", 0.57 + 0.1 * it, True, 8, 0.5, 0.7)],
-                        samples=rel),
-             TaskResult("csr_pairs", "1", [MetricValue("chosen_reward_mean", 1.25 + it, True, 6),
-                                           MetricValue("rejected_reward_mean", 0.525, True, 6),
-                                           MetricValue("reward_gap", 0.725 + it, True, 6)], samples=pairs)])
-    return store
-
-
 def _eval(cr: Chromium, session: str, expr: str):
     res = cr.send("Runtime.evaluate", {"expression": expr, "returnByValue": True}, session)
     assert "exceptionDetails" not in res, res
@@ -165,54 +127,131 @@ def _open(cr: Chromium, url: str, scheme: str) -> str:
 
 
 def _screenshot(cr: Chromium, session: str, path: Path) -> None:
-    height = min(int(_eval(cr, session, "document.documentElement.scrollHeight")), 7000)
+    height = min(int(_eval(cr, session, "document.documentElement.scrollHeight")), 16000)
     cr.send("Emulation.setDeviceMetricsOverride",
             {"width": 1360, "height": height, "deviceScaleFactor": 1, "mobile": False}, session)
     data = cr.send("Page.captureScreenshot", {"format": "png"}, session)["data"]
     path.write_bytes(base64.b64decode(data))
 
 
+def _visible(cr, session, selector: str) -> list[str]:
+    """Texts of the elements matching `selector` that are laid out (not hidden)."""
+    return _eval(cr, session, f"[...document.querySelectorAll({json.dumps(selector)})]"
+                              ".filter(e => e.offsetParent !== null).map(e => e.textContent)")
+
+
+def _set(cr, session, selector: str, value: str, event: str) -> None:
+    """Type / choose `value` in a control and fire the event a user's input would."""
+    _eval(cr, session, f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.value = {json.dumps(value)};"
+                       f" e.dispatchEvent(new Event({json.dumps(event)})); }})()")
+
+
+def _check_loaded_and_inert(cr, session, url):
+    # every request the page made: the document itself and data: URIs, nothing failed
+    requested = [e["params"]["request"]["url"] for e in cr.events if e["method"] == "Network.requestWillBeSent"]
+    failed = [e["params"] for e in cr.events if e["method"] == "Network.loadingFailed"]
+    assert requested and all(u == url or u.startswith("data:") for u in requested), requested
+    assert failed == []
+    problems = [e for e in cr.events if e["method"] in ("Runtime.exceptionThrown", "Log.entryAdded")
+                and (e["method"] != "Log.entryAdded" or e["params"]["entry"]["level"] == "error")]
+    assert problems == []
+    assert _eval(cr, session, "document.documentElement.dataset.jsReady") == "1"
+    boxes = json.loads(_eval(cr, session, """JSON.stringify([...document.querySelectorAll('main > section')].map(s => {
+        const r = s.getBoundingClientRect(), st = getComputedStyle(s);
+        return [s.id, r.height, st.display, st.visibility]; }))"""))
+    assert [b[0] for b in boxes] == ["headline", "summary", "iterations", "csr", "training", "relevance", "samples",
+                                     "questions", "provenance"]
+    assert all(h > 60 and d != "none" and v == "visible" for _, h, d, v in boxes), boxes
+    assert _eval(cr, session, "[...document.images].every(i => i.complete && i.naturalWidth > 0)")
+    # the payload is text, not markup: nothing ran, no element came from it
+    assert _eval(cr, session, "document.body.dataset.pwned === undefined")
+    assert _eval(cr, session, "document.scripts.length") == 1
+    assert _eval(cr, session, "document.querySelectorAll('img[src=\"x\"], [onerror]').length") == 0
+    assert _eval(cr, session, f"document.body.textContent.includes({json.dumps(PAYLOAD)})")
+
+
+def _check_summary(cr, session):
+    """Headline; every delta has a CI (or says it has none) and only CI-backed deltas are coloured;
+    POPE per setting; the model's yes ratio with no direction and the truth's left out."""
+    head = _eval(cr, session, "document.querySelector('#headline .lead').textContent")
+    assert "From demo/base to demo/iter_2" in head and "significantly better" in head
+    assert len(_visible(cr, session, "#headline li.better")) >= 3
+    cells = json.loads(_eval(cr, session, """JSON.stringify([...document.querySelectorAll('#summary-table td')]
+        .filter(td => td.querySelector('.delta')).map(td => [td.className,
+            td.querySelectorAll('.ci')[1].textContent.trim(), td.textContent.includes('no CI')]))"""))
+    assert len(cells) > 20
+    for cls, dci, no_ci in cells:
+        assert dci or no_ci, (cls, dci)
+        assert cls in ("better", "worse", "changed", "ns") if dci else cls == "noci"
+    keys = _eval(cr, session, "[...document.querySelectorAll('#summary-table tbody tr')].map(r => r.dataset.key)")
+    for setting in ("random", "popular", "adversarial"):
+        assert f"pope/pope_accuracy[{setting}]" in keys and f"pope/model_yes_ratio[{setting}]" in keys
+    assert "pope/pope_yes_ratio" not in keys
+    yes = "document.querySelector('tr[data-key=\"pope/model_yes_ratio\"]')"
+    assert _eval(cr, session, f"{yes}.querySelector('.dir').textContent") == "·"
+    assert not _eval(cr, session, f"/[↑↓]/.test({yes}.textContent)")
+    assert not _eval(cr, session, f"{yes}.querySelector('td.better, td.worse')")
+    assert _eval(cr, session, f"{yes}.querySelector('td.changed') !== null")
+
+
+def _check_browsers(cr, session, tmp_path):
+    """Filter and search in both browsers, by scripted input; thumbnails named by file, not path."""
+    q = "#question-browser"
+    total = len(_visible(cr, session, f"{q} tr.item"))
+    assert total == 12 + 6      # POPE and MME questions, one page (the page holds 25)
+    _set(cr, session, f"{q} .filter", "hal", "change")
+    hal = _eval(cr, session, f"[...document.querySelectorAll('{q} tr.item')].filter(e => !e.hidden).map(e => e.dataset.flags)")
+    assert hal and all("hal" in f.split() for f in hal)
+    _set(cr, session, f"{q} .filter", "changed", "change")
+    _set(cr, session, f"{q} .search", "adversarial", "input")
+    rows = _visible(cr, session, f"{q} tr.item")
+    assert rows and all("adversarial" in r for r in rows)
+    assert _eval(cr, session, f"document.querySelector('{q} .count').textContent").startswith(f"{len(rows)} of ")
+    _set(cr, session, f"{q} .search", "", "input")
+    _set(cr, session, f"{q} .filter", "", "change")
+    c = "#caption-browser"
+    _set(cr, session, f"{c} .filter", "hal", "change")
+    flags = _eval(cr, session, f"[...document.querySelectorAll('{c} .item')].filter(e => !e.hidden).map(e => e.dataset.flags)")
+    assert flags and all("hal" in f.split() for f in flags)
+    _set(cr, session, f"{c} .filter", "", "change")
+    _set(cr, session, f"{c} .search", "val_007", "input")
+    assert [t.strip() for t in _visible(cr, session, f"{c} .imgname")] == ["val_007.png"]
+    _set(cr, session, f"{c} .search", "", "input")
+    names = _eval(cr, session, "[...document.querySelectorAll('.thumb .small')].map(e => e.textContent.trim())")
+    assert names and not any("/" in n for n in names)
+    for sec in ("samples", "csr", "questions"):
+        assert str(tmp_path) not in _eval(cr, session, f"document.getElementById('{sec}').textContent")
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium)")
 def test_report_in_headless_chromium(tmp_path):
-    html_path = build_report(_store(tmp_path), tmp_path / "reports" / "browser", page_size=3)
+    html_path = build_report(demo_store(tmp_path, payload=PAYLOAD), tmp_path / "reports" / "browser", page_size=3)
     url = html_path.resolve().as_uri()
     ARTIFACTS.mkdir(exist_ok=True)
     cr = Chromium(tmp_path / "profile")
     try:
         session = _open(cr, url, "light")
-        # every request the page made: the document itself and data: URIs, nothing failed
-        requested = [e["params"]["request"]["url"] for e in cr.events if e["method"] == "Network.requestWillBeSent"]
-        failed = [e["params"] for e in cr.events if e["method"] == "Network.loadingFailed"]
-        assert requested and all(u == url or u.startswith("data:") for u in requested), requested
-        assert failed == []
-        problems = [e for e in cr.events if e["method"] in ("Runtime.exceptionThrown", "Log.entryAdded")
-                    and (e["method"] != "Log.entryAdded" or e["params"]["entry"]["level"] == "error")]
-        assert problems == []
-        assert _eval(cr, session, "document.documentElement.dataset.jsReady") == "1"
-        # the main sections are laid out and visible
-        boxes = _eval(cr, session, """JSON.stringify([...document.querySelectorAll('main > section')].map(s => {
-            const r = s.getBoundingClientRect(), st = getComputedStyle(s);
-            return [s.id, r.height, st.display, st.visibility, s.querySelector('h2').textContent]; }))""")
-        boxes = json.loads(boxes)
-        assert [b[0] for b in boxes] == ["summary", "iterations", "csr", "relevance", "samples", "provenance"]
-        assert all(h > 60 and d != "none" and v == "visible" for _, h, d, v, _ in boxes), boxes
-        assert _eval(cr, session, "document.querySelectorAll('svg.plot').length") == 2 + 2 + 2
-        assert _eval(cr, session, "[...document.images].every(i => i.complete && i.naturalWidth > 0)")
-        # the payload is text, not markup: nothing ran, no element came from it
-        assert _eval(cr, session, "document.body.dataset.pwned === undefined")
-        assert _eval(cr, session, "document.scripts.length") == 1
-        assert _eval(cr, session, "document.querySelectorAll('img[src=\"x\"], [onerror]').length") == 0
-        assert _eval(cr, session, f"document.body.textContent.includes({json.dumps(PAYLOAD)})")
+        _check_loaded_and_inert(cr, session, url)
+        _check_summary(cr, session)
+        # plots: 17 summary rows, 2 CSR, 4 training curves (loss, margin, accuracy, log-probs), 2 densities
+        assert _eval(cr, session, "document.querySelectorAll('#training svg.plot').length") == 4
+        assert _eval(cr, session, "document.querySelectorAll('#iterations svg.plot').length") == \
+            _eval(cr, session, "document.querySelectorAll('#summary-table tbody tr').length")
+        # the widest-gap pairs, 4 per generating checkpoint, each with its image
+        assert _eval(cr, session, "document.querySelectorAll('#csr .pair img[src^=\"data:image/\"]').length") == 8
+        _check_browsers(cr, session, tmp_path)
         # sorting and paging work
         first = "document.querySelector('#summary-table tbody tr td').textContent.trim()"
         before = _eval(cr, session, first)
         _eval(cr, session, "document.querySelector('#summary-table th').click()")
         _eval(cr, session, "document.querySelector('#summary-table th').click()")
         assert _eval(cr, session, first) != before
-        _eval(cr, session, "document.querySelector('.pager [data-step=\"1\"]').click()")
-        assert _eval(cr, session, "[...document.querySelectorAll('.page')].map(p => p.hidden)") == [True, False, True]
-        _eval(cr, session, "window.scrollTo(0, 0); document.querySelector('.pager [data-step=\"-1\"]').click()")
-        _screenshot(cr, session, ARTIFACTS / "report_light.png")
+        pages = "[...document.querySelectorAll('#caption-browser .item')].map(p => p.hidden)"
+        assert _eval(cr, session, pages) == [False] * 3 + [True] * 7
+        _eval(cr, session, "document.querySelector('#caption-browser .pager [data-step=\"1\"]').click()")
+        assert _eval(cr, session, pages) == [True] * 3 + [False] * 3 + [True] * 4
+        _eval(cr, session, "document.querySelector('#caption-browser .pager [data-step=\"-1\"]').click()")
+        _screenshot(cr, _open(cr, url, "light"), ARTIFACTS / "report_light.png")     # as a reader first sees it
         dark = _open(cr, url, "dark")
         bg = _eval(cr, dark, "getComputedStyle(document.body).backgroundColor")
         assert bg == "rgb(20, 24, 29)", bg      # the dark palette's --bg
@@ -221,5 +260,5 @@ def test_report_in_headless_chromium(tmp_path):
         cr.close()
     for name in ("report_light.png", "report_dark.png"):
         with Image.open(ARTIFACTS / name) as im:
-            assert im.width == 1360 and im.height > 1500
+            assert im.width == 1360 and im.height > 4000
             assert len(set(im.convert("L").resize((64, 64)).tobytes())) > 20    # not a blank page

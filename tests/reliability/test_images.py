@@ -73,3 +73,27 @@ def test_report_skips_a_bomb_thumbnail_and_says_so(tmp_path):
     assert html.count('src="data:image/') == 1                         # the good image still has one
     assert 'class="notes"' in html and "thumbnail skipped" in html and "bomb.png: image too large" in html
     assert snapshot(store.path) == before
+
+
+def test_open_rgb_holds_after_libraries_loosen_pil(tmp_path, monkeypatch):
+    """lmms-eval's task modules set ImageFile.LOAD_TRUNCATED_IMAGES = True and raise MAX_IMAGE_PIXELS for the
+    whole process; evalsuite's opener keeps refusing truncated files and bombs regardless."""
+    import pytest
+    from PIL import Image, ImageFile
+
+    from evalsuite.errors import UserError
+    from evalsuite.images import open_rgb
+
+    monkeypatch.setattr(ImageFile, "LOAD_TRUNCATED_IMAGES", True)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10**12)
+    good = tmp_path / "a.png"
+    Image.new("RGB", (64, 64), (10, 200, 30)).save(good)
+    cut = tmp_path / "cut.png"
+    cut.write_bytes(good.read_bytes()[:-40])
+    with pytest.raises(UserError, match="cut.png: image unreadable"):
+        open_rgb(cut)
+    bomb = tmp_path / "bomb.png"
+    Image.new("1", (12000, 12000)).save(bomb)
+    with pytest.raises(UserError, match="bomb.png: image too large to decode"):
+        open_rgb(bomb)
+    assert ImageFile.LOAD_TRUNCATED_IMAGES is True and open_rgb(good).size == (64, 64)

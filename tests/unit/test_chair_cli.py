@@ -48,7 +48,11 @@ def test_chair_scores_and_writes_outputs(tmp_path, inputs, punkt_dir, capsys):
     assert len(s["nltk_resources"]["tokenizers/punkt_tab/english"]["sha256"]) == 64
     rows = [json.loads(x) for x in (out / "per_caption.jsonl").read_text().splitlines()]
     assert [r["image_id"] for r in rows] == [1, 2] and rows[0]["hallucinated"] == [["cat", "cat"]]
-    assert "original" in capsys.readouterr().out
+    out_lines = capsys.readouterr().out.splitlines()
+    # fractions like `evalsuite table`: CHAIRs 0.500, CHAIRi 0.333, Recall 0.667 (not 50.0 / 33.3 / 66.7)
+    assert out_lines[1].split()[:4] == ["original", "2", "0.500", f"[{s['ci']['CHAIRs'][0]:.3f},"]
+    assert "0.333 [" in out_lines[1] and "0.667 [" in out_lines[1] and out_lines[1].endswith(" 6.00")
+    assert "fractions" in out_lines[2]
 
 
 def test_malformed_jsonl_line(tmp_path, inputs, punkt_dir, capsys):

@@ -98,28 +98,33 @@ def test_report_is_self_contained_with_all_sections(tmp_path):
     assert doc.refs and all(r.startswith(("data:", "#")) for r in doc.refs)
     assert not [t for t, _ in doc.tags if t in ("link", "iframe", "object", "embed")]
     assert "http://" not in html.replace("http://www.w3.org/", "") and "https://" not in html
-    for sec in ("summary", "iterations", "csr", "relevance", "samples", "provenance"):
+    for sec in ("headline", "summary", "iterations", "csr", "training", "relevance", "samples", "questions",
+                "provenance"):
         assert f'<section id="{sec}">' in html
     assert html.count("<svg class=\"plot\"") == 4 + 2 + 2     # 4 metrics x iterations, csr 2, densities 2
-    assert html.count('src="data:image/png;base64,') == 6    # one thumbnail per image
+    # one thumbnail per caption image, and one per widest-gap pair (4 per generating checkpoint)
+    assert html.count('src="data:image/png;base64,') == 6 + 2 * 4
     assert "currentColor" in html and "@media (prefers-color-scheme: dark)" in html
     # provenance: hashes, versions and the (escaped) config
     assert "0.1.0+test" in html and "lmms-eval 0.7.3" in html and "&lt;b&gt;x&lt;/b&gt;" in html
 
 
 def test_lower_is_better_deltas_are_coloured_as_improvements(tmp_path):
-    """CHAIRs 0.5 -> 0.3: delta -0.2, CI -0.2 +- sqrt(2)*0.05 = [-0.271, -0.129] excludes 0 -> better.
-    POPE f1 flat: delta 0 -> no colour. relevance has no CI: +0.1 is better but 'ns'."""
+    """CHAIRs 0.5 -> 0.3: delta -0.2, CI -0.2 +- sqrt(2)*0.05 = [-0.271, -0.129] excludes 0 -> better
+    (the store's synthetic records do not reproduce 0.5/0.3, so the stored CIs are combined: "indep.").
+    POPE f1 flat: delta 0, its CI includes 0 -> not coloured ("ns"). relevance has no CI (its records do not reproduce the stored
+    mean either): +0.1 is not coloured and says "no CI"."""
     html = build_report(make_store(tmp_path), tmp_path / "r").read_text()
-    rows = re.findall(r"<tr>\s*<td data-v=\"(\w+?)\".*?</tr>", html, flags=re.S)
+    rows = re.findall(r"<tr data-metric=[^>]*>\s*<td data-v=\"(\w+?)\".*?</tr>", html, flags=re.S)
     assert rows[:4] == ["CHAIRs", "recall", "relevance_mean", "f1random"]
     chair_row = re.search(r'<td data-v="CHAIRs">.*?</tr>', html, flags=re.S).group(0)
     assert re.findall(r'class="(better|worse)[^"]*"', chair_row) == ["better", "better"]
-    assert "Δ -0.200</span> <span class=\"ci\">[-0.271, -0.129]" in chair_row
+    assert "Δ -0.200</span> <span class=\"ci\">[-0.271, -0.129]</span> <span class=\"tag\">indep.</span>" in chair_row
     rel_row = re.search(r'<td data-v="relevance_mean">.*?</tr>', html, flags=re.S).group(0)
-    assert 'class="better ns"' in rel_row
+    assert 'class="noci"' in rel_row and '<span class="tag">no CI</span>' in rel_row
+    assert "class=\"better" not in rel_row
     f1_row = re.search(r'<td data-v="f1random">.*?</tr>', html, flags=re.S).group(0)
-    assert re.findall(r'<td data-v="[^"]*" class="([^"]*)"', f1_row) == ["", "", ""]
+    assert re.findall(r'<td data-v="[^"]*" class="([^"]*)"', f1_row) == ["", "ns", "ns"]
 
 
 def test_per_sample_view_marks_objects_and_escapes_payloads(tmp_path):
@@ -134,17 +139,17 @@ def test_per_sample_view_marks_objects_and_escapes_payloads(tmp_path):
 
 def test_sample_view_is_bounded_and_paged(tmp_path):
     html = build_report(make_store(tmp_path, n_images=9), tmp_path / "r", max_images=5, page_size=2).read_text()
-    assert html.count('<article class="sample">') == 5
-    assert "5 of 9 image/prompt groups" in html
-    assert len(re.findall(r'<div class="page" data-page="\d+"', html)) == 3
-    assert len(re.findall(r'data-page="\d+" hidden', html)) == 2
+    assert html.count('<article class="sample item"') == 5
+    assert "5 of 9 image/prompt groups" in html and 'data-page-size="2"' in html
+    assert len(re.findall(r'<article class="sample item" data-flags="[^"]*" hidden>', html)) == 3   # pages 2, 3
 
 
 def test_report_without_training_pairs_says_so(tmp_path):
     store = Store(tmp_path / "s")
     store.write_run({"ckpt": "/c/0", "iteration": 0}, [TaskResult("pope", "0", [MetricValue("f1", 0.8, True, n=300)])])
     html = build_report(store, tmp_path / "r").read_text()
-    assert "No <code>csr_pairs</code> rows" in html and "No per-sample records" in html
+    assert "No <code>csr_pairs</code> rows" in html and "No per-sample caption records" in html
+    assert "No <code>csr_train</code> runs" in html and "No per-question records" in html
 
 
 def test_report_command_and_empty_store(tmp_path, capsys):
@@ -152,7 +157,8 @@ def test_report_command_and_empty_store(tmp_path, capsys):
 
     make_store(tmp_path)
     ns = argparse.Namespace(store=str(tmp_path / "store"), out=str(tmp_path / "out"), as_of="1", run=None, base=None,
-                            max_images=10, page_size=4, image_root=[], title="iter0 only")
+                            max_images=10, page_size=4, image_root=[], title="iter0 only", max_questions=10,
+                            n_boot=200, seed=0)
     assert report.main(ns) == 0
     html = (tmp_path / "out" / "index.html").read_text()
     assert "<title>iter0 only</title>" in html and "as of store version 1" in html
@@ -236,11 +242,40 @@ def test_report_reads_the_store_once(tmp_path, monkeypatch):
     store.write_run({"ckpt": "/ckpts/iter0", "ckpt_hash": f"{0:064x}", "iteration": 0},
                     [TaskResult("chair", "1", [MetricValue("CHAIRs", 0.5, False, 6)])])
     reads, ckpt_calls, sample_runs = [], [], []
-    real_read, real_ckpts, real_samples = Store._read, table.checkpoints, Store.samples
+    real_read, real_ckpts, real_samples = Store._read, table.checkpoints, Store.sample_records
     monkeypatch.setattr(Store, "_read", staticmethod(lambda p: reads.append(p) or real_read(p)))
     monkeypatch.setattr(table, "checkpoints", lambda df: ckpt_calls.append(1) or real_ckpts(df))
-    monkeypatch.setattr(Store, "samples", lambda self, task=None, run_id=None, **kw:
-                        sample_runs.append(set(run_id)) or real_samples(self, task, run_id, **kw))
+    monkeypatch.setattr(Store, "sample_records", lambda self, task=None, run_id=None, *a, **kw:
+                        sample_runs.append(set(run_id)) or real_samples(self, task, run_id, *a, **kw))
     html = build_report(store, tmp_path / "r").read_text()
     assert len(reads) == 5 and len(ckpt_calls) == 1 and len(sample_runs) == 1
     assert len(sample_runs[0]) == 4 and "superseded" not in html    # the re-evaluated run's samples unread
+
+
+def test_y_axis_never_zooms_into_noise():
+    """POPE accuracy 0.5047 .. 0.5074 without CIs: the axis spans a tenth of 0.5074 (0.0507), centred,
+    not the 0.0027 the values cover. With CIs the axis holds them. A non-negative metric's padded axis
+    starts at 0, and an all-zero metric gets a unit axis."""
+    from evalsuite.report.plots import y_limits
+
+    lo, hi = y_limits([0.5047, 0.506, 0.5053, 0.5074], [], [])
+    assert hi - lo == pytest.approx(0.05074) and lo < 0.5047 and hi > 0.5074
+    lo, hi = y_limits([0.196, 0.012], [0.16, 0.005], [0.23, 0.02])
+    assert lo == 0.0 and hi > 0.23
+    assert y_limits([0.0, 0.0], [], []) == (0.0, 1.0)
+
+
+def test_only_rows_that_vary_together_collapse(tmp_path):
+    """relevance_mean and _whole_mean are 0.5 then 0.6 in both checkpoints: one row. CHAIRs and CHAIRi
+    are 0 everywhere: equal by chance, so two rows."""
+    store = Store(tmp_path / "s")
+    for it in range(2):
+        res = [TaskResult("relevance", "1", [MetricValue("relevance_mean", 0.5 + 0.1 * it, True, 4),
+                                             MetricValue("relevance_whole_mean", 0.5 + 0.1 * it, True, 4)]),
+               TaskResult("chair", "1", [MetricValue("CHAIRs", 0.0, False, 4), MetricValue("CHAIRi", 0.0, False, 4)])]
+        store.write_run({"ckpt": f"/c/{it}", "ckpt_hash": f"h{it}", "iteration": it, "parent": "/c/0" if it else None},
+                        res)
+    html = build_report(store, tmp_path / "r").read_text()
+    keys = re.findall(r'<tr data-metric="[^"]*" data-key="([^"]*)"', html)
+    assert keys == ["relevance/relevance_mean", "chair/CHAIRs", "chair/CHAIRi"]
+    assert "= relevance_whole_mean (equal values)" in html

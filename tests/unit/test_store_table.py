@@ -24,7 +24,8 @@ def write(store, it, chair_s, f1_se=0.01, ckpt=None, **kw):
 
 
 def args(store, **kw):
-    base = dict(store=str(store), metric=None, format="md", as_of=None, run=None, list_versions=False, base=None)
+    base = dict(store=str(store), metric=None, format="md", as_of=None, run=None, list_versions=False, base=None,
+                samples=True, n_boot=1000, seed=0)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -76,7 +77,7 @@ def test_reevaluation_supersedes_and_version_shows_the_old_value(tmp_path, capsy
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "| checkpoint | iter | method | chair/CHAIRs ↓ |"
     assert out[2] == "| iter0 (base) | 0 | csr | 0.500 [0.450, 0.550] (n=100) |"
-    assert out[3] == "| iter1 | 1 | csr | 0.400 [0.350, 0.450] Δ -0.100 [-0.171, -0.029] (n=100) |"
+    assert out[3] == "| iter1 | 1 | csr | 0.400 [0.350, 0.450] Δ -0.100 [-0.171, -0.029]* (n=100) |"
 
 
 def test_metric_filter_and_unknown_metric(tmp_path):
@@ -162,7 +163,7 @@ def test_a_checkpoint_evaluated_two_ways_gives_two_rows_and_no_cross_delta(tmp_p
     assert out[0] == "| checkpoint | iter | method | setup | chair/CHAIRs ↓ |"
     assert out[3] == "| iter0 (base) | 0 | csr | prompt='B', n_images=4 | 0.300 [0.250, 0.350] (n=4) |"
     assert out[5] == ("| iter1 | 1 | csr | prompt='A', n_images=4 | "
-                      "0.400 [0.350, 0.450] Δ -0.100 [-0.171, -0.029] (n=4) |")
+                      "0.400 [0.350, 0.450] Δ -0.100 [-0.171, -0.029]* (n=4) |")
     assert out[-1] == "Every row: data /data/world, limit 8."
     table.main(args(tmp_path, format="json"))
     doc = json.loads(capsys.readouterr().out)

@@ -26,7 +26,6 @@ import gc
 import json
 import logging
 import os
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -200,14 +199,13 @@ def _write_stats(cfg: CSRConfig, ckpt: str, t: int, result) -> None:
     docs/ARCHITECTURE.md (results store) says why. Their eval setup is what makes the statistics of
     two iterations comparable: the prompts, the reward and pair settings and the judge."""
     import datetime as dt
-    import hashlib
 
     from evalsuite.manifest import checkpoint_hash, read_manifest, resolve_parent
     from evalsuite.store import Store
     from evalsuite.version import code_version
+    from training.csr.train_log import store_run_id
 
-    tag = hashlib.sha256(str(cfg.run_dir.resolve()).encode()).hexdigest()[:8]
-    run_id = f"csr-{re.sub(r'[^A-Za-z0-9._-]', '-', cfg.name)[:60]}-{tag}-iter{t}-pairs"
+    run_id = store_run_id(cfg, t, "pairs")
     store = Store(cfg.store)
     if (Path(cfg.store) / "metrics" / f"{run_id}.parquet").exists():
         return
@@ -224,7 +222,7 @@ def _write_stats(cfg: CSRConfig, ckpt: str, t: int, result) -> None:
             "iteration": iteration if isinstance(iteration, int) else t - 1, "method": manifest.get("method"),
             "parent": resolve_parent(manifest.get("parent")),
             "label": f"{cfg.name}/base" if t == 1 else f"{cfg.name}/iter_{t - 1}", "config": full,
-            "code_version": code_version()}
+            "code_version": code_version(), "data_root": str(Path(cfg.image_root).resolve())}
     store.write_run(meta, [result])
 
 
@@ -277,6 +275,10 @@ def run_iteration(cfg: CSRConfig, models: _Models, records: list[dict], ckpt: st
         _barrier()  # unconditional: a rank that saw the marker late must not skip a barrier rank 0 waits in
     done = _done(d, "train")
     merged = done["merged"] if done else stage_train(cfg, models, ckpt, t, d)
+    if rank == 0:   # the training curves, for the report (also on a resumed run that predates them)
+        from training.csr.train_log import write_train_log
+
+        write_train_log(cfg, ckpt, merged, t, d)
     if cfg.evaluates and not _done(d, "eval") and rank == 0:
         stage_eval(cfg, merged, f"{cfg.name}/iter_{t}", d / "eval")
         _mark(d, "eval", tasks=list(cfg.eval.tasks))

@@ -1,4 +1,4 @@
-// Sorting and paging for the evalsuite report. It only reorders and hides elements that are already in
+// Sorting, paging, filtering and search for the evalsuite report. It only reorders and hides elements that are already in
 // the page (never builds HTML from strings), so no model output can become markup here.
 (function () {
   "use strict";
@@ -35,24 +35,50 @@
     });
   });
 
-  var pager = document.querySelector(".pager");
-  if (pager) {
-    var pages = document.querySelectorAll(".page");
-    var current = 0;
-    var show = function (k) {
-      current = Math.max(0, Math.min(pages.length - 1, k));
-      pages.forEach(function (p, i) { p.hidden = i !== current; });
-      pager.querySelector(".pageno").textContent = String(current + 1);
-      pager.querySelector('[data-step="-1"]').disabled = current === 0;
-      pager.querySelector('[data-step="1"]').disabled = current === pages.length - 1;
-    };
-    pager.querySelectorAll("button").forEach(function (b) {
-      b.addEventListener("click", function () {
-        show(current + parseInt(b.getAttribute("data-step"), 10));
-        document.getElementById("samples").scrollIntoView();
+  // A browser (captions, questions): its .item elements, filtered by a flag (data-flags) and a search
+  // text (matched against each item's text), shown a page at a time. Only the `hidden` property changes.
+  document.querySelectorAll(".browser").forEach(function (br) {
+    var items = Array.prototype.slice.call(br.querySelectorAll(".item"));
+    var texts = items.map(function (it) { return it.textContent.toLowerCase(); });
+    var size = parseInt(br.getAttribute("data-page-size"), 10) || 10;
+    var filter = br.querySelector(".filter"), search = br.querySelector(".search");
+    var pager = br.querySelector(".pager"), count = br.querySelector(".count");
+    var page = 0, pages = 1;
+    var update = function () {
+      var flag = filter ? filter.value : "";
+      var query = search ? search.value.trim().toLowerCase() : "";
+      var matches = [];
+      items.forEach(function (it, i) {
+        var flags = " " + (it.getAttribute("data-flags") || "") + " ";
+        if ((!flag || flags.indexOf(" " + flag + " ") >= 0) && (!query || texts[i].indexOf(query) >= 0)) {
+          matches.push(i);
+        }
       });
-    });
-    show(0);
-  }
+      pages = Math.max(1, Math.ceil(matches.length / size));
+      page = Math.max(0, Math.min(pages - 1, page));
+      var shown = {};
+      matches.slice(page * size, (page + 1) * size).forEach(function (i) { shown[i] = true; });
+      items.forEach(function (it, i) { it.hidden = !shown[i]; });
+      if (count) { count.textContent = matches.length + " of " + items.length + " match"; }
+      if (pager) {
+        pager.querySelector(".pageno").textContent = String(page + 1);
+        pager.querySelector(".pages").textContent = String(pages);
+        pager.querySelector('[data-step="-1"]').disabled = page === 0;
+        pager.querySelector('[data-step="1"]').disabled = page >= pages - 1;
+      }
+    };
+    if (filter) { filter.addEventListener("change", function () { page = 0; update(); }); }
+    if (search) { search.addEventListener("input", function () { page = 0; update(); }); }
+    if (pager) {
+      pager.querySelectorAll("button").forEach(function (b) {
+        b.addEventListener("click", function () {
+          page += parseInt(b.getAttribute("data-step"), 10);
+          update();
+          br.scrollIntoView();
+        });
+      });
+    }
+    update();
+  });
   document.documentElement.setAttribute("data-js-ready", "1");
 })();

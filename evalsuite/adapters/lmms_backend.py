@@ -43,21 +43,7 @@ def prepare_env() -> None:
 
 prepare_env()  # lmms_eval and huggingface_hub read these at import time (docs/lmms-eval.md)
 
-from PIL import Image, ImageFile  # noqa: E402
-
-# lmms_eval.api.task sets PIL's LOAD_TRUNCATED_IMAGES and some task modules raise the decompression-bomb
-# limit to 1e9 px at import; evalsuite.images.open_rgb relies on both for the rest of the process.
-_PIL_GUARDS = (Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES)
-
 from lmms_eval.api.model import lmms  # noqa: E402
-
-
-def _restore_pil_guards() -> None:
-    """Undo lmms-eval's import-time PIL settings: a truncated or bomb image stays a one-line error."""
-    Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES = _PIL_GUARDS
-
-
-_restore_pil_guards()
 
 # ------------------------------------------------------------------------------- evaluator, task index
 
@@ -68,11 +54,9 @@ def _forward_loguru(message) -> None:
 
 
 def _route_loguru() -> None:
-    """Importing lmms_eval.models replaces every loguru sink with a stdout one: send its logs to `logging`.
-    Called after every step that may import lmms_eval modules, so it also undoes their PIL settings."""
+    """Importing lmms_eval.models replaces every loguru sink with a stdout one: send its logs to `logging`."""
     from loguru import logger
 
-    _restore_pil_guards()
     logger.remove()
     logger.add(_forward_loguru, level="INFO", format="{message}")
 

@@ -228,6 +228,8 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
         ckpt=cfg.ckpt, data_root=data_root, output_dir=out, dist=dist, device=dist.device(cfg.device),
         limit=cfg.limit, batch_size=cfg.batch_size, gen=cfg.gen_config(), trust_remote_code=cfg.trust_remote_code,
         inputs=cfg.inputs(), resume_root=Path(cfg.store) / ".resume", ckpt_id=ckpt_id)
+    # the prompt format now: a checkpoint without one fails before any generation (docs/inputs.md)
+    prompt_record = ctx.loader.prompts().describe()
     own, lmms = split_tasks(cfg.tasks)
     steps = plan_own_tasks(ctx, cfg, own)
     specs = None
@@ -238,6 +240,7 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
 
     # every check passed: the run starts, and owns its output directory from here on
     meta = run_meta(cfg, run_id, ckpt_hash, data_root)
+    meta["inputs"] = prompt_record  # the settings, the format in use and the prompt around {question}
     summary: dict[str, dict] = {}
     if dist.is_main:
         outdir = outdir or OutputDir(out)

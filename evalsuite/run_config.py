@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from evalsuite.errors import UserError
@@ -198,9 +199,15 @@ class EvalConfig:
         return self.gen.config(self.seed)
 
     def inputs(self) -> dict:
-        """The prompt settings every own-task request is built with (part of each result's identity)."""
-        return {"system_prompt": self.system_prompt, "chat_template": self.chat_template,
-                "image_aspect": self.image_aspect}
+        """The prompt settings every own-task request is built with (part of each result's identity);
+        a chat template file also by its content (an edited file is another setting)."""
+        out = {"system_prompt": self.system_prompt, "chat_template": self.chat_template,
+               "image_aspect": self.image_aspect}
+        if self.chat_template and Path(self.chat_template).is_file():
+            from evalsuite.files import sha256_file
+
+            out["chat_template_sha256"] = sha256_file(self.chat_template)
+        return out
 
     def used_sections(self) -> set[str]:
         """Option sections this run reads: its own tasks' (caption/chair may feed relevance), gen, lmms."""

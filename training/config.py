@@ -68,6 +68,8 @@ class TrainConfig(TrainingArguments):
     `lora_dropout`, `lora_target_modules` (comma list or `auto` = every Linear of the language model),
     `lora_bias`, `q_lora`, `bits`, `modules_to_save`, `trust_remote_code`.
     Logging: `project_name`, `group_name` (wandb project / group), `wandb_mode` (offline by default).
+    Inputs (shared with evaluation and CSR, `evalsuite.models.inputs`): `system_prompt`, `chat_template`
+    (a Jinja file), `image_aspect` (crop | pad).
     """
 
     method: Literal["sft", "dpo", "csr"] = _f("dpo", "Training method (csr: the CSR loop's DPO stage).")
@@ -121,6 +123,11 @@ class TrainConfig(TrainingArguments):
     bits: int = _f(4, "QLoRA bits: 4 or 8.")
     modules_to_save: str = _f("", "Comma list of extra modules trained fully and saved (e.g. multi_modal_projector).")
     trust_remote_code: bool = _f(False, "Allow custom modelling code in the checkpoint.")
+    system_prompt: str | None = _f(None, "System message put before every conversation (default: none; the "
+                                   "checkpoint's chat template decides).")
+    chat_template: str | None = _f(None, "Jinja chat template file used instead of the checkpoint's.", path="file")
+    image_aspect: Literal["crop", "pad"] = _f("crop", "crop = the processor's own resizing; pad = pad to a square "
+                                              "with the image mean colour first (LLaVA-1.5's image_aspect_ratio=pad).")
     project_name: str | None = _f(None, "wandb project.")
     group_name: str | None = _f(None, "wandb group.")
     wandb_mode: str = _f("offline", "offline | online | disabled (WANDB_MODE when unset).")
@@ -156,10 +163,18 @@ class TrainConfig(TrainingArguments):
 
     check_ready = check_paths  # the method-agnostic name train.py calls before starting
 
+    def input_config(self):
+        """The prompt/image settings shared with evaluation and CSR (evalsuite.models.inputs)."""
+        from evalsuite.models.inputs import InputConfig
+
+        return InputConfig(system_prompt=self.system_prompt, chat_template=self.chat_template,
+                           image_aspect=self.image_aspect)
+
     def resolved(self) -> dict[str, Any]:
         """JSON-able resolved config (for manifests and logs)."""
         out = self.to_dict()
         out["dataset_name"] = self.resolved_dataset
+        out["inputs"] = self.input_config().to_dict()  # with the chat template file's sha256
         return out
 
 
@@ -280,6 +295,7 @@ def validate_values(cfg: TrainConfig) -> TrainConfig:
     _validate_dpo(cfg)
     _validate_model(cfg)
     _validate_logging(cfg)
+    cfg.input_config()  # image_aspect value, empty system_prompt
     return cfg
 
 
@@ -315,6 +331,8 @@ def _validate_paths(cfg: TrainConfig) -> None:
         _require(Path(cfg.data_path).exists(), "data_path", f"no such file or directory {cfg.data_path!r}")
     if cfg.image_root:
         _require(Path(cfg.image_root).is_dir(), "image_root", f"no such directory {cfg.image_root!r}")
+    if cfg.chat_template:
+        _require(Path(cfg.chat_template).is_file(), "chat_template", f"no such file {cfg.chat_template!r}")
 
 
 def _validate_data(cfg: TrainConfig) -> None:

@@ -1,21 +1,31 @@
-"""`evalsuite tiny-ckpt`: build a tiny offline checkpoint (LLaVA or CLIP) for tests and demos."""
+"""`evalsuite tiny-ckpt`: build a tiny offline checkpoint (a VLM of any supported family, or CLIP)."""
 from __future__ import annotations
 
 
 def register(sub) -> None:
-    p = sub.add_parser("tiny-ckpt", help="build a tiny random-init LLaVA or CLIP checkpoint offline",
+    from evalsuite.kit.families import ARCHS  # stdlib-only module: --help stays instant
+
+    p = sub.add_parser("tiny-ckpt", help="build a tiny random-init VLM (any family) or CLIP checkpoint offline",
                        description="Build a tiny, deterministic, real HF checkpoint (save_pretrained, "
                                    "safetensors) that loads with from_pretrained from the directory alone.")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--kind", choices=["vlm", "clip"], default="vlm", help="LLaVA VLM (default) or CLIP")
+    p.add_argument("--kind", choices=["vlm", "clip"], default="vlm", help="a VLM (default) or CLIP")
+    p.add_argument("--arch", choices=ARCHS, default="llava",
+                   help="VLM family (default llava = LLaVA-1.5; --kind vlm only)")
     p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
-    from evalsuite.kit.tiny import build_tiny_clip, build_tiny_vlm
+    from evalsuite.errors import UserError
+    from evalsuite.kit.families import build_tiny_family
+    from evalsuite.kit.tiny import build_tiny_clip
 
-    build = build_tiny_vlm if args.kind == "vlm" else build_tiny_clip
-    out = build(args.out, seed=args.seed)
+    if args.kind == "clip":
+        if args.arch != "llava":
+            raise UserError("--arch: only for --kind vlm")
+        out = build_tiny_clip(args.out, seed=args.seed)
+    else:
+        out = build_tiny_family(args.arch, args.out, seed=args.seed)
     print(out)
     return 0

@@ -22,11 +22,15 @@ VLM_SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<image>"]
 CLIP_SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]
 
 # LLaVA-1.5 style: "USER: <image>\n{q} ASSISTANT: {a}</s>". Accepts plain string content and the
-# structured content TRL builds ([{"type": "image"}, {"type": "text", "text": ...}]).
+# structured content TRL builds ([{"type": "image"}, {"type": "text", "text": ...}]). A system message
+# renders as llava-1.5-hf's own template renders it: its text and a space, no role name, so a
+# system prompt gives Vicuna v1's "SYSTEM USER: <image>\n{q} ASSISTANT:".
 CHAT_TEMPLATE = (
     "{%- for m in messages -%}"
-    "{%- if not loop.first %} {% endif -%}"
-    "{%- if m['role'] == 'user' %}USER: {% if m['content'] is string %}{{ m['content'] }}"
+    "{%- if not loop.first and messages[loop.index0 - 1]['role'] != 'system' %} {% endif -%}"
+    "{%- if m['role'] == 'system' %}{% if m['content'] is string %}{{ m['content'] }}"
+    "{%- else %}{% for c in m['content'] if c['type'] == 'text' %}{{ c['text'] }}{% endfor %}{% endif %}{{ ' ' }}"
+    "{%- elif m['role'] == 'user' %}USER: {% if m['content'] is string %}{{ m['content'] }}"
     "{%- else -%}{%- for c in m['content'] -%}"
     "{%- if c['type'] == 'image' %}<image>\n{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif -%}"
     "{%- endfor -%}{%- endif -%}"

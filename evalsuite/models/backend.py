@@ -17,7 +17,10 @@ class VLMBackend:
 
     def __init__(self, vlm, fingerprint: str, name: str | None = None):
         self.vlm = vlm
-        self.fingerprint = fingerprint
+        # answers generated under other prompt settings (system prompt, template, image_aspect) must not be
+        # served from the cache: their identity joins the fingerprint (nothing for the defaults)
+        self.inputs_identity = vlm.inputs.config.identity() if getattr(vlm, "inputs", None) else {}
+        self.fingerprint = fingerprint + (vlm.inputs.config.cache_suffix() if self.inputs_identity else "")
         self.name = name or str(vlm.path)
         self.device = str(vlm.device)
 
@@ -34,6 +37,12 @@ class VLMBackend:
         from evalsuite.models.vlm import generate
 
         return generate(self.vlm, requests, gen, batch_size=max(1, len(requests)), progress=False)
+
+    def prompt_text(self, context: str, with_image: bool = True) -> str:
+        """The text the processor receives for `context` (chat template, system prompt, family format)."""
+        from evalsuite.models.vlm import build_prompt
+
+        return build_prompt(self.vlm, context, with_image)
 
     def loglikelihood(self, pairs: list[tuple[GenRequest, str]]) -> list[tuple[float, bool]]:
         from evalsuite.models.loglik import loglikelihood

@@ -15,10 +15,18 @@ def _continuation_ids(vlm, req: GenRequest, continuation: str):
     from evalsuite.models.vlm import build_prompt, load_image
 
     image = load_image(req.image) if req.image is not None else None
-    prompt = build_prompt(vlm, req.prompt)
-    kwargs = {"images": [image]} if image is not None else {}
-    full = vlm.processor(text=[prompt + continuation], return_tensors="pt", **kwargs)
-    n_prompt = vlm.processor(text=[prompt], return_tensors="pt", **kwargs)["input_ids"].shape[1]
+    prompt = build_prompt(vlm, req.prompt, image is not None)
+    images = [image] if image is not None else None
+    if vlm.inputs.prompt_format == "paligemma":  # the continuation is the suffix after the encoded prefix
+        from evalsuite.models.inputs import batch_rows, split_sample
+
+        ids, feats = split_sample(vlm.inputs.encode([prompt], images))
+        cont = vlm.tokenizer(continuation, add_special_tokens=False)["input_ids"]
+        fill = {"token_type_ids": vlm.inputs.response_fill("token_type_ids")}
+        batch = batch_rows([ids + cont], [feats], vlm.tokenizer.pad_token_id or 0, fill, side="right")
+        return {k: v.to(vlm.device) for k, v in batch.items()}, len(ids)
+    full = vlm.inputs.encode([prompt + continuation], images)
+    n_prompt = vlm.inputs.encode([prompt], images)["input_ids"].shape[1]
     return full.to(vlm.device), n_prompt
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from evalsuite.errors import UserError
+from evalsuite.models.inputs import InputConfig
 from evalsuite.types import GenConfig, GenRequest
 
 log = logging.getLogger(__name__)
@@ -24,6 +25,7 @@ class VLM:
     processor: Any
     path: Path
     device: str
+    inputs: Any = None  # evalsuite.models.inputs.ModelInputs: prompt format, images, encoding
 
     @property
     def tokenizer(self):
@@ -83,11 +85,13 @@ def _pick_device(device: str | None) -> str:
 
 
 def load_vlm(
-    path: str | Path, trust_remote_code: bool = False, device: str | None = None, dtype: str | None = None
+    path: str | Path, trust_remote_code: bool = False, device: str | None = None, dtype: str | None = None,
+    inputs: InputConfig | None = None,
 ) -> VLM:
-    """Load model + processor from `path`; raise UserError for a dir that is not a local VLM."""
+    """Load model + processor from `path`; raise UserError for a dir that is not a local VLM, or whose
+    processor has no prompt format for `inputs` (no chat template and none given, ...)."""
     import torch
-    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoConfig, AutoModelForImageTextToText
 
     path = Path(path)
     _check_dir(path)
@@ -98,20 +102,41 @@ def load_vlm(
     if getattr(config, "vision_config", None) is None:
         raise UserError(f"{path}: model_type {config.model_type!r} is not a vision-language model "
                         "(no vision_config)")
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    if config.model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES and not trust_remote_code:
+        raise UserError(f"{path}: not a loadable vision-language checkpoint (model_type {config.model_type!r} "
+                        "has no image-text-to-text model class in transformers)")
+    model_inputs = load_inputs(path, inputs, trust_remote_code)  # a missing prompt format fails before the weights
     device = _pick_device(device)
     torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
     try:
         model = AutoModelForImageTextToText.from_pretrained(
             path, local_files_only=True, trust_remote_code=trust_remote_code, use_safetensors=True, dtype=torch_dtype,
         )
-        processor = AutoProcessor.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
     except ValueError as exc:
         raise UserError(f"{path}: not a loadable vision-language checkpoint ({str(exc).splitlines()[0]})") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot load ({str(exc).splitlines()[0]})") from None
     model.to(device).eval()
     log.info("loaded %s (%s, %d params) on %s", path, config.model_type, model.num_parameters(), device)
-    return VLM(model=model, processor=processor, path=path, device=device)
+    return VLM(model=model, processor=model_inputs.processor, path=path, device=device, inputs=model_inputs)
+
+
+def load_inputs(path: str | Path, inputs: InputConfig | None = None, trust_remote_code: bool = False):
+    """The checkpoint's processor bound to the prompt settings (`ModelInputs`), without the weights: what
+    renders and records prompts, and refuses a checkpoint with no prompt format, before any generation."""
+    from transformers import AutoProcessor
+
+    from evalsuite.models.inputs import ModelInputs
+
+    try:
+        processor = AutoProcessor.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
+    except ValueError as exc:
+        raise UserError(f"{path}: not a loadable vision-language processor ({str(exc).splitlines()[0]})") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot load the processor ({str(exc).splitlines()[0]})") from None
+    return ModelInputs(processor, inputs, where=str(path))
 
 
 def load_image(image: Any):
@@ -121,41 +146,40 @@ def load_image(image: Any):
     return open_rgb(image)
 
 
-def build_prompt(vlm: VLM, question: str) -> str:
-    """The checkpoint's own chat template around one image + question, ready for generation."""
-    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
-    template_owner = vlm.processor if getattr(vlm.processor, "chat_template", None) else vlm.tokenizer
-    if getattr(template_owner, "chat_template", None):
-        return template_owner.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    # No template shipped: the LLaVA-1.5 (Vicuna v1) convention.
-    return f"USER: <image>\n{question} ASSISTANT:"
+def build_prompt(vlm: VLM, question: str, with_image: bool = True) -> str:
+    """The prompt text sent for one image + question (`evalsuite.models.inputs.ModelInputs.prompt`)."""
+    return vlm.inputs.prompt(question, with_image)
 
 
 def suppressed_token_ids(vlm: VLM) -> list[int]:
-    """Tokens a generated answer must never contain: the image placeholder, pad and bos."""
-    tok = vlm.tokenizer
-    ids = {getattr(vlm.model.config, "image_token_id", None), tok.pad_token_id, tok.bos_token_id}
-    return sorted(i for i in ids if i is not None)
+    """Tokens a generated answer must never contain: the image placeholder, pad and bos (never an EOS)."""
+    tok, cfg = vlm.tokenizer, vlm.model.config
+    ids = {getattr(cfg, "image_token_id", None), getattr(cfg, "image_token_index", None),
+           getattr(vlm.processor, "image_token_id", None), tok.pad_token_id, tok.bos_token_id}
+    eos = getattr(vlm.model.generation_config, "eos_token_id", None)
+    eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) | {tok.eos_token_id}
+    return sorted(i for i in ids if i is not None and i not in eos)
 
 
 def encode_batch(vlm: VLM, requests: list[GenRequest]):
-    """Processor inputs for a batch of requests, left-padded for generation."""
-    images = [load_image(r.image) for r in requests]
-    prompts = [build_prompt(vlm, r.prompt) for r in requests]
-    inputs = vlm.processor(images=images, text=prompts, return_tensors="pt", padding=True, padding_side="left")
-    return inputs.to(vlm.device)
+    """The processor's full output for a batch of requests (all with an image, or none), left-padded."""
+    with_image = requests[0].image is not None
+    images = [load_image(r.image) for r in requests] if with_image else None
+    prompts = [build_prompt(vlm, r.prompt, with_image) for r in requests]
+    return vlm.inputs.encode(prompts, images, padding_side="left").to(vlm.device)
 
 
 def generate(vlm: VLM, requests: list[GenRequest], gen: GenConfig, batch_size: int = 8, progress: bool = True) -> list[str]:
-    """Answers to `requests`, in order, generated in batches with the checkpoint's chat template."""
+    """Answers to `requests`, in order, generated in batches through `vlm.inputs` (chat template or
+    family format, system prompt, image_aspect; every processor tensor reaches `generate`)."""
     import torch
     from tqdm.auto import tqdm
 
     torch.manual_seed(gen.seed)
     answers: list[str] = []
-    batches = range(0, len(requests), batch_size)
-    for start in tqdm(batches, desc="generate", unit="batch", disable=not progress or len(batches) < 2):
-        batch = requests[start:start + batch_size]
+    batches = [b for start in range(0, len(requests), batch_size)
+               for b in _same_modality(requests[start:start + batch_size])]
+    for batch in tqdm(batches, desc="generate", unit="batch", disable=not progress or len(batches) < 2):
         inputs = encode_batch(vlm, batch)
         with torch.inference_mode():
             out = vlm.model.generate(
@@ -165,3 +189,14 @@ def generate(vlm: VLM, requests: list[GenRequest], gen: GenConfig, batch_size: i
         new = out[:, inputs["input_ids"].shape[1]:]
         answers.extend(t.strip() for t in vlm.tokenizer.batch_decode(new, skip_special_tokens=True))
     return answers
+
+
+def _same_modality(batch: list[GenRequest]) -> list[list[GenRequest]]:
+    """`batch` split into runs of requests that all have an image or all have none (order kept)."""
+    runs: list[list[GenRequest]] = []
+    for r in batch:
+        if runs and (runs[-1][0].image is None) == (r.image is None):
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return runs

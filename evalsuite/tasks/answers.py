@@ -100,7 +100,8 @@ def generate_answers(ctx, images: list[dict], prompt: str, gen: GenConfig, data_
         answers.update((keys[i], a) for i, a in zip(batch, out))
         if cache is not None:  # durable after every batch: a kill loses at most the batch in progress
             cache.put_many((keys[i], mine[i]["id"], "generate", a) for i, a in zip(batch, out))
+    sent = ctx.loader.prompts().prompt(prompt)  # the text the processor received (template, system prompt)
     records = [{"key": str(im["id"]), "image_id": im["id"], "image": im["path"], "prompt": prompt,
-                "answer": answers[k]} for im, k in zip(mine, keys)]
+                "prompt_text": sent, "answer": answers[k]} for im, k in zip(mine, keys)]
     parts = ctx.dist.gather(records)
     return None if parts is None else ctx.dist.unshard(parts)

@@ -25,9 +25,12 @@ from evalsuite.types import GenConfig, GenRequest, TaskResult, eval_key
 class ModelLoader:
     """Loads the checkpoint on first use, once: a run whose answers are all cached never loads it."""
 
-    def __init__(self, ckpt: str, device: str | None = None, trust_remote_code: bool = False):
+    def __init__(self, ckpt: str, device: str | None = None, trust_remote_code: bool = False,
+                 inputs: dict | None = None):
         self.ckpt, self.device, self.trust_remote_code = ckpt, device, trust_remote_code
+        self.inputs = _input_config(inputs)
         self._vlm: Any = None
+        self._prompts: Any = None
 
     @property
     def loaded(self) -> bool:
@@ -37,8 +40,28 @@ class ModelLoader:
         if self._vlm is None:
             from evalsuite.models.vlm import load_vlm
 
-            self._vlm = load_vlm(self.ckpt, trust_remote_code=self.trust_remote_code, device=self.device)
+            self._vlm = load_vlm(self.ckpt, trust_remote_code=self.trust_remote_code, device=self.device,
+                                 inputs=self.inputs)
         return self._vlm
+
+    def prompts(self):
+        """The prompt renderer (`evalsuite.models.inputs.ModelInputs`): the loaded model's, else the
+        processor's alone, so answers taken from the cache still record the prompt they were given."""
+        if self._vlm is not None:
+            return self._vlm.inputs
+        if self._prompts is None:
+            from evalsuite.models.vlm import load_inputs
+
+            self._prompts = load_inputs(self.ckpt, self.inputs, self.trust_remote_code)
+        return self._prompts
+
+
+def _input_config(inputs: dict | None):
+    """RunContext.inputs (system_prompt, chat_template, image_aspect[, chat_template_sha256]) as an InputConfig."""
+    from evalsuite.models.inputs import InputConfig
+
+    fields = ("system_prompt", "chat_template", "image_aspect")
+    return InputConfig(**{k: v for k, v in (inputs or {}).items() if k in fields})
 
 
 @dataclass(frozen=True)
@@ -61,7 +84,7 @@ class RunContext:
 
     def __post_init__(self) -> None:
         if self.loader is None:  # a frozen dataclass sets its derived fields through object.__setattr__
-            object.__setattr__(self, "loader", ModelLoader(self.ckpt, self.device, self.trust_remote_code))
+            object.__setattr__(self, "loader", ModelLoader(self.ckpt, self.device, self.trust_remote_code, self.inputs))
 
     @property
     def vlm(self):

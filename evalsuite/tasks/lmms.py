@@ -216,7 +216,7 @@ def iter_lmms_tasks(names: list, *, ckpt=None, data_root=None, split: str = "val
         if results_json is not None:
             merge_layout(layout, raw, Path(results_json))
         yield from to_task_results(spec, raw, dict(lm.counts), gen_kwargs=gen_kwargs, limit=limit,
-                                   bootstrap_iters=bootstrap_iters)
+                                   bootstrap_iters=bootstrap_iters, backend=backend)
 
 
 def run_lmms_tasks(names: list, *, ckpt=None, data_root=None, split: str = "val", data: dict | None = None,

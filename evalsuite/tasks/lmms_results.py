@@ -19,8 +19,10 @@ LAYOUT_KEYS = ("results", "groups", "group_subtasks", "configs", "versions", "n-
 
 
 def to_task_results(spec, raw: dict, counts: dict, *, gen_kwargs: str | None, limit: int | None,
-                    bootstrap_iters: int) -> list[TaskResult]:
-    """One TaskResult per leaf of `spec` (an LmmsSpec) in lmms-eval's order, then the aggregated groups."""
+                    bootstrap_iters: int, backend=None) -> list[TaskResult]:
+    """One TaskResult per leaf of `spec` (an LmmsSpec) in lmms-eval's order, then the aggregated groups.
+    `backend`: where it has them, `prompt_text(context, with_image)` (recorded per sample) and
+    `inputs_identity` (non-default prompt settings, part of every leaf's identity)."""
     from evalsuite.version import lmms_eval_version
 
     version = lmms_eval_version()
@@ -32,14 +34,15 @@ def to_task_results(spec, raw: dict, counts: dict, *, gen_kwargs: str | None, li
         n = raw.get("n-samples", {}).get(task, {})
         task_version = _task_version(raw, task)
         out.append(TaskResult(
-            task=name, version=task_version, metrics=metrics, samples=_samples(name, raw["samples"][task], metrics),
+            task=name, version=task_version, metrics=metrics,
+            samples=_samples(name, raw["samples"][task], metrics, getattr(backend, "prompt_text", None)),
             config={"lmms_task": task, "group": spec.lmms_name if spec.kind != "task" else None,
                     "data_source": leaf.source if leaf else None, "limit": limit, "n": n.get("effective"),
                     "n_total": n.get("original"), "gen_kwargs": gen_kwargs, "bootstrap_iters": bootstrap_iters},
             extra={"lmms_eval_version": version, "lmms_task": task, "task_version": task_version, "n_samples": n,
                    "stderr_clt": stderr_clt, "responses": counts},
             identity={"lmms_task": task, "data": leaf.data_id if leaf else None, "limit": limit,
-                      "gen_kwargs": gen_kwargs},
+                      "gen_kwargs": gen_kwargs, **_inputs_identity(backend)},
         ))
     leaves = {r.config["lmms_task"]: r for r in out}
     for group in _aggregated_groups(raw):
@@ -102,7 +105,18 @@ def _task_version(raw: dict, task: str) -> str:
     return str(raw.get("versions", {}).get(task))
 
 
-def _samples(name: str, rows: list[dict], metrics: list[MetricValue]) -> list[dict]:
+def _inputs_identity(backend) -> dict:
+    """{"inputs": ...} when the backend's prompt settings differ from the defaults, else {} (keys unchanged)."""
+    ident = getattr(backend, "inputs_identity", None)
+    return {"inputs": ident} if ident else {}
+
+
+def _has_image(doc: dict) -> bool:
+    """Whether a (logged) lmms-eval doc came with an image: its image column or evalsuite's image_source."""
+    return any(doc.get(k) is not None for k in ("image", "image_source", "images"))
+
+
+def _samples(name: str, rows: list[dict], metrics: list[MetricValue], prompt_text=None) -> list[dict]:
     names = {m.metric for m in metrics}
     out = []
     for row in sorted(rows, key=lambda r: r["doc_id"]):
@@ -115,6 +129,8 @@ def _samples(name: str, rows: list[dict], metrics: list[MetricValue]) -> list[di
         rec = {"key": f"{name}/{row['doc_id']}", "doc_id": row["doc_id"],
                "image_id": doc.get("question_id", doc.get("image_id")), "image": doc.get("image_source"),
                "prompt": prompt, "answer": answer, "target": row.get("target"), "doc": doc}
+        if prompt_text is not None and isinstance(prompt, str):  # the text the model actually received
+            rec["prompt_text"] = prompt_text(prompt, _has_image(doc))
         rec.update({k: v for k, v in row.items() if k in names})
         out.append(rec)
     return out

@@ -157,20 +157,36 @@ def test_split_is_vlrlhf_s(root):
 
 
 def test_truncation_counts_text_tokens_only():
-    """ids [BOS=1, 5, IMG=4, 4, 6, 7, 8], limit 2: BOS and both image tokens stay, text keeps its last 2 (7, 8).
-    _first_text_tokens([4, 4, 5, 6, 7], image 4, limit 2): 5 and 6 fit, 7 is the 3rd text token -> prefix length 4."""
+    """ids [BOS=1, 5, IMG=4, 4, 6, 7, 8] with BOS and both image tokens protected (positions 0, 2, 3),
+    limit 2: they stay and text keeps its last 2 (7, 8) -> positions [0, 2, 3, 5, 6].
+    _first_text_tokens([4, 4, 5, 6, 7], protected {0, 1}, limit 2): 5 and 6 fit, 7 is the 3rd text
+    token -> prefix length 4."""
     from training.trainers.collate import _first_text_tokens, keep_prompt_end
 
-    assert keep_prompt_end([1, 5, 4, 4, 6, 7, 8], image_id=4, bos_id=1, limit=2) == [1, 4, 4, 7, 8]
-    assert keep_prompt_end([5, 6], image_id=4, bos_id=1, limit=5) == [5, 6]
-    assert _first_text_tokens([4, 4, 5, 6, 7], image_id=4, limit=2) == 4
-    assert _first_text_tokens([4, 5], image_id=4, limit=9) == 2
+    assert keep_prompt_end([1, 5, 4, 4, 6, 7, 8], protected={0, 2, 3}, limit=2) == [0, 2, 3, 5, 6]
+    assert keep_prompt_end([5, 6], protected=set(), limit=5) == [0, 1]
+    assert _first_text_tokens([4, 4, 5, 6, 7], protected={0, 1}, limit=2) == 4
+    assert _first_text_tokens([4, 5], protected={0}, limit=9) == 2
 
 
 def _tok():
+    """Image token 4 (not text) and a leading BOS 1 (text, but never cut), as `_Tok` finds them here."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(image_id=4, bos_id=1, text_len=lambda ids: sum(1 for x in ids if x != 4))
+    from training.trainers.collate import keep_prompt_end
+
+    def protected(ids):
+        return {i for i, x in enumerate(ids) if x == 4 or (i == 0 and x == 1)}
+
+    return SimpleNamespace(text_len=lambda ids: sum(1 for x in ids if x != 4),
+                           cut_prompt=lambda row, n: row.take(keep_prompt_end(row.ids, protected(row.ids), n)))
+
+
+def _pair(p, answers, *args):
+    from training.trainers.collate import _Row, truncate_pair
+
+    prompt, answers = truncate_pair(_Row(p, {}), answers, _tok(), *args)
+    return prompt.ids, answers
 
 
 def test_truncate_pair_vlrlhf_only_when_too_long():
@@ -180,21 +196,17 @@ def test_truncate_pair_vlrlhf_only_when_too_long():
       4 + 6 = 10 fits -> answers untouched.
     max_length 8: prompt cut as above, 4 + 6 > 8 -> both answers cut to 8 - 3 = 5 tokens.
     max_target_length (2) is never used."""
-    from training.trainers.collate import truncate_pair
-
     p, c, r = [1, 5, 4, 4, 6, 7, 8], [20, 21, 2], [30, 31, 32, 33, 34, 2]
-    assert truncate_pair(p, [c, r], _tok(), 12, 3, 2) == (p, [c, r])
-    assert truncate_pair(p, [c, r], _tok(), 10, 3, 2) == ([1, 4, 4, 6, 7, 8], [c, r])
-    assert truncate_pair(p, [c, r], _tok(), 8, 3, 2) == ([1, 4, 4, 6, 7, 8], [c, r[:5]])
+    assert _pair(p, [c, r], 12, 3, 2) == (p, [c, r])
+    assert _pair(p, [c, r], 10, 3, 2) == ([1, 4, 4, 6, 7, 8], [c, r])
+    assert _pair(p, [c, r], 8, 3, 2) == ([1, 4, 4, 6, 7, 8], [c, r[:5]])
 
 
 def test_truncate_pair_per_field():
     """per_field: the prompt always keeps its last 3 text tokens; each answer its first min(2, room) tokens."""
-    from training.trainers.collate import truncate_pair
-
     p, c, r = [1, 5, 4, 4, 6, 7, 8], [20, 21, 2], [30, 31, 32, 33, 34, 2]
-    assert truncate_pair(p, [c, r], _tok(), 12, 3, 2, "per_field") == ([1, 4, 4, 6, 7, 8], [c[:2], r[:2]])
-    assert truncate_pair(p, [c, r], _tok(), 5, 3, 9, "per_field") == ([1, 4, 4, 6, 7, 8], [c[:1], r[:1]])
+    assert _pair(p, [c, r], 12, 3, 2, "per_field") == ([1, 4, 4, 6, 7, 8], [c[:2], r[:2]])
+    assert _pair(p, [c, r], 5, 3, 9, "per_field") == ([1, 4, 4, 6, 7, 8], [c[:1], r[:1]])
 
 
 def test_sft_answers_are_not_cut_by_max_target_length(tiny_vlm_dir):

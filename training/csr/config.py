@@ -181,6 +181,9 @@ class CSRConfig:
       configs/eval/), validated when the preset loads; null = no evaluation. The loop sets its ckpt,
       output, label and store (results and pair statistics, as task `csr_pairs`, go to `store`).
     device / dtype: where generation and scoring run (None = cuda if available, else cpu).
+    system_prompt / chat_template / image_aspect: the prompt and image settings used identically by
+      candidate generation, reward scoring, DPO collation and the coupled evaluation
+      (`evalsuite.models.inputs.InputConfig`; configs/csr.yaml sets the released code's).
     """
 
     method: Literal["csr"] = "csr"
@@ -196,6 +199,9 @@ class CSRConfig:
     eval: EvalConfig | None = None
     device: str | None = None
     dtype: Literal["float32", "float16", "bfloat16"] | None = None
+    system_prompt: str | None = None
+    chat_template: str | None = field(default=None, metadata={"path": "file"})
+    image_aspect: Literal["crop", "pad"] = "crop"
     tree: TreeConfig = field(default_factory=TreeConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     pairs: PairConfig = field(default_factory=PairConfig)
@@ -206,12 +212,22 @@ class CSRConfig:
             _check(bool(getattr(self, name)), f"csr.{name}", "is required")
         _check(self.iterations >= 1, "csr.iterations", "must be >= 1")
         _check(self.limit is None or self.limit >= 1, "csr.limit", "must be >= 1 or null")
+        self.input_config()  # an empty system_prompt fails before any model loads
         if self.eval is not None:
             defaults = EvalConfig()
             for name in ("ckpt", "output", "label", "store"):
                 _check(getattr(self.eval, name) == getattr(defaults, name), f"eval.{name}",
                        "is set by the loop (the checkpoint of each iteration, its eval dir, the top-level store)")
+            for name in ("system_prompt", "chat_template", "image_aspect"):
+                _check(getattr(self.eval, name) == getattr(defaults, name), f"eval.{name}",
+                       f"is set by the loop from the top-level {name} (generation, DPO and evaluation share it)")
         self.train_config(self.model, 1, self.run_dir / "iter_1", portable=True)  # fail now, not at the train stage
+
+    def input_config(self):
+        from evalsuite.models.inputs import InputConfig
+
+        return InputConfig(system_prompt=self.system_prompt, chat_template=self.chat_template,
+                           image_aspect=self.image_aspect)
 
     def check_ready(self) -> None:
         """Before the loop starts: the inputs exist and the train section fits this machine."""
@@ -233,7 +249,8 @@ class CSRConfig:
         import dataclasses
 
         return dataclasses.replace(self.eval, ckpt=str(ckpt), output=str(out), label=label, store=self.store,
-                                   device=self.eval.device or self.device)
+                                   device=self.eval.device or self.device, system_prompt=self.system_prompt,
+                                   chat_template=self.chat_template, image_aspect=self.image_aspect)
 
     def train_config(self, ckpt: str | Path, t: int, d: Path, portable: bool = False):
         """The trainer's TrainConfig for iteration t: the preset's `train:` mapping + what the loop owns.
@@ -244,7 +261,10 @@ class CSRConfig:
 
         owned = {"method": "csr", "model_name_or_path": str(ckpt), "output_dir": str(d / "train"),
                  "merged_dir": str(d / "merged"), "data_path": str(d / "pairs.json"), "dataset_name": "csr_pairs",
-                 "image_root": str(self.image_root), "iteration": t, "parent": str(ckpt), "save_merged": True}
+                 "image_root": str(self.image_root), "iteration": t, "parent": str(ckpt), "save_merged": True,
+                 # the prompt and images DPO trains on are the ones the candidates were generated from
+                 "system_prompt": self.system_prompt, "chat_template": self.chat_template,
+                 "image_aspect": self.image_aspect}
         clash = sorted(set(owned) & set(self.train))
         if clash:
             raise UserError(f"train: {', '.join(clash)} are set by the loop, remove them from the preset")

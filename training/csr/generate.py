@@ -119,7 +119,7 @@ def sentence_end_ids(tokenizer, marks: Sequence[str]) -> list[int]:
 @dataclass
 class _Prompt:
     tree: Tree
-    pixel_values: Any
+    features: dict[str, Any]  # the prompt's per-sample processor tensors (evalsuite.models.inputs.split_sample)
     active: list[int]
 
 
@@ -144,7 +144,7 @@ class TreeGenerator:
         self.spec = SearchSpec(num_beams=cfg.num_beams, num_groups=cfg.num_beam_groups,
                                diversity_penalty=cfg.diversity_penalty, length_penalty=cfg.length_penalty,
                                max_new_tokens=cfg.max_new_tokens, stop_ids=tuple(stops),
-                               suppress_ids=tuple(suppress), pad_id=pad)
+                               suppress_ids=tuple(suppress), pad_id=pad, response_fill=response_fill(vlm))
         self.sentences_generated = 0  # candidate sentences produced (the bench's unit of work)
 
     def generate(self, records: Sequence[dict], progress: bool = True) -> list[Tree]:
@@ -158,17 +158,12 @@ class TreeGenerator:
         return trees
 
     def _start(self, record: dict) -> _Prompt:
-        from evalsuite.files import safe_join
-        from evalsuite.models.vlm import build_prompt, load_image
-
-        image = load_image(safe_join(self.image_root, record["image"]))
-        text = build_prompt(self.vlm, record["question"])
-        enc = self.vlm.processor(images=[image], text=[text], return_tensors="pt")
+        prompt_ids, features = encode_prompt(self.vlm, self.image_root, record["image"], record["question"])
         root = Node(id=0, parent=None, depth=0, prefix_ids=[], sentence_ids=[], text="",
                     sentence_score=0.0, lm_score=0.0)
         tree = Tree(id=str(record["id"]), image=record["image"], question=record["question"],
-                    prompt_ids=enc["input_ids"][0].tolist(), nodes=[root])
-        return _Prompt(tree=tree, pixel_values=enc["pixel_values"], active=[0])
+                    prompt_ids=prompt_ids, nodes=[root])
+        return _Prompt(tree=tree, features=features, active=[0])
 
     def _grow(self, prompts: list[_Prompt]) -> list[Tree]:
         while any(p.active for p in prompts):
@@ -185,18 +180,16 @@ class TreeGenerator:
         return [p.tree for p in prompts]
 
     def _expand(self, chunk: list[tuple[_Prompt, int]]):
-        import torch
-
         from training.csr.search import group_beam_search, sample_search
 
         contexts = [p.tree.prompt_ids + p.tree.nodes[nid].response_ids for p, nid in chunk]
-        pixels = torch.cat([p.pixel_values for p, _ in chunk], 0)
+        features = [p.features for p, _ in chunk]
         cfg = self.cfg
         if cfg.expander == "group_beam":
-            out = group_beam_search(self.vlm.model, contexts, pixels, self.spec)
+            out = group_beam_search(self.vlm.model, contexts, features, self.spec)
         else:
             keys = [f"{p.tree.id}/{nid}" for p, nid in chunk]
-            out = sample_search(self.vlm.model, contexts, pixels, self.spec, cfg.num_samples, keys,
+            out = sample_search(self.vlm.model, contexts, features, self.spec, cfg.num_samples, keys,
                                 seed=cfg.seed, temperature=cfg.temperature, top_p=cfg.top_p)
         self.sentences_generated += sum(len(h) for h in out)
         return out
@@ -269,6 +262,22 @@ class TreeGenerator:
             if c not in keep:
                 tree.nodes[c].status = "pruned"
         return [c for c in live if c in keep]
+
+
+def encode_prompt(vlm, image_root: str | Path, image: str, question: str) -> tuple[list[int], dict[str, Any]]:
+    """(prompt token ids, per-sample model inputs) of one CSR prompt, through the shared input path
+    (`vlm.inputs`: chat template or family format, system prompt, image_aspect)."""
+    from evalsuite.files import safe_join
+    from evalsuite.models.inputs import split_sample
+    from evalsuite.models.vlm import build_prompt, load_image
+
+    im = load_image(safe_join(image_root, image))
+    return split_sample(vlm.inputs.encode([build_prompt(vlm, question)], [im]))
+
+
+def response_fill(vlm) -> tuple[tuple[str, int], ...]:
+    """Sequence-aligned input values on response tokens (PaliGemma: token_type_ids 1 = causal suffix)."""
+    return (("token_type_ids", vlm.inputs.response_fill("token_type_ids")),)
 
 
 def write_trees(path: str | Path, trees: Iterable[Tree]) -> Path:

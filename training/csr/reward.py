@@ -106,37 +106,61 @@ def path_rewards(tree: Tree, scores: dict[int, dict], cfg: RewardConfig) -> list
 
 
 # ---------------------------------------------------------------- model passes
-def language_scores(vlm, trees: Sequence[Tree], pixel_values: Sequence, batch: int = 32) -> list[dict[int, float]]:
-    """Teacher-forced mean token log-prob of every scorable sentence, batched across trees."""
+def language_scores(vlm, trees: Sequence[Tree], features: Sequence | None = None, batch: int = 32,
+                    image_root: str | Path | None = None) -> list[dict[int, float]]:
+    """Teacher-forced mean token log-prob of every scorable sentence, batched across trees.
+
+    `features[t]`: tree t's per-sample model inputs (`training.csr.generate.encode_prompt`; a bare
+    pixel tensor is accepted for one-image-tensor models); None = encode each tree's prompt again from
+    its image under `image_root`."""
     import torch
+
+    from evalsuite.models.inputs import batch_rows, model_kwargs, to_device
+    from training.csr.generate import response_fill
 
     items = [(ti, nid) for ti, t in enumerate(trees) for nid in scorable(t)]
     out: list[dict[int, float]] = [{} for _ in trees]
     model = vlm.model
     device = next(model.parameters()).device
     pad = vlm.tokenizer.pad_token_id if vlm.tokenizer.pad_token_id is not None else vlm.tokenizer.eos_token_id
+    if features is None:
+        features = _prompt_features(vlm, trees, image_root)
+    feats = [{"pixel_values": f} if isinstance(f, torch.Tensor) else f for f in features]
     for lo in range(0, len(items), batch):
         chunk = items[lo:lo + batch]
         rows = [trees[ti].prompt_ids + trees[ti].nodes[nid].prefix_ids + trees[ti].nodes[nid].sentence_ids
                 for ti, nid in chunk]
         targets = [len(trees[ti].nodes[nid].sentence_ids) for ti, nid in chunk]
         width, keep = max(map(len, rows)), max(targets) + 1
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, r in enumerate(rows):  # left padding: every row's sentence ends at the last position
-            ids[i, width - len(r):] = torch.tensor(r)
-            mask[i, width - len(r):] = 1
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        px = torch.cat([pixel_values[ti] for ti, _ in chunk], 0).to(device=device, dtype=model.dtype)
+        # left padding: every row's sentence ends at the last position; positions are the model's own
+        enc = batch_rows(rows, [feats[ti] for ti, _ in chunk], pad, dict(response_fill(vlm)), side="left")
+        enc = to_device(enc, device, model.dtype)
+        ids = enc["input_ids"].cpu()
         with torch.inference_mode():
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
-                           pixel_values=px, logits_to_keep=keep).logits.float()
+            kw, _ = model_kwargs(model, enc, first=True, use_cache=False)
+            logits = model(**kw, logits_to_keep=keep).logits.float()
         lp = torch.log_softmax(logits[:, :-1], -1).cpu()  # window position j predicts kept token j + 1
         for i, ((ti, nid), n_t) in enumerate(zip(chunk, targets)):
             tgt = ids[i, width - n_t:]
             tok_lp = lp[i, keep - 1 - n_t:].gather(1, tgt[:, None]).squeeze(1)
             out[ti][nid] = float(tok_lp.mean())
     return out
+
+
+def _prompt_features(vlm, trees: Sequence[Tree], image_root: str | Path) -> list[dict]:
+    """The full processor output of each tree's prompt (InternVL's patches, Qwen's grid, ...), encoded the
+    way generation encoded it; a prompt that encodes differently now would score other tokens."""
+    from evalsuite.errors import UserError
+    from training.csr.generate import encode_prompt
+
+    features = []
+    for t in trees:
+        ids, feats = encode_prompt(vlm, image_root, t.image, t.question)
+        if ids != t.prompt_ids:
+            raise UserError(f"tree {t.id}: its prompt encodes differently now than at generation "
+                            "(changed system_prompt, chat_template or image_aspect?)")
+        features.append(feats)
+    return features
 
 
 def score_trees(vlm, scorer, trees: Sequence[Tree], image_root: str | Path, cfg: RewardConfig) -> list[dict]:
@@ -146,8 +170,7 @@ def score_trees(vlm, scorer, trees: Sequence[Tree], image_root: str | Path, cfg:
 
     images = [load_image(safe_join(image_root, t.image)) for t in trees]
     if cfg.language_score == "teacher_forced":
-        pixels = [vlm.processor.image_processor(images=[im], return_tensors="pt")["pixel_values"] for im in images]
-        lm = language_scores(vlm, trees, pixels, cfg.lm_batch)
+        lm = language_scores(vlm, trees, None, cfg.lm_batch, image_root=image_root)
     else:  # the released ranking: the score the search gave the sentence
         lm = [{nid: t.nodes[nid].sentence_score for nid in scorable(t)} for t in trees]
     items = [(ti, nid) for ti, t in enumerate(trees) for nid in scorable(t)]

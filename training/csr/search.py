@@ -2,7 +2,8 @@
 
 transformers 5 moved group ("diverse") beam search out of the core library (offline it is not
 available), so it lives here. One call expands MANY contexts at once: rows are left-padded, with an
-attention mask and explicit position ids, and each row carries its own image (`pixel_values`).
+attention mask and the model's own position ids, and each row carries its prompt's full processor
+output (pixels, image sizes or grids, sequence-aligned type ids: `evalsuite.models.inputs`).
 
 Group beam search follows the released CSR settings on top of HF semantics (the old
 `_group_beam_search` + the current vectorised `_beam_search`), so that with one group it returns
@@ -47,43 +48,59 @@ class SearchSpec:
     stop_ids: tuple[int, ...] = ()
     suppress_ids: tuple[int, ...] = ()
     pad_id: int = 0
+    response_fill: tuple[tuple[str, int], ...] = ()  # sequence-aligned input values on response tokens
 
 
 class _Batch:
-    """Rows of the running batch: KV cache, attention mask and next positions, grouped by context."""
+    """Rows of the running batch: KV cache, attention mask and next positions, grouped by context.
 
-    def __init__(self, model, contexts: Sequence[Sequence[int]], pixel_values, pad_id: int, width: int):
+    `features[i]` is context i's per-sample model input (`evalsuite.models.inputs.split_sample` of its
+    prompt's processor output); `fill` gives sequence-aligned tensors' values past the prompt."""
+
+    def __init__(self, model, contexts: Sequence[Sequence[int]], features, pad_id: int, width: int,
+                 fill: dict[str, int] | None = None):
+        from evalsuite.models.inputs import batch_rows, model_kwargs, sequence_keys, to_device
+
         device = next(model.parameters()).device
-        longest = max(len(c) for c in contexts)
-        ids = torch.full((len(contexts), longest), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(contexts), longest), dtype=torch.long)
-        for i, c in enumerate(contexts):
-            ids[i, longest - len(c):] = torch.tensor(list(c), dtype=torch.long)
-            mask[i, longest - len(c):] = 1
-        ids, mask = ids.to(device), mask.to(device)
-        # Left padding: positions count real tokens only, so a row's logits do not depend on its padding.
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = model(input_ids=ids, pixel_values=pixel_values.to(device=device, dtype=model.dtype),
-                    attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+        batch = batch_rows(contexts, _as_features(features, len(contexts)), pad_id, fill, side="left")
+        batch = to_device(batch, device, model.dtype)
+        # Positions are the model's own (left padding counted out, M-RoPE rows for Qwen-VL), so a
+        # row's logits do not depend on its padding or on the other rows.
+        kw, pos = model_kwargs(model, batch, first=True)
+        out = model(**kw, logits_to_keep=1)
         self.model, self.width, self.device = model, width, device
         self.cache = out.cache if hasattr(out, "cache") else out.past_key_values
-        # Every context is prefilled once, then copied into `width` rows (beams or samples).
+        # Every context is prefilled once, then copied into `width` rows (beams or samples): the cache
+        # and every per-row tensor the steps read (mask, positions, sequence-aligned ids).
         self.cache.batch_repeat_interleave(width)
-        self.mask = mask.repeat_interleave(width, 0)
-        self.next_pos = (pos[:, -1] + 1).repeat_interleave(width, 0)
+        self.mask = batch["attention_mask"].repeat_interleave(width, 0)
+        self.next_pos = (pos[..., -1:] + 1).repeat_interleave(width, dim=-2)
+        self.step_extra = {k: torch.full((1, 1), (fill or {}).get(k, 0), dtype=torch.long, device=device)
+                           for k in sequence_keys(batch)}
         self.logits = out.logits[:, -1].float().repeat_interleave(width, 0)
 
     def step(self, rows: torch.Tensor, tokens: torch.Tensor) -> None:
         """Keep cache rows `rows` (reorder + drop), feed one token per row, refresh `self.logits`."""
+        from evalsuite.models.inputs import model_kwargs
+
         rows = rows.to(self.device)
         self.cache.reorder_cache(rows)
         self.mask = torch.cat([self.mask[rows], torch.ones((len(rows), 1), dtype=torch.long, device=self.device)], 1)
-        self.next_pos = self.next_pos[rows]
-        out = self.model(input_ids=tokens.view(-1, 1).to(self.device), attention_mask=self.mask,
-                         position_ids=self.next_pos.view(-1, 1), cache=self.cache, use_cache=True)
+        self.next_pos = self.next_pos.index_select(-2, rows)
+        batch = {"input_ids": tokens.view(-1, 1).to(self.device), "attention_mask": self.mask,
+                 **{k: v.expand(len(rows), 1) for k, v in self.step_extra.items()}}
+        kw, _ = model_kwargs(self.model, batch, first=False, cache=self.cache, position_ids=self.next_pos)
+        out = self.model(**kw)
         self.cache = out.cache if hasattr(out, "cache") else out.past_key_values
         self.next_pos = self.next_pos + 1
         self.logits = out.logits[:, -1].float()
+
+
+def _as_features(features, n: int) -> list[dict]:
+    """Per-context feature dicts; a bare pixel tensor (one image per context, batched) is accepted too."""
+    if isinstance(features, torch.Tensor):
+        return [{"pixel_values": features[i:i + 1]} for i in range(n)]
+    return list(features)
 
 
 def _log_probs(logits: torch.Tensor, suppress: torch.Tensor) -> torch.Tensor:
@@ -94,12 +111,11 @@ def _log_probs(logits: torch.Tensor, suppress: torch.Tensor) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def group_beam_search(model, contexts: Sequence[Sequence[int]], pixel_values: torch.Tensor,
-                      spec: SearchSpec) -> list[list[Hyp]]:
+def group_beam_search(model, contexts: Sequence[Sequence[int]], features, spec: SearchSpec) -> list[list[Hyp]]:
     """For each context, its `num_beams` finished hypotheses, best first (module docstring)."""
     n, G, B = len(contexts), spec.num_groups, spec.num_beams
     S = B // G
-    batch = _Batch(model, contexts, pixel_values, spec.pad_id, B)
+    batch = _Batch(model, contexts, features, spec.pad_id, B, dict(spec.response_fill))
     stop = torch.tensor(spec.stop_ids, dtype=torch.long)
     suppress = torch.tensor(spec.suppress_ids, dtype=torch.long)
     K = max(2, 1 + len(spec.stop_ids)) * S
@@ -183,7 +199,7 @@ def row_seed(seed: int, key: str) -> int:
 
 
 @torch.inference_mode()
-def sample_search(model, contexts: Sequence[Sequence[int]], pixel_values: torch.Tensor, spec: SearchSpec,
+def sample_search(model, contexts: Sequence[Sequence[int]], features, spec: SearchSpec,
                   num_samples: int, keys: Sequence[str], seed: int = 0, temperature: float = 1.0,
                   top_p: float = 1.0) -> list[list[Hyp]]:
     """`num_samples` sampled continuations per context, each scored by its mean token log-prob.
@@ -191,7 +207,7 @@ def sample_search(model, contexts: Sequence[Sequence[int]], pixel_values: torch.
     Each row draws from its own generator seeded by (seed, context key, sample index), so a context
     gets the same samples whatever else is in the batch."""
     n, k, T = len(contexts), num_samples, spec.max_new_tokens
-    batch = _Batch(model, contexts, pixel_values, spec.pad_id, k)
+    batch = _Batch(model, contexts, features, spec.pad_id, k, dict(spec.response_fill))
     stop = torch.tensor(spec.stop_ids, dtype=torch.long)
     suppress = torch.tensor(spec.suppress_ids, dtype=torch.long)
     gens = [torch.Generator().manual_seed(row_seed(seed, f"{key}#{j}")) for key in keys for j in range(k)]

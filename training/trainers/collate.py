@@ -1,10 +1,14 @@
 """Batch builders for vision-language SFT and preference data, with evalsuite's own truncation.
 
-Text goes through the checkpoint's chat template (the image enters the first user turn once);
-a completion is the template's rendering of the full conversation minus the rendered prompt, so it
-carries whatever end-of-turn the template emits (EOS is appended if it emits none).
+Prompts, images and encoding go through `evalsuite.models.inputs` (the same path evaluation and CSR
+use): the chat template (or a `chat_template` file, or the family's documented format), the
+configured system prompt, `image_aspect`, one image list per sample, and every tensor the processor
+returns (image sizes/grids, pixel masks, type ids) carried into the batch row by row. A completion
+is the rendering of the full conversation minus the rendered prompt, so it carries whatever
+end-of-turn the template emits (EOS is appended if it emits none).
 
-Truncation counts text tokens only (image placeholder tokens are never cut), per `truncation`:
+Truncation counts text tokens only (image blocks — placeholders with their special markers — are
+never cut), per `truncation`:
   vlrlhf     (default) TRL 0.8.1 as VL-RLHF runs it (`truncate_pair`): only when prompt + the longer
              completion exceed `max_length` is the prompt cut to its last `max_prompt_length` text
              tokens (and a leading BOS), and then, if still too long, both completions to
@@ -41,76 +45,114 @@ def _assistant(text: str) -> dict:
     return {"role": "assistant", "content": [{"type": "text", "text": text}]}
 
 
-def keep_prompt_end(ids: list[int], image_id: int, bos_id: int | None, limit: int) -> list[int]:
-    """Keep image tokens, a leading BOS and the last `limit` text tokens, in order."""
-    protected = {i for i, t in enumerate(ids) if t == image_id}
-    if ids and bos_id is not None and ids[0] == bos_id:
-        protected.add(0)
+def keep_prompt_end(ids: list[int], protected: set[int], limit: int) -> list[int]:
+    """Positions kept of a prompt: the protected ones (image block, leading BOS) and the last `limit` others."""
     text_pos = [i for i in range(len(ids)) if i not in protected]
     keep = protected | set(text_pos[max(0, len(text_pos) - limit):])
-    return [t for i, t in enumerate(ids) if i in keep]
+    return sorted(keep)
+
+
+@dataclass
+class _Row:
+    """One encoded prompt: token ids and its sequence-aligned processor values (token_type_ids, ...)."""
+
+    ids: list[int]
+    seq: dict[str, list[int]]
+
+    def take(self, positions: list[int]) -> "_Row":
+        return _Row([self.ids[i] for i in positions], {k: [v[i] for i in positions] for k, v in self.seq.items()})
 
 
 @dataclass
 class _Tok:
     processor: Any
+    inputs_config: Any = None  # evalsuite.models.inputs.InputConfig
 
     def __post_init__(self):
+        from evalsuite.models.inputs import ModelInputs
+
+        self.inputs = ModelInputs(self.processor, self.inputs_config, where="model_name_or_path")
         tok = self.processor.tokenizer
         self.tok = tok
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self.eos_id = tok.eos_token_id
         self.bos_id = tok.bos_token_id
-        self.image_id = tok.convert_tokens_to_ids(getattr(self.processor, "image_token", "<image>"))
+        image = getattr(self.processor, "image_token_id", None)
+        self.image_id = image if image is not None else tok.convert_tokens_to_ids(self.inputs.image_token)
+        self.special_ids = {i for i, t in tok.added_tokens_decoder.items() if t.special} | set(tok.all_special_ids)
+        self.fill = {"token_type_ids": self.inputs.response_fill("token_type_ids")}
 
     def render(self, messages: list[dict], generation_prompt: bool) -> str:
-        return self.processor.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=False)
+        return self.inputs.render(self.inputs.with_system(messages), generation_prompt)
 
-    def completion_text(self, prompt_msgs: list[dict], answer: str) -> tuple[str, str]:
-        prompt = self.render(prompt_msgs, True)
-        full = self.render(prompt_msgs + [_assistant(answer)], False)
-        if not full.startswith(prompt):
-            raise ValueError("the chat template does not render the prompt as a prefix of prompt + answer")
-        return prompt, full[len(prompt):]
+    def completion_text(self, question: str, answer: str, with_image: bool) -> tuple[str, str]:
+        return self.inputs.completion(question, answer, with_image)
 
     def encode_text(self, text: str) -> list[int]:
         ids = self.tok(text, add_special_tokens=False)["input_ids"]
         return ids
 
-    def encode_prompts(self, prompts: list[str], images: list) -> tuple[list[list[int]], Any]:
-        """Token ids per prompt (image tokens expanded) and the pixel values of the rows with an image."""
-        has = [im is not None for im in images]
-        add_special = not (self.bos_id is not None and prompts and prompts[0].startswith(self.tok.bos_token or "\0"))
-        out: list[list[int]] = [[] for _ in prompts]
-        pixel = None
-        img_rows = [i for i, h in enumerate(has) if h]
-        txt_rows = [i for i, h in enumerate(has) if not h]
-        if img_rows:
-            enc = self.processor(images=[images[i] for i in img_rows], text=[prompts[i] for i in img_rows],
-                                 padding=True, padding_side="left", return_tensors="pt",
-                                 add_special_tokens=add_special)
-            for row, ids, mask in zip(img_rows, enc["input_ids"], enc["attention_mask"]):
-                out[row] = ids[mask.bool()].tolist()
-            pixel = enc["pixel_values"]
-        for row in txt_rows:
-            out[row] = self.tok(prompts[row], add_special_tokens=add_special)["input_ids"]
-        return out, pixel
+    def encode_prompts(self, prompts: list[str], images: list) -> tuple[list[_Row], dict[str, Any]]:
+        """One `_Row` per prompt, and the image tensors of the rows with an image (in row order)."""
+        from evalsuite.models.inputs import sequence_keys
+
+        out: list[_Row] = [_Row([], {}) for _ in prompts]
+        image_data: dict[str, Any] = {}
+        for with_image in (True, False):
+            rows = [i for i, im in enumerate(images) if (im is not None) == with_image]
+            if not rows:
+                continue
+            enc = self.inputs.encode([prompts[i] for i in rows], [images[i] for i in rows] if with_image else None)
+            seq = sequence_keys(enc)
+            for j, row in enumerate(rows):
+                mask = enc["attention_mask"][j].bool()
+                out[row] = _Row(enc["input_ids"][j][mask].tolist(), {k: enc[k][j][mask].tolist() for k in seq})
+            if with_image:
+                image_data = {k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask", *seq)}
+        return out, image_data
+
+    def protected(self, ids: list[int]) -> set[int]:
+        """Positions truncation never cuts: the image blocks and a leading BOS."""
+        bos = {0} if ids and self.bos_id is not None and ids[0] == self.bos_id else set()
+        return self.image_positions(ids) | bos
+
+    def image_positions(self, ids: list[int]) -> set[int]:
+        """Every run of special tokens that holds an image token: the image placeholders with their
+        markers (Qwen's vision_start/end, Idefics3's row/col tags, Gemma3's start/end_of_image,
+        PaliGemma's <bos> after the image). Not text, never counted nor cut."""
+        keep: set[int] = set()
+        i = 0
+        while i < len(ids):
+            if ids[i] not in self.special_ids:
+                i += 1
+                continue
+            j = i
+            while j < len(ids) and ids[j] in self.special_ids:
+                j += 1
+            if self.image_id in ids[i:j]:
+                keep.update(range(i, j))
+            i = j
+        return keep
 
     def text_len(self, ids: list[int]) -> int:
-        return sum(1 for t in ids if t != self.image_id)
+        return len(ids) - len(self.image_positions(ids))
+
+    def cut_prompt(self, row: _Row, limit: int) -> _Row:
+        """`row` keeping its protected positions and its last `limit` text tokens."""
+        return row.take(keep_prompt_end(row.ids, self.protected(row.ids), limit))
 
 
-def truncate_pair(prompt: list[int], answers: list[list[int]], t: _Tok, max_length: int, max_prompt_length: int,
-                  max_target_length: int, mode: str = "vlrlhf") -> tuple[list[int], list[list[int]]]:
+def truncate_pair(prompt: _Row, answers: list[list[int]], t: _Tok, max_length: int, max_prompt_length: int,
+                  max_target_length: int, mode: str = "vlrlhf") -> tuple[_Row, list[list[int]]]:
     """(prompt, answers) cut to the length limits (module docstring); answers already end with EOS."""
     if mode == "per_field":
-        prompt = keep_prompt_end(prompt, t.image_id, t.bos_id, max_prompt_length)
-        room = max(1, max_length - t.text_len(prompt))
+        prompt = t.cut_prompt(prompt, max_prompt_length)
+        room = max(1, max_length - t.text_len(prompt.ids))
         return prompt, [a[: min(max_target_length, room)] for a in answers]
     longer = max(len(a) for a in answers)  # TRL 0.8.1 tokenize_row: measured once, before any cut
-    if t.text_len(prompt) + longer > max_length:
-        prompt = keep_prompt_end(prompt, t.image_id, t.bos_id, max_prompt_length)
-    if t.text_len(prompt) + longer > max_length:
+    if t.text_len(prompt.ids) + longer > max_length:
+        prompt = t.cut_prompt(prompt, max_prompt_length)
+    if t.text_len(prompt.ids) + longer > max_length:
         answers = [a[: max_length - max_prompt_length] for a in answers]
     return prompt, answers
 
@@ -122,13 +164,24 @@ def _pad_right(rows: list[list[int]], value: int):
     return torch.tensor([r + [value] * (width - len(r)) for r in rows], dtype=torch.long)
 
 
+def _model_batch(t: _Tok, prompts: list[_Row], rows: list[list[int]], image_data: dict[str, Any]) -> dict:
+    """input_ids / attention_mask / sequence-aligned ids (prompt values, then the response fill), right-padded,
+    plus the image tensors: the batch the model's forward receives."""
+    from evalsuite.models.inputs import batch_rows
+
+    batch = batch_rows(rows, [p.seq for p in prompts], t.pad_id, t.fill, side="right")
+    batch.update(image_data)
+    return batch
+
+
 @dataclass
 class PreferenceCollator:
     """Examples {image, image_bytes, prompt, chosen, rejected[, ref_*_logps]} -> a 2B-row batch.
 
-    Rows are [chosen_0..chosen_{B-1}, rejected_0..rejected_{B-1}] (TRL's layout). `logp_mask` marks
+    Rows are [chosen_0..chosen_{B-1}, rejected_0..rejected_{B-1}] (TRL's layout); every per-sample
+    tensor of the processor (pixels, image sizes/grids, type ids) follows the rows. `logp_mask` marks
     the completion tokens whose log-probs enter the sequence log-prob: all of them, or for DDPO only
-    those where chosen and rejected differ.
+    those where chosen and rejected differ. `inputs`: system prompt, chat template file, image_aspect.
     """
 
     processor: Any
@@ -137,9 +190,10 @@ class PreferenceCollator:
     max_target_length: int = 128
     diff_mask: str | None = None  # ddpo: "replaced" (VL-RLHF) | "changed" (training/losses.py)
     truncation: str = "vlrlhf"
+    inputs: Any = None  # evalsuite.models.inputs.InputConfig
 
     def __post_init__(self):
-        self._t = _Tok(self.processor)
+        self._t = _Tok(self.processor, self.inputs)
 
     def _completion(self, ids: list[int]) -> list[int]:
         t = self._t
@@ -156,24 +210,26 @@ class PreferenceCollator:
     def __call__(self, examples: list[dict]) -> dict:
         import torch
 
+        from evalsuite.models.inputs import merge_tensors
+
         t = self._t
         images = [load_example_image(ex) for ex in examples]
         prompts, chosen, rejected = [], [], []
         for ex, im in zip(examples, images):
-            msgs = [_user(ex["prompt"], im is not None)]
-            prompt, c_text = t.completion_text(msgs, ex["chosen"])
-            _, r_text = t.completion_text(msgs, ex["rejected"])
+            prompt, c_text = t.completion_text(ex["prompt"], ex["chosen"], im is not None)
+            _, r_text = t.completion_text(ex["prompt"], ex["rejected"], im is not None)
             prompts.append(prompt)
             chosen.append(c_text)
             rejected.append(r_text)
-        prompt_ids, pixel = t.encode_prompts(prompts, images)
+        encoded, image_data = t.encode_prompts(prompts, images)
         rows, comp_masks, logp_masks = [], [], []
-        pairs = []
-        for p, c, r in zip(prompt_ids, chosen, rejected):
+        pairs, kept = [], []
+        for p, c, r in zip(encoded, chosen, rejected):
             answers = [self._completion(t.encode_text(c)), self._completion(t.encode_text(r))]
             p, (c_ids, r_ids) = truncate_pair(p, answers, t, self.max_length, self.max_prompt_length,
                                               self.max_target_length, self.truncation)
-            pairs.append((p, c_ids, r_ids))
+            kept.append(p)
+            pairs.append((p.ids, c_ids, r_ids))
         masks = self._masks(pairs)
         for side in (0, 1):  # chosen rows, then rejected rows
             for (p, c, r), mask in zip(pairs, masks):
@@ -181,15 +237,10 @@ class PreferenceCollator:
                 rows.append(p + comp)
                 comp_masks.append([0] * len(p) + [1] * len(comp))
                 logp_masks.append([0] * len(p) + mask[side])
-        input_ids = _pad_right(rows, t.pad_id)
-        batch = {
-            "input_ids": input_ids,
-            "attention_mask": _pad_right([[1] * len(r) for r in rows], 0),
-            "completion_mask": _pad_right(comp_masks, 0),
-            "logp_mask": _pad_right(logp_masks, 0),
-        }
-        if pixel is not None:
-            batch["pixel_values"] = torch.cat([pixel, pixel], dim=0)
+        doubled = {k: merge_tensors([v, v]) for k, v in image_data.items()}  # sample-major: rows repeat
+        batch = _model_batch(t, kept + kept, rows, doubled)
+        batch["completion_mask"] = _pad_right(comp_masks, 0)
+        batch["logp_mask"] = _pad_right(logp_masks, 0)
         if "ref_chosen_logps" in examples[0]:
             batch["ref_chosen_logps"] = torch.tensor([ex["ref_chosen_logps"] for ex in examples])
             batch["ref_rejected_logps"] = torch.tensor([ex["ref_rejected_logps"] for ex in examples])
@@ -198,7 +249,7 @@ class PreferenceCollator:
 
 @dataclass
 class SFTCollator:
-    """Examples {image, image_bytes, messages} -> input_ids / attention_mask / labels (+ pixel_values).
+    """Examples {image, image_bytes, messages} -> input_ids / attention_mask / labels (+ image tensors).
 
     Only assistant turns are labelled; the whole sequence keeps its first `max_length` text tokens
     (image tokens are in the first turn and always kept). With `truncation: per_field` the first
@@ -212,13 +263,17 @@ class SFTCollator:
     max_target_length: int = 128
     label_pad_token_id: int = -100
     truncation: str = "vlrlhf"  # per_field: prompt and answers capped too (module docstring)
+    inputs: Any = None  # evalsuite.models.inputs.InputConfig
 
     def __post_init__(self):
-        self._t = _Tok(self.processor)
+        self._t = _Tok(self.processor, self.inputs)
 
     def _segments(self, messages: list[dict], with_image: bool) -> list[tuple[str, bool]]:
         """(text, is_assistant) pieces whose concatenation is the rendered conversation."""
         t = self._t
+        if t.inputs.prompt_format == "paligemma" and len(messages) == 2:  # one prefix, one suffix
+            prompt, answer = t.completion_text(messages[0]["content"], messages[1]["content"], with_image)
+            return [(prompt, False), (answer, True)]
         msgs = [(_user(m["content"], with_image and i == 0) if m["role"] == "user" else _assistant(m["content"]))
                 for i, m in enumerate(messages)]
         pieces, done = [], ""
@@ -237,11 +292,12 @@ class SFTCollator:
         t = self._t
         images = [load_example_image(ex) for ex in examples]
         segs = [self._segments(ex["messages"], im is not None) for ex, im in zip(examples, images)]
-        first_ids, pixel = t.encode_prompts([s[0][0] for s in segs], images)
-        rows, labels = [], []
-        for first, pieces in zip(first_ids, segs):
+        encoded, image_data = t.encode_prompts([s[0][0] for s in segs], images)
+        prompts, rows, labels = [], [], []
+        for first, pieces in zip(encoded, segs):
             per_field = self.truncation == "per_field"
-            ids = keep_prompt_end(first, t.image_id, t.bos_id, self.max_prompt_length) if per_field else list(first)
+            first = t.cut_prompt(first, self.max_prompt_length) if per_field else first
+            ids = list(first.ids)
             lab = [self.label_pad_token_id] * len(ids)
             for text, is_answer in pieces[1:]:
                 piece = t.encode_text(text)
@@ -251,24 +307,20 @@ class SFTCollator:
                     piece = piece[: self.max_target_length] if per_field else piece
                 ids += piece
                 lab += piece if is_answer else [self.label_pad_token_id] * len(piece)
-            keep = _first_text_tokens(ids, t.image_id, self.max_length)
+            keep = _first_text_tokens(ids, t.image_positions(ids), self.max_length)
+            prompts.append(first)
             rows.append(ids[:keep])
             labels.append(lab[:keep])
-        batch = {
-            "input_ids": _pad_right(rows, t.pad_id),
-            "attention_mask": _pad_right([[1] * len(r) for r in rows], 0),
-            "labels": _pad_right(labels, self.label_pad_token_id),
-        }
-        if pixel is not None:
-            batch["pixel_values"] = pixel
+        batch = _model_batch(t, prompts, rows, image_data)
+        batch["labels"] = _pad_right(labels, self.label_pad_token_id)
         return batch
 
 
-def _first_text_tokens(ids: list[int], image_id: int, limit: int) -> int:
-    """Length of the longest prefix of `ids` holding at most `limit` text (non-image) tokens."""
+def _first_text_tokens(ids: list[int], protected: set[int], limit: int) -> int:
+    """Length of the longest prefix of `ids` holding at most `limit` text (not `protected`) tokens."""
     n = 0
-    for i, tok in enumerate(ids):
-        if tok != image_id:
+    for i in range(len(ids)):
+        if i not in protected:
             n += 1
             if n > limit:
                 return i

@@ -134,7 +134,7 @@ def build_dpo_trainer(cfg, model, processor, train_ds, eval_ds=None) -> VLDPOTra
                      max_length=None, precompute_ref_log_probs=False, dataset_num_proc=cfg.dataset_num_proc)
     collator = PreferenceCollator(processor, max_length=cfg.max_length, max_prompt_length=cfg.max_prompt_length,
                                   max_target_length=cfg.max_target_length, diff_mask=spec.diff_mask,
-                                  truncation=cfg.truncation)
+                                  truncation=cfg.truncation, inputs=cfg.input_config())
     return VLDPOTrainer(
         model=model, args=args, data_collator=collator, train_dataset=train_ds, eval_dataset=eval_ds,
         processing_class=processor, peft_config=lora_config(cfg, model), loss_spec=spec,

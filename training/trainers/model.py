@@ -14,7 +14,7 @@ from evalsuite.errors import UserError
 log = logging.getLogger(__name__)
 
 VISION_PARTS = ("vision_tower", "vision_model", "visual", "image_encoder")
-PROJECTOR_PARTS = ("multi_modal_projector", "mm_projector", "vision_resampler", "merger")
+PROJECTOR_PARTS = ("multi_modal_projector", "mm_projector", "vision_resampler", "merger", "connector")
 
 
 def torch_dtype(cfg):

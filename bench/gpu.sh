@@ -1,19 +1,36 @@
 #!/usr/bin/env bash
-# GPU-only checks of the multi-process paths that CPU tests cannot reach (NCCL, DeepSpeed on CUDA).
-# Needs >= 2 GPUs and `pip install -e '.[deepspeed]'`; not run by `make test` / `make bench` / CI.
+# The one prepared GPU script: single-GPU figures, then the multi-GPU checks where 2 GPUs are visible.
+# Not run by `make test` / `make bench` / CI. Nothing is downloaded. Under 8 minutes on one H200.
 #
-#   bash bench/gpu.sh            # tiny model + synthetic world, built here; ~5 min
+#   bash bench/gpu.sh            # part 1 on 7B shapes (needs CUDA); part 2 with >= 2 GPUs
+#   bash bench/gpu.sh --tiny     # part 1 on tiny shapes: the same code in seconds, CPU or GPU
+#                                # (tests/integration/test_gpu_figures.py runs this on CPU)
+# Extra arguments go to bench/gpu_figures.py (--arch llava|qwen2_vl|both, --tiny, --out FILE).
 #
-# 1. evaluation: torchrun and `accelerate launch` with 2 GPUs give the single-GPU answers (rank 0 writes);
-# 2. training: 2 DPO steps under configs/accelerate/multi_gpu.yaml, zero2.yaml and zero3.yaml (bf16 as
-#    the presets say), each writing a checkpoint (zero3: the adapter; merge it single-process).
+# Part 1, always: bench/gpu_figures.py on random-init LLaVA-1.5-7B- and Qwen2-VL-7B-shaped models in
+#   bf16: evaluation tokens/s (evalsuite's generate vs plain HF generate, same batch and token count),
+#   CSR tree nodes/s and tokens/s, LoRA DPO s/step and peak memory, each with MFU against the device's
+#   bf16 peak (the formulas: bench/gpu_models.py). The table is printed; the JSON goes to $W.
+# Part 2, >= 2 GPUs (needs `pip install -e '.[deepspeed]'`), else one "skipped" line; about 5 minutes:
+#   1. evaluation: torchrun and `accelerate launch` with 2 GPUs give the single-GPU answers (rank 0 writes);
+#   2. training: 2 DPO steps under configs/accelerate/multi_gpu.yaml, zero2.yaml and zero3.yaml (bf16 as
+#      the presets say), each writing a checkpoint (zero3: the adapter; merge it single-process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python}
-ngpu=$($PY -c "import torch; print(torch.cuda.device_count())")
-if [ "$ngpu" -lt 2 ]; then echo "bench/gpu.sh: needs 2 GPUs, found $ngpu" >&2; exit 2; fi
-W=$(mktemp -d /tmp/evalsuite-gpu-XXXX)
+W=$(mktemp -d "${TMPDIR:-/tmp}/evalsuite-gpu-XXXX")
 export OMP_NUM_THREADS=1 HF_HOME=$W/hf
+
+echo "== part 1: single-GPU figures"
+$PY bench/gpu_figures.py --arch both --out "$W/gpu_figures.json" "$@"
+
+ngpu=$($PY -c "import torch; print(torch.cuda.device_count())")
+if [ "$ngpu" -lt 2 ]; then
+  echo "== part 2: skipped (the multi-GPU checks need 2 GPUs, found $ngpu)"
+  echo "bench/gpu.sh: done in ${SECONDS}s ($W)"
+  exit 0
+fi
+echo "== part 2: multi-GPU checks on $ngpu GPUs"
 $PY -m evalsuite world build --out "$W/world" --images 40 --seed 0 >/dev/null
 $PY -m evalsuite tiny-ckpt --out "$W/ck" --seed 0 >/dev/null
 
@@ -47,4 +64,5 @@ for preset in multi_gpu zero2 zero3; do
   test -s "$W/train_$preset/metrics.jsonl" || { echo "FAIL train $preset: no metrics"; exit 1; }
   echo "ok   train $preset: $(grep -c '"loss"' "$W/train_$preset/metrics.jsonl") logged steps"
 done
-echo "all GPU checks passed ($W)"
+echo "all multi-GPU checks passed"
+echo "bench/gpu.sh: done in ${SECONDS}s ($W)"

@@ -1,0 +1,309 @@
+"""Single-GPU throughput of evaluation, CSR tree generation and LoRA DPO on random-init 7B-shaped VLMs.
+
+    python bench/gpu_figures.py [--arch llava|qwen2_vl|both] [--tiny] [--out FIGURES.json]
+
+Part 1 of bench/gpu.sh. Per architecture (LLaVA-1.5-7B and Qwen2-VL-7B shapes, random weights built
+on the GPU in bf16 by bench/gpu_models.py; nothing is downloaded or read from disk):
+  * eval: `evalsuite.models.vlm.generate` (prompt rendering, image preparation, encoding, suppressed
+    tokens, decoding: the shared input path) against plain `model.generate` on the same processor
+    outputs (encoded before the clock starts), same batch size; EOS is masked until the last step
+    (`min_new_tokens = max_new_tokens`) so both sides generate exactly the same tokens. New tokens/s
+    each and their ratio;
+  * csr: `training.csr.generate.TreeGenerator` (5 beams in 5 groups, pruning 1 best + 2 worst) on a
+    few prompts: candidate sentences (nodes)/s and candidate tokens/s;
+  * dpo: `training.trainers.dpo.build_dpo_trainer` with LoRA (r 128, alpha 256, every language-model
+    Linear), gradient checkpointing, reference = adapter off, on random same-length pairs: seconds
+    per step after warm-up steps (step end to step end: data, forward, backward, optimizer), peak
+    `torch.cuda.max_memory_allocated`.
+MFU = model FLOPs / seconds / the device's bf16 dense peak (table in bench/gpu_models.py; an unlisted
+device or the CPU prints n/a). Model FLOPs, counted by hooks on what actually ran (details there):
+    k * N_body * positions + k * N_head * projected positions + 2 * N_vision * image patches,
+    k = 2 without gradients (generation, the DPO reference pass), 6 with (the DPO policy pass),
+N_body = language-model parameters without the embedding table; attention scores are left out. TRL's
+fused LM head reads the head's weight without calling it, so DPO adds 8 * N_head * scored completion
+positions per step (reference 2 + policy 6).
+The random weights answer noise: that is irrelevant to throughput, the shapes and token counts are real.
+`--tiny` runs the same code on tiny shapes (CPU, seconds): tests/integration/test_gpu_figures.py.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+QUESTION = "Describe the image in detail."
+
+
+@dataclass(frozen=True)
+class Sizes:
+    eval_batch: int = 8
+    eval_batches: int = 2
+    new_tokens: int = 128
+    csr_prompts: int = 4
+    csr_new_tokens: int = 70
+    csr_depth: int = 3
+    dpo_batch: int = 8
+    dpo_warmup: int = 2
+    dpo_steps: int = 5
+    answer_words: int = 48
+    lora_r: int = 128
+    lora_alpha: int = 256
+
+
+TINY = Sizes(eval_batch=2, eval_batches=1, new_tokens=8, csr_prompts=2, csr_new_tokens=6, csr_depth=2,
+             dpo_batch=2, dpo_warmup=1, dpo_steps=2, answer_words=8, lora_r=8, lora_alpha=16)
+
+
+class Clock:
+    """Wall seconds between `start()` and `stop()`, with the device drained at both ends."""
+
+    def __init__(self, device: str):
+        import torch
+
+        self.sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def start(self) -> None:
+        self.sync()
+        self.t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        self.sync()
+        return time.perf_counter() - self.t0
+
+
+def _row(arch, figure, value, unit, flops=None, seconds=None, peak=None, **extra) -> dict:
+    achieved = flops / seconds if flops is not None and seconds else None
+    mfu = achieved / peak if achieved is not None and peak else None
+    return {"arch": arch, "figure": figure, "value": value, "unit": unit, "seconds": seconds, "flops": flops,
+            "tflops_per_s": achieved and achieved / 1e12, "mfu": mfu, **extra}
+
+
+def _images(side: int, n: int, root: Path) -> list[str]:
+    """`n` solid-colour side x side PNGs under `root` (the content does not change the cost)."""
+    from PIL import Image
+
+    for i in range(n):
+        Image.new("RGB", (side, side), ((37 * i) % 256, (91 * i) % 256, (53 * i) % 256)).save(root / f"{i}.png")
+    return [f"{i}.png" for i in range(n)]
+
+
+def measure_eval(arch, vlm, counter, s: Sizes, images, clock, peak) -> list[dict]:
+    import torch
+    from PIL import Image
+
+    from evalsuite.models.vlm import encode_batch, generate
+    from evalsuite.types import GenConfig, GenRequest
+
+    pics = [Image.open(p).convert("RGB") for p in images]
+    reqs = [GenRequest(key=str(i), image=pics[i % len(pics)], prompt=QUESTION)
+            for i in range(s.eval_batch * s.eval_batches)]
+    batches = [reqs[i:i + s.eval_batch] for i in range(0, len(reqs), s.eval_batch)]
+    model, n = vlm.model, s.new_tokens
+
+    def hf(enc, tokens):
+        with torch.inference_mode():
+            out = model.generate(**enc, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
+                                 pad_token_id=vlm.tokenizer.pad_token_id)
+        if out.shape[1] - enc["input_ids"].shape[1] != tokens:
+            raise RuntimeError(f"plain generate made {out.shape[1] - enc['input_ids'].shape[1]} tokens, not {tokens}")
+
+    encoded = [encode_batch(vlm, b) for b in batches]
+    model.generation_config.min_new_tokens = 4  # warm-up (kernels, allocator), untimed
+    generate(vlm, batches[0], GenConfig(max_new_tokens=4), batch_size=s.eval_batch, progress=False)
+    hf(encoded[0], 4)
+    model.generation_config.min_new_tokens = n  # EOS masked until token n: both paths make n per row
+    rows, per_s = [], {}
+    for name, run in (("evalsuite", lambda: generate(vlm, reqs, GenConfig(max_new_tokens=n), batch_size=s.eval_batch,
+                                                     progress=False)),
+                      ("plain HF", lambda: [hf(e, n) for e in encoded])):
+        counter.reset()
+        clock.start()
+        run()
+        dt = clock.stop()
+        if counter.lm_forwards != len(batches) * n:  # n forwards per batch = n tokens per row
+            raise RuntimeError(f"eval {name}: {counter.lm_forwards} forwards, expected {len(batches) * n}")
+        per_s[name] = len(reqs) * n / dt
+        rows.append(_row(arch, f"eval {name} generate (batch {s.eval_batch}, {n} new)", per_s[name], "tok/s",
+                         counter.flops, dt, peak, tokens=len(reqs) * n))
+    model.generation_config.min_new_tokens = None
+    rows.append(_row(arch, "eval evalsuite / plain HF", per_s["evalsuite"] / per_s["plain HF"], "x"))
+    return rows
+
+
+def measure_csr(arch, vlm, counter, s: Sizes, images, root, clock, peak) -> list[dict]:
+    from training.csr.config import TreeConfig
+    from training.csr.generate import TreeGenerator
+
+    records = [{"id": str(i), "image": images[i % len(images)], "question": QUESTION} for i in range(s.csr_prompts)]
+    # junk filtered after growth (the released rule) and no sibling dedupe: the work done does not
+    # depend on what the random weights happen to say
+    cfg = TreeConfig(max_new_tokens=s.csr_new_tokens, max_depth=s.csr_depth, stop="sentence_marks", max_chars=None,
+                     batch_nodes=64, prompt_batch=s.csr_prompts, dedupe_siblings=False, junk_filter="after_pruning")
+    TreeGenerator(vlm, replace(cfg, max_new_tokens=2, max_depth=1), root).generate(records[:1], progress=False)
+    gen = TreeGenerator(vlm, cfg, root)
+    counter.reset()
+    clock.start()
+    trees = gen.generate(records, progress=False)
+    dt = clock.stop()
+    nodes = gen.sentences_generated
+    tokens = sum(len(node.sentence_ids) for t in trees for node in t.nodes[1:])
+    what = f"{s.csr_prompts} prompts, 5 beams, depth {s.csr_depth}, {s.csr_new_tokens} max new"
+    return [_row(arch, f"csr tree nodes ({what})", nodes / dt, "nodes/s", counter.flops, dt, peak, nodes=nodes),
+            _row(arch, "csr tree candidate tokens", tokens / dt, "tok/s", tokens=tokens)]
+
+
+def _pairs(vlm, s: Sizes, images, root: Path) -> Path:
+    """Same-length random pairs (one vocabulary word = one token), so every batch has the same shape."""
+    import random
+
+    rng = random.Random(0)
+    words = sorted(w for w in vlm.tokenizer.get_vocab() if w.isalnum())
+    say = lambda: " ".join(rng.choice(words) for _ in range(s.answer_words))
+    pairs = [{"image": images[i % len(images)], "prompt": QUESTION, "chosen": say(), "rejected": say()}
+             for i in range(s.dpo_batch)]
+    path = root / "pairs.json"
+    path.write_text(json.dumps(pairs))
+    return path
+
+
+def measure_dpo(arch, vlm, counter, s: Sizes, images, root, clock, peak) -> list[dict]:
+    import torch
+    from transformers import PrinterCallback, TrainerCallback
+
+    from training.config import load_config
+    from training.data import load_examples
+    from training.trainers.dpo import build_dpo_trainer
+    from training.trainers.model import freeze_vision_tower
+
+    cuda = vlm.device.startswith("cuda")
+    vlm.model.config.save_pretrained(root / "model")  # the config check wants a checkpoint dir; weights stay in memory
+    cfg = load_config({
+        "method": "dpo", "model_name_or_path": str(root / "model"), "data_path": str(_pairs(vlm, s, images, root)),
+        "image_root": str(root), "output_dir": str(root / "dpo"), "eval_split": 0.0, "max_length": 2048,
+        "max_prompt_length": 1024, "max_target_length": 512, "use_lora": True, "lora_r": s.lora_r,
+        "lora_alpha": s.lora_alpha, "lora_dropout": 0.05, "lora_target_modules": "auto", "freeze_vision_tower": True,
+        "activation_checkpointing": True, "bf16": cuda, "use_cpu": not cuda, "learning_rate": 1e-6,
+        "max_steps": s.dpo_warmup + s.dpo_steps, "per_device_train_batch_size": s.dpo_batch,
+        "logging_steps": s.dpo_warmup + s.dpo_steps, "save_strategy": "no", "report_to": "none",
+        "dataloader_num_workers": 0, "disable_tqdm": True, "seed": 0})
+    train_ds, _, _ = load_examples(cfg)
+    freeze_vision_tower(vlm.model)
+    trainer = build_dpo_trainer(cfg, vlm.model, vlm.processor, train_ds)
+    batch = trainer.data_collator([train_ds[i] for i in range(s.dpo_batch)])
+    scored = int(batch["completion_mask"][:, 1:].sum())  # positions TRL's fused head projects, per forward
+    timed: list[tuple[float, float]] = []  # (seconds, FLOPs) of the timed steps
+
+    class Steps(TrainerCallback):  # step end to step end: everything a step costs, data included
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step == s.dpo_warmup:
+                counter.reset()
+                clock.start()
+            elif state.global_step == s.dpo_warmup + s.dpo_steps:
+                timed.append((clock.stop(), counter.flops))
+
+    trainer.add_callback(Steps())
+    trainer.remove_callback(PrinterCallback)  # the figures are the output, not the per-step log dicts
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    trainer.train()
+    dt, flops = timed[0]
+    flops += s.dpo_steps * 8 * counter.n_head * scored
+    peak_mem = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
+    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    trainer.accelerator.free_memory()  # drop the prepared model and optimizer before the next architecture
+    what = f"{s.dpo_batch} pairs, LoRA r {s.lora_r}, ckpt, {s.dpo_steps} steps after {s.dpo_warmup}"
+    return [_row(arch, f"dpo step ({what})", dt / s.dpo_steps, "s/step", flops, dt, peak,
+                 trainable_params=trainable),
+            _row(arch, "dpo peak memory allocated", peak_mem, "GiB")]
+
+
+def run_arch(arch: str, tiny: bool, device: str, peak) -> list[dict]:
+    import gc
+
+    import torch
+
+    from bench.gpu_models import SHAPES, FlopCounter, build_vlm
+
+    s = TINY if tiny else Sizes()
+    clock = Clock(device)
+    t0 = time.perf_counter()
+    vlm = build_vlm(arch, tiny, device, torch.bfloat16 if device.startswith("cuda") else torch.float32)
+    clock.sync()  # the init kernels run asynchronously
+    rows = [_row(arch, f"model build (random init, {sum(p.numel() for p in vlm.model.parameters()):,} params)",
+                 time.perf_counter() - t0, "s")]
+    counter = FlopCounter(vlm.model)
+    with tempfile.TemporaryDirectory(prefix=f"gpu_figures_{arch}_") as tmp:
+        root = Path(tmp)
+        side = SHAPES[arch]["tiny" if tiny else "full"]["image"]
+        images = _images(side, max(s.eval_batch, s.csr_prompts, s.dpo_batch), root)
+        rows += measure_eval(arch, vlm, counter, s, [root / i for i in images], clock, peak)
+        rows += measure_csr(arch, vlm, counter, s, images, root, clock, peak)
+        rows += measure_dpo(arch, vlm, counter, s, images, root, clock, peak)  # last: LoRA is injected in place
+    counter.close()
+    del vlm, counter
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _fmt(v, spec: str, width: int = 0) -> str:
+    return f"{'n/a':>{width}}" if v is None else format(v, f"{width}{spec}")
+
+
+def table(rows: list[dict]) -> str:
+    lines = [f"{'arch':<10}{'figure':<70}{'value':>12} {'unit':<8}{'TFLOP/s':>9}{'MFU':>8}"]
+    for r in rows:
+        tf = "" if r["flops"] is None else _fmt(r["tflops_per_s"], ".3g")
+        mfu = "" if r["flops"] is None else "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
+        lines.append(f"{r['arch']:<10}{r['figure']:<70}{_fmt(r['value'], '.4g', 12)} {r['unit']:<8}{tf:>9}{mfu:>8}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="gpu_figures.py", description=__doc__.splitlines()[0])
+    p.add_argument("--arch", choices=("llava", "qwen2_vl", "both"), default="both")
+    p.add_argument("--tiny", action="store_true", help="tiny shapes, same code (CPU-sized, seconds)")
+    p.add_argument("--out", default=None, help="also write the figures to this JSON file")
+    args = p.parse_args(argv)
+    import warnings
+
+    import torch
+    import transformers
+
+    from bench.gpu_models import ARCHS, peak_flops
+
+    # transformers 5 deprecation notices raised inside TRL/PEFT calls, once per step: not ours to fix here
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and not args.tiny:
+        p.error("the 7B-shaped figures need a CUDA GPU (none visible); --tiny runs the same code on tiny shapes")
+    if device == "cpu":
+        torch.set_num_threads(1)
+    name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    peak = peak_flops(name)
+    print(f"gpu_figures: device {name}, bf16 dense peak {_fmt(peak and peak / 1e12, '.0f')} TFLOP/s, "
+          f"{'tiny' if args.tiny else '7B'} shapes, torch {torch.__version__}, transformers {transformers.__version__}",
+          flush=True)
+    rows: list[dict] = []
+    for arch in ARCHS if args.arch == "both" else (args.arch,):
+        rows += run_arch(arch, args.tiny, device, peak)
+    print(table(rows))
+    if args.out:
+        from evalsuite.files import write_text_atomic
+
+        meta = {"device": name, "peak_flops": peak, "tiny": args.tiny, "torch": torch.__version__,
+                "transformers": transformers.__version__}
+        write_text_atomic(args.out, json.dumps({**meta, "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -141,7 +141,10 @@ def test_generation_sharded_over_two_ranks(csr_inputs, monkeypatch):
     assert read_manifest(d / "merged")["iteration"] == 1
     assert proc.stdout.splitlines().count(str(d / "merged")) == 1  # only rank 0 prints the result
     runs = Store(ddp_store).metrics()
-    assert len(runs[runs["task"] == "csr_pairs"]) == 7 and runs["run_id"].nunique() == 1
+    # rank 0 alone writes: one pair-statistics run (7 metric rows) and one training-log run
+    pairs, train = runs[runs["task"] == "csr_pairs"], runs[runs["task"] == "csr_train"]
+    assert len(pairs) == 7 and pairs["run_id"].nunique() == 1 and train["run_id"].nunique() == 1
+    assert set(runs["task"]) == {"csr_pairs", "csr_train"}
 
 
 def _worker(overrides: list[str]) -> int:

@@ -11,9 +11,10 @@ export OMP_NUM_THREADS ?= 1
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-# Python packages (torch/torchvision resolve to the CPU/CUDA wheels the machine's pip offers).
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e ".[test]"
+# Python packages, pinned by constraints.txt to the versions the demo's numbers and the tests were
+# measured with (torch/torchvision resolve to the CPU/CUDA wheels the machine's pip offers).
+$(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/pip install -q -c constraints.txt -e ".[test]"
 	touch $@
 
 setup: system-deps $(VENV)/.installed nltk-data
@@ -34,7 +35,10 @@ nltk-data: $(VENV)/.installed
 	  $(BIN)/python -m evalsuite.metrics.nltk_setup --out $(NLTK) $(if $(wildcard $(SHARED)/golden/nltk_data),--tagger-from $(SHARED)/golden/nltk_data); \
 	else echo "note: no WordNet 3.0 in /usr/share/wordnet: skipping $(NLTK) (CHAIR opera variants need it)"; fi
 
-demo: setup
+# the time is said before the install starts (the first `make demo` installs for ~5 minutes)
+demo:
+	@echo "evalsuite demo: about 10 minutes on a 2-core CPU, plus about 5 minutes of install on the first run"
+	@$(MAKE) --no-print-directory setup
 	NLTK_DATA=$(NLTK) $(BIN)/python training/train.py
 
 # pytest exits 5 when it collected no test: that is a failure here, not a pass.

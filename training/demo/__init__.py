@@ -51,6 +51,9 @@ class DemoConfig:
     expected_minutes: float = 15.0
     sft: dict[str, Any] = field(default_factory=dict)
     csr: dict[str, Any] = field(default_factory=dict)
+    # ranges a fresh clone lands in ("base.POPE acc": [lo, hi], "last.CHAIR_i": ...; columns of summary.py),
+    # measured over seeds 0-2 x 1-2 threads; checked and printed at the end of the run
+    expect: dict[str, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name, ok, want in (
@@ -62,6 +65,13 @@ class DemoConfig:
                 ("expected_minutes", self.expected_minutes > 0, "> 0")):
             if not ok:
                 raise UserError(f"{name}: must be {want}, got {getattr(self, name)!r}")
+        from training.demo.summary import COLUMNS
+
+        columns = {c for c, _, _ in COLUMNS}
+        for key, rng in self.expect.items():
+            which, _, col = key.partition(".")
+            if which not in ("base", "last") or col not in columns or len(rng) != 2 or rng[0] > rng[1]:
+                raise UserError(f"expect.{key}: want base|last.<{', '.join(sorted(columns))}>: [low, high]")
         # the sections are checked now (keys, types, values), not when their stage starts minutes later
         self.sft_config(Path(self.output_dir) / "init", Path(self.output_dir) / "data" / "sft.json",
                         Path(self.output_dir) / "world", Path(self.output_dir) / "iter_0" / "model", portable=True)
@@ -146,7 +156,12 @@ def run_demo(cfg: DemoConfig) -> Path:
         _run_csr(cfg, world, data["prompts"], base, judge, out)
     with _stage("report"):
         report = _report(cfg)
-    log.info("report: %s", report)
+    from training.demo.summary import report as summary
+
+    text, ok = summary(cfg.store, cfg.expect)
+    print(text)
+    if not ok:
+        log.warning("some numbers are outside the ranges the README states (see OUT lines above)")
     print(f"Report: {report}")
     return report
 

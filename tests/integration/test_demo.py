@@ -1,4 +1,6 @@
-"""Issue 9: the demo pipeline at tiny sizes, end to end, twice: same seed -> same metrics."""
+"""The demo pipeline at tiny sizes, end to end, twice, from two working folders with two empty user
+caches (HOME, XDG_CACHE_HOME): same seed -> identical metrics, so nothing shared between runs or
+checkouts (a cache, the built-in world, the GT) changes a number."""
 import json
 
 import pytest
@@ -7,16 +9,24 @@ pytestmark = pytest.mark.slow
 
 
 def _run(tmp, name):
+    import os
     import subprocess
     import sys
 
     from tests.conftest import REPO
 
-    out = tmp / name
+    work = tmp / name
+    (work / "home").mkdir(parents=True)
+    out = work / "out"
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "HF_HOME", "NLTK_DATA")}
+    env.update(HOME=str(work / "home"), PYTHONPATH=str(REPO))
     args = [sys.executable, str(REPO / "training" / "train.py"), "--config", str(REPO / "configs" / "demo_tiny.yaml"),
-            f"output_dir={out}", f"store={out / 'results'}", f"report_dir={out / 'report'}"]
-    res = subprocess.run(args, cwd=tmp, capture_output=True, text=True, timeout=1500)
+            "output_dir=out", "store=out/results", "report_dir=out/report"]
+    res = subprocess.run(args, cwd=work, env=env, capture_output=True, text=True, timeout=1500)
     assert res.returncode == 0, res.stderr[-4000:]
+    # the closing summary: a row per checkpoint, the range check, the report's path
+    assert "CHAIR_i" in res.stdout and "check against the README's ranges" in res.stdout
+    assert "Report: out/report/index.html" in res.stdout
     return out
 
 

@@ -4,8 +4,9 @@
 
 Sources, later wins: the dataclass defaults < the YAML preset < the overrides. An override is
 `key=value`, `section.key=value`, `--key value`, `--key=value` or a bare `--flag` (= true); values are
-read as YAML scalars (`1e-4` is a float here, unlike PyYAML's YAML 1.1 reading), and a value that does
-not fit its field's type is kept as the literal text when the field takes a string (`--save_strategy no`).
+read as YAML scalars (`1e-4` is a float here, unlike PyYAML's YAML 1.1 reading), except for a field
+that takes a string: it gets the text exactly as typed (`--prompt 'A # b'`, `--save_strategy no`); the
+word `null` unsets an optional one.
 
 `build(cls, mapping)` checks every key against the dataclass fields (unknown keys are errors, with a
 "did you mean"), every value against the field's annotation (`int`, `float`, `str`, `bool`,
@@ -174,12 +175,17 @@ def _shown(value: Any) -> str:
 def coerce(value: Any, tp: Any, key: str) -> Any:
     """`value` checked (and for Text / nested sections, converted) against annotation `tp`."""
     if isinstance(value, Text):
+        if tp is str or _is_optional_str(tp):
+            # a prompt, path or label is taken as typed: YAML would drop "# ..." as a comment, fold
+            # lines, strip quotes and read "" or "~" as null. Only the word null unsets such a field.
+            return None if str(value) == "null" and tp is not str else str(value)
         parsed = parse_scalar(value)
         try:
             return coerce(parsed, tp, key)
         except _Mismatch:
+            # `--save_strategy no`: YAML reads "no" as false; a Literal/enum of words takes the text
             if parsed != str(value) and _accepts_str(tp):
-                return str(value)
+                return coerce(str(value), tp, key)
             raise
     if tp is Any or tp is object:
         return _untyped(value)
@@ -251,11 +257,17 @@ def _untyped(value: Any) -> Any:
     return value
 
 
+def _is_optional_str(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType) and set(typing.get_args(tp)) == {str, type(None)}
+
+
 def _accepts_str(tp: Any) -> bool:
     if tp is str or tp is Any:
         return True
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return True
+    if typing.get_origin(tp) is typing.Literal:
+        return any(isinstance(a, str) for a in typing.get_args(tp))
     return any(_accepts_str(a) for a in typing.get_args(tp)) if typing.get_origin(tp) in (typing.Union, types.UnionType) else False
 
 

@@ -75,6 +75,16 @@ def test_errors_name_the_key_and_the_source(tmp_path, data, overrides, message):
     assert str(e.value).replace(str(tmp_path) + "/", "") == message
 
 
+def test_text_for_a_string_field_is_taken_as_typed():
+    """A prompt, path or label on the command line is never read as YAML: no comment stripping, no
+    quote removal, no empty-or-tilde-as-null; `null` alone unsets an optional field."""
+    cfg = load(Outer, None, ["--save", "Describe it. # be brief", "tag='quoted'", "--data", "out #2"])
+    assert (cfg.save, cfg.tag, cfg.data) == ("Describe it. # be brief", "'quoted'", "out #2")
+    cfg = load(Outer, None, ["--tag", "~", "inner.names=[a, b]"])
+    assert (cfg.tag, cfg.inner.names) == ("~", ["a", "b"])
+    assert load(Outer, None, ["tag=null", "--save", ""]).tag is None
+
+
 def test_yaml_dump_round_trips_and_paths_are_listed(tmp_path):
     cfg = build(Outer, {"lr": 1e-7, "data": str(tmp_path / "none.json")})
     assert build(Outer, __import__("yaml").safe_load(to_yaml(cfg))) == cfg

@@ -20,6 +20,7 @@ flags (each sets the eval config field of the same name; values are read as YAML
   --limit N               at most N documents per task (N >= 1)
   --batch-size N          generation batch size (default 8)
   --device D              cpu | cuda | cuda:N | mps (default: cuda if available)
+  --dtype T               float32 | bfloat16 | float16 (default: bfloat16 on cuda, else float32)
   --seed N                generation seed, and chair's image sample seed (default 0)
   --label NAME            display name of this checkpoint in tables and reports
   --trust-remote-code     allow custom model code in the checkpoint

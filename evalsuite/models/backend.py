@@ -23,6 +23,8 @@ class VLMBackend:
         self.fingerprint = fingerprint + (vlm.inputs.config.cache_suffix() if self.inputs_identity else "")
         self.name = name or str(vlm.path)
         self.device = str(vlm.device)
+        model = getattr(vlm, "model", None)   # the dtype answers are computed in: part of results' identity
+        self.dtype = str(model.dtype).removeprefix("torch.") if getattr(model, "dtype", None) is not None else None
 
     @classmethod
     def from_checkpoint(cls, path, device=None, dtype=None, trust_remote_code: bool = False,

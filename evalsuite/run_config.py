@@ -165,7 +165,7 @@ class EvalConfig:
     dtype: Literal["float32", "bfloat16", "float16"] | None = None   # null = bfloat16 on cuda, else float32
     label: str | None = None
     trust_remote_code: bool = False
-    seed: int = 0                         # generation seed; chair's image sample seed unless chair.seed
+    seed: int = 0                         # generation seed; chair's image sample seed unless chair.seed; lmms-eval's seeds
     rerun: bool = False                   # score and store tasks even when the store has their result
     system_prompt: str | None = None      # prompt settings (evalsuite/models/vlm.py)
     chat_template: str | None = field(default=None, metadata={"path": "file"})

@@ -55,8 +55,9 @@ def pope_config(world_dir, tmp_path) -> Path:
 def test_lmms_task_reused_seeded_and_its_source_shown(tiny_vlm_dir, world_dir, pope_config, tmp_path,
                                                      monkeypatch, capsys):
     """Run 1 stores pope_random; run 2 (same config, other --output) reuses it: nothing run, nothing stored,
-    "already in the store" printed; run 3 with --seed 7 is another identity: it runs, and lmms-eval's
-    simple_evaluate got 7 for all four seeds. `evalsuite table` and the report name the data file and
+    "already in the store" printed; run 3 with --seed 7 is another identity: it runs (its greedy answers
+    from run 1's cache), and lmms-eval's simple_evaluate got 7 for all four seeds; run 4 in bfloat16
+    generates its answers anew. `evalsuite table` and the report name the data file and
     limit 2 for the lmms rows."""
     from evalsuite.adapters import lmms_backend as lb
 
@@ -89,6 +90,10 @@ def test_lmms_task_reused_seeded_and_its_source_shown(tiny_vlm_dir, world_dir, p
     third = _summary(tmp_path / "o3")["pope_random"]
     assert seen[1] == dict.fromkeys(seen[1], 7) and third["identity"]["seed"] == 7
     assert third["eval_key"] != first["eval_key"] and len(_metric_files(store)) == 2
+    assert third["extra"]["responses"] == {"generated": 0, "cached": 2}   # greedy: run 1's answers
+    assert cli_main([*run, "--dtype", "bfloat16", "--output", str(tmp_path / "o4")]) == 0
+    bf16 = _summary(tmp_path / "o4")["pope_random"]     # bfloat16 answers are not float32's: generated
+    assert bf16["identity"]["dtype"] == "bfloat16" and bf16["extra"]["responses"] == {"generated": 2, "cached": 0}
     capsys.readouterr()
 
     data = str(world_dir / "questions" / "pope_val_random.parquet")

@@ -225,7 +225,7 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     run_id = dist.broadcast(run_id)
     out = Path(cfg.output) if cfg.output else Path(cfg.store) / "runs" / run_id
     ctx = RunContext(
-        ckpt=cfg.ckpt, data_root=data_root, output_dir=out, dist=dist, device=dist.device(cfg.device),
+        ckpt=cfg.ckpt, data_root=data_root, output_dir=out, dist=dist, device=dist.device(cfg.device), dtype=cfg.dtype,
         limit=cfg.limit, batch_size=cfg.batch_size, gen=cfg.gen_config(), trust_remote_code=cfg.trust_remote_code,
         inputs=cfg.inputs(), resume_root=Path(cfg.store) / ".resume", ckpt_id=ckpt_id)
     # the prompt format now: a checkpoint without one fails before any generation (docs/inputs.md)
@@ -252,18 +252,22 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     finally:
         if outdir is not None:
             outdir.release()
-    log.info("run %s -> %s (store %s)", run_id, out, cfg.store)
+    if dist.is_main:  # one line per run, not one per rank (the other ranks wrote nothing)
+        log.info("run %s -> %s (store %s)", run_id, out, cfg.store)
     return {"run_id": run_id, "output_dir": str(out), "tasks": summary}
 
 
 def _run_tasks(ctx: RunContext, cfg: EvalConfig, steps: list[Step], lmms: list[str], specs, store, meta: dict,
                summary: dict, ckpt_hash: str) -> None:
+    from evalsuite.store.store import refuse_empty
+
     dist, out, run_id = ctx.dist, ctx.output_dir, meta["run_id"]
     used_ids: set[str] = set()
 
     def finish(result: TaskResult) -> None:
-        if not result.samples:
-            raise UserError(f"{result.task}: the task produced no samples; nothing stored")
+        # the store's rule, checked before anything is written: a group aggregate of lmms-eval has no
+        # per-sample rows of its own, only metrics counting its members' samples
+        refuse_empty([result])
         rid = store_run_id(run_id, result.task, used_ids)
         try:
             save_task(out, result)
@@ -279,17 +283,21 @@ def _run_tasks(ctx: RunContext, cfg: EvalConfig, steps: list[Step], lmms: list[s
                              f"tasks finished before it are kept in {out} and {cfg.store}") from None
         log.info("%s: %s", result.task, ", ".join(f"{m.metric}={m.value:.4g}" for m in result.metrics))
 
+    def mark_reused(name: str, key: str, store_run: str) -> None:
+        if not dist.is_main:
+            return
+        log.info("%s: already in the store for this checkpoint and setup (run %s, eval_key %s); not run "
+                 "or stored again", name, store_run, key)
+        if name not in summary:
+            summary[name] = {"task": name, "eval_key": key, "reused": store_run, "metrics": []}
+            write_json_atomic(out / "summary.json", summary)
+
     reused = _stored_already(steps, store, ckpt_hash, cfg, dist)
     needed = {d for st in steps if st.stored and st.name not in reused for d in st.requires}
     answers: dict[str, list[dict] | None] = {}
     for st in steps:
         if st.name in reused:
-            log.info("%s: already in the store for this checkpoint and setup (run %s, eval_key %s); not run "
-                     "or stored again", st.name, reused[st.name], st.plan.eval_key)
-            if dist.is_main and st.name not in summary:
-                summary[st.name] = {"task": st.name, "eval_key": st.plan.eval_key, "reused": reused[st.name],
-                                    "metrics": []}
-                write_json_atomic(out / "summary.json", summary)
+            mark_reused(st.name, st.plan.eval_key, reused[st.name])
         if st.name in reused or not st.stored:
             if st.name in needed:  # answers only: from the resume cache, generated where missing
                 answers[st.name] = st.task.answers(ctx, st.plan)
@@ -300,7 +308,12 @@ def _run_tasks(ctx: RunContext, cfg: EvalConfig, steps: list[Step], lmms: list[s
         if result is not None:
             finish(result)
     if lmms:
-        _run_lmms(ctx, cfg, lmms, specs, summary, finish, ckpt_hash)
+        stored = _lmms_stored_already(ctx, cfg, [s for s in specs if not _finished(s.name, summary)], store,
+                                      ckpt_hash)
+        for keys in stored.values():
+            for name, (key, store_run) in keys.items():
+                mark_reused(name, key, store_run)
+        _run_lmms(ctx, cfg, [n for n in lmms if n not in stored], specs, summary, finish, ckpt_hash)
 
 
 def _stored_already(steps: list[Step], store, ckpt_hash: str, cfg: EvalConfig, dist: Dist) -> dict[str, str]:
@@ -315,11 +328,34 @@ def _stored_already(steps: list[Step], store, ckpt_hash: str, cfg: EvalConfig, d
     return dist.broadcast(found)
 
 
+def _finished(name: str, summary: dict) -> bool:
+    """Whether lmms task (or group) `name` has results in this run's summary.json already."""
+    return any(k == name or k.startswith(name + "/") for k in summary)
+
+
+def _lmms_stored_already(ctx: RunContext, cfg: EvalConfig, specs: list, store, ckpt_hash: str) -> dict:
+    """{task name: {leaf name: (eval_key, store run)}} of the lmms tasks every leaf of which the store holds
+    for this checkpoint and identity (none with --rerun; a group's aggregate was stored with its leaves).
+    The identity is the one `lmms_results.to_task_results` will give: same leaf_identity, same setup."""
+    from evalsuite.tasks.lmms import leaf_keys
+
+    found: dict = {}
+    if ctx.dist.is_main and not cfg.rerun:
+        setup = {"seed": cfg.seed, **ctx.model_setup()}
+        for spec in specs:
+            keys = leaf_keys(spec, limit=cfg.limit, gen_kwargs=cfg.lmms.gen_kwargs_arg(),
+                             inputs=ctx.loader.inputs.identity(), setup=setup)
+            runs = {name: store.has_result(ckpt_hash, key) if key else None for name, key in keys.items()}
+            if runs and all(runs.values()):
+                found[spec.name] = {name: (keys[name], runs[name]) for name in keys}
+    return ctx.dist.broadcast(found)
+
+
 def _run_lmms(ctx: RunContext, cfg: EvalConfig, lmms: list[str], specs, summary: dict, finish, ckpt_hash: str):
     """The lmms-eval tasks not finished earlier in this run (summary.json), through the same model."""
     from evalsuite.tasks.lmms import iter_lmms_tasks as run_lmms_tasks  # each result lands as it finishes
 
-    done = [n for n in lmms if any(k == n or k.startswith(n + "/") for k in summary)]
+    done = [n for n in lmms if _finished(n, summary)]
     if done:
         log.info("%s: finished earlier in this run (%s)", ", ".join(done), ctx.output_dir / "summary.json")
     pending = [n for n in lmms if n not in done]
@@ -332,5 +368,6 @@ def _run_lmms(ctx: RunContext, cfg: EvalConfig, lmms: list[str], specs, summary:
     for result in run_lmms_tasks(
             [s for s in specs if s.name in pending], backend=backend, cache_root=Path(cfg.store) / ".resume" / "lmms",
             gen_kwargs=cfg.lmms.gen_kwargs_arg(), bootstrap_iters=cfg.lmms.bootstrap_iters, limit=cfg.limit,
-            batch_size=cfg.batch_size, dist=ctx.dist, results_json=ctx.output_dir / "lmms_results.json"):
+            batch_size=cfg.batch_size, dist=ctx.dist, results_json=ctx.output_dir / "lmms_results.json",
+            seed=cfg.seed):
         finish(result)

@@ -162,9 +162,10 @@ class EvalConfig:
     limit: int | None = None              # at most N documents per task (null = all)
     batch_size: int = 8
     device: str | None = None             # cpu | cuda | cuda:N | mps (null = cuda if available)
+    dtype: Literal["float32", "bfloat16", "float16"] | None = None   # null = bfloat16 on cuda, else float32
     label: str | None = None
     trust_remote_code: bool = False
-    seed: int = 0                         # generation seed; chair's image sample seed unless chair.seed
+    seed: int = 0                         # generation seed; chair's image sample seed unless chair.seed; lmms-eval's seeds
     rerun: bool = False                   # score and store tasks even when the store has their result
     system_prompt: str | None = None      # prompt settings (evalsuite/models/vlm.py)
     chat_template: str | None = field(default=None, metadata={"path": "file"})
@@ -179,6 +180,9 @@ class EvalConfig:
         dup = sorted({t for t in self.tasks if self.tasks.count(t) > 1})
         if dup:
             raise UserError(f"tasks: listed twice: {', '.join(dup)}")
+        for flag, value in (("--store", self.store), ("--output", self.output)):
+            if value is not None and not str(value).strip():  # '' would silently mean the working directory
+                raise UserError(f"{flag}: empty path; give a directory")
         _at_least("", "limit", self.limit, 1)
         _at_least("", "batch_size", self.batch_size, 1)
         check_device(self.device)

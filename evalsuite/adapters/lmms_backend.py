@@ -144,8 +144,9 @@ def group_config(tm, name: str) -> dict:
 
 
 def evaluate(lm, tasks: list, *, limit=None, gen_kwargs: str | None = None, bootstrap_iters: int = 100,
-             include_defaults: bool = False) -> dict | None:
-    """One `simple_evaluate` call (names, override dicts, group dicts); None on ranks != 0."""
+             include_defaults: bool = False, seed: int = 0) -> dict | None:
+    """One `simple_evaluate` call (names, override dicts, group dicts); None on ranks != 0.
+    `seed` sets lmms-eval's four seeds (python, numpy, torch, few-shot sampling), as `lmms-eval --seed N` does."""
     import torch
 
     evaluator = import_evaluator()
@@ -159,6 +160,7 @@ def evaluate(lm, tasks: list, *, limit=None, gen_kwargs: str | None = None, boot
             batch_size=lm.batch_size, log_samples=True, bootstrap_iters=bootstrap_iters,
             gen_kwargs=gen_kwargs or None, task_manager=task_manager(include_defaults),
             verbosity="WARNING", distributed_executor_backend=backend, datetime_str=utc_stamp(),
+            random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
         )
     except Exception as exc:  # process_results and downloads are retried 5x: surface the real cause
         raise unwrap_error(exc) from exc

@@ -28,7 +28,7 @@ def register(sub) -> None:
     p.add_argument("--output", type=Path, default=None, help="output folder (default runs/chair/<stem>-<variant>)")
     p.add_argument("--allow-missing", action="store_true",
                    help="score images absent from the GT with an empty GT (the reference's silent behaviour)")
-    p.add_argument("--nltk-data", type=Path, default=None, help="NLTK data folder (else NLTK_DATA)")
+    p.add_argument("--nltk-data", default=None, help="NLTK data folder (else NLTK_DATA)")
     p.add_argument("--cache-dir", type=Path, default=None, help="GT cache folder (default ~/.cache/evalsuite)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the CIs (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")

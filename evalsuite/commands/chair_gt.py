@@ -23,7 +23,7 @@ def register(sub) -> None:
     b.add_argument("--instances", type=Path, nargs="*", default=[], help="instances json file(s)")
     b.add_argument("--captions", type=Path, nargs="*", default=[], help="captions json file(s)")
     b.add_argument("--normalizer", default="pattern", help="pattern (original) or nltk_lemma (opera_lemma)")
-    b.add_argument("--nltk-data", type=Path, default=None, help="NLTK data folder (else NLTK_DATA)")
+    b.add_argument("--nltk-data", default=None, help="NLTK data folder (else NLTK_DATA)")
     b.add_argument("--out", required=True, type=Path, help="output cache (.json or .json.gz)")
     b.set_defaults(func=main)
     i = gsub.add_parser("import", help="convert a chair.pkl cache to JSON (restricted unpickler)")

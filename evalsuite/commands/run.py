@@ -20,10 +20,13 @@ flags (each sets the eval config field of the same name; values are read as YAML
   --limit N               at most N documents per task (N >= 1)
   --batch-size N          generation batch size (default 8)
   --device D              cpu | cuda | cuda:N | mps (default: cuda if available)
-  --seed N                generation seed, and chair's image sample seed (default 0)
+  --dtype T               float32 | bfloat16 | float16 (default: bfloat16 on cuda, else float32)
+  --seed N                generation seed, chair's image sample seed, and lmms-eval's four seeds
+                          (python, numpy, torch, few-shot; as `lmms-eval --seed N`) (default 0)
   --label NAME            display name of this checkpoint in tables and reports
   --trust-remote-code     allow custom model code in the checkpoint
-  --rerun                 score and store tasks already in the store for this checkpoint and setup
+  --rerun                 score and store tasks (own and lmms-eval) already in the store for this
+                          checkpoint and setup
                           (answers still come from STORE/.resume where finished)
   --system-prompt TEXT, --chat-template FILE, --image-aspect crop|pad    prompt settings
 convenience flags (set typed fields of the sections the run's tasks read):

@@ -32,10 +32,15 @@ _HOW = {
 }
 
 
-def add_data_dir(path: str | os.PathLike | None) -> None:
-    """Put an explicit NLTK data folder first on NLTK's search path."""
+def add_data_dir(path: str | os.PathLike | None, flag: str = "--nltk-data") -> None:
+    """Put an explicit NLTK data folder first on NLTK's search path; one that is not a directory is a
+    UserError naming `flag` (a typo must not fall back to NLTK_DATA or the user cache unnoticed)."""
     if path is None:
         return
+    if not str(path).strip() or not Path(path).is_dir():
+        from evalsuite.errors import UserError
+
+        raise UserError(f"{flag} {str(path)!r}: no such directory")
     import nltk
 
     p = str(Path(path).resolve())

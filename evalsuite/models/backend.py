@@ -4,7 +4,7 @@
     backend.generate([GenRequest(...)], GenConfig(max_new_tokens=16))   # -> [str]
     backend.loglikelihood([(GenRequest(...), " yes")])                   # -> [(logp, is_greedy)]
 
-`fingerprint` (the checkpoint hash) keys every cached answer. Any object with `generate`,
+`fingerprint` (the checkpoint hash, device type and dtype) keys every cached answer. Any object with `generate`,
 `loglikelihood`, `fingerprint`, `name` and `device` can stand in (tests use stub answerers).
 """
 from __future__ import annotations
@@ -20,9 +20,13 @@ class VLMBackend:
         # answers generated under other prompt settings (system prompt, template, image_aspect) must not be
         # served from the cache: their identity joins the fingerprint (nothing for the defaults)
         self.inputs_identity = vlm.inputs.config.identity() if getattr(vlm, "inputs", None) else {}
-        self.fingerprint = fingerprint + (vlm.inputs.config.cache_suffix() if self.inputs_identity else "")
         self.name = name or str(vlm.path)
         self.device = str(vlm.device)
+        model = getattr(vlm, "model", None)   # the dtype answers are computed in: part of results' identity
+        self.dtype = str(model.dtype).removeprefix("torch.") if getattr(model, "dtype", None) is not None else None
+        # answers computed on another device type or in another dtype differ: other cache entries
+        self.fingerprint = (fingerprint + (vlm.inputs.config.cache_suffix() if self.inputs_identity else "")
+                            + f"+{self.device.split(':')[0]}-{self.dtype}")
 
     @classmethod
     def from_checkpoint(cls, path, device=None, dtype=None, trust_remote_code: bool = False,

@@ -76,6 +76,11 @@ def _check_safetensors(path: Path) -> None:
         raise UserError(f"{path}: truncated safetensors file ({size} bytes, header needs {8 + n + end})")
 
 
+def resolve_dtype(device: str, dtype: str | None) -> str:
+    """The torch dtype name a model is loaded in: `dtype`, else bfloat16 on a GPU and float32 elsewhere."""
+    return dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+
+
 def _pick_device(device: str | None) -> str:
     if device:
         return device
@@ -109,7 +114,7 @@ def load_vlm(
                         "has no image-text-to-text model class in transformers)")
     model_inputs = load_inputs(path, inputs, trust_remote_code)  # a missing prompt format fails before the weights
     device = _pick_device(device)
-    torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+    torch_dtype = getattr(torch, resolve_dtype(device, dtype))
     try:
         model = AutoModelForImageTextToText.from_pretrained(
             path, local_files_only=True, trust_remote_code=trust_remote_code, use_safetensors=True, dtype=torch_dtype,

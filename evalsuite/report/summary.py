@@ -10,7 +10,7 @@ Metrics of one task and setup whose values agree in every checkpoint, and differ
 from __future__ import annotations
 
 from evalsuite.store.sample_values import POPE_SETTINGS
-from evalsuite.store.table import _num
+from evalsuite.store.table import _num, source_text
 
 ARROW = {"up": "↑", "down": "↓", "none": "·"}
 DIR_TEXT = {"up": "higher is better", "down": "lower is better", "none": "a diagnostic: no better or worse"}
@@ -80,6 +80,7 @@ def summary(tidy, ckpts: list[dict]) -> list[dict]:
         row = {"key": key, "task": first["task"], "metric": first["metric"], "label": _label(first), "setup": setup,
                "variant": first["variant"] if isinstance(first["variant"], str) else "",
                "direction": first["direction"], "also": [],
+               "source": source_text(first["data"], first["split"], first["limit"]),
                "cells": [_cell(by[c["ckpt_id"]]) if c["ckpt_id"] in by else None for c in ckpts]}
         seen[sig] = row
         rows.append(row)

@@ -78,7 +78,7 @@ def _opt_str(v) -> str | None:
     return None if v is None else str(v)
 
 
-def _refuse_empty(results: list[TaskResult]) -> None:
+def refuse_empty(results: list[TaskResult]) -> None:
     """The store's last line of defence against numbers computed from nothing: a metric with n == 0,
     or a result with no per-sample record and no metric saying it covered any sample."""
     def count(m) -> int | None:
@@ -123,7 +123,7 @@ class Store:
         import pyarrow as pa
 
         results = list(results)
-        _refuse_empty(results)
+        refuse_empty(results)
         meta = dict(meta)
         run_id = str(meta.get("run_id") or new_run_id())
         if not _RUN_ID_RE.match(run_id):

@@ -268,11 +268,12 @@ def _add_delta(row: dict, b) -> None:
 
 
 def _source(task: str, meta: dict | None) -> dict:
-    """Where a row's documents came from, as far as its run footer says: data root, split, limit."""
+    """Where a row's documents came from, as far as its run footer says: the data (an lmms-eval task's own
+    `data_source`: its files or hub id, else the run's data root), split, limit."""
     meta = meta or {}
     cfg = ((meta.get("tasks") or {}).get(task) or {}).get("config") or {}
     run_cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
-    data = meta.get("data_root") or cfg.get("data") or cfg.get("data_root")
+    data = cfg.get("data_source") or meta.get("data_root") or cfg.get("data") or cfg.get("data_root")
     limit = cfg.get("limit", run_cfg.get("limit"))
     return {"data": None if data is None else str(data) if not isinstance(data, dict) else
             json.dumps(data, sort_keys=True, default=str),
@@ -350,10 +351,7 @@ def _notes(tidy) -> list[str]:
                    "(pass --base NAME to compare unrelated checkpoints).")
     sources: dict = {}
     for r in tidy.itertuples():
-        parts = [f"data {r.data}" if isinstance(r.data, str) else None,
-                 f"split {r.split}" if isinstance(r.split, str) else None,
-                 f"limit {int(r.limit)}" if _num(r.limit) is not None else None]
-        sources.setdefault(", ".join(p for p in parts if p), []).append((r.task, r.setup))
+        sources.setdefault(source_text(r.data, r.split, r.limit), []).append((r.task, r.setup))
     if len(sources) == 1 and next(iter(sources)):
         out.append(f"Every row: {next(iter(sources))}.")
     elif len(sources) > 1:
@@ -362,6 +360,14 @@ def _notes(tidy) -> list[str]:
             if text:     # a run that recorded none has nothing to say here
                 out.append(f"{', '.join(names)}: {text}.")
     return ([""] + out) if out else []
+
+
+def source_text(data, split, limit) -> str:
+    """"data D, split S, limit N" from a tidy row's source columns (what it has of them; "" for none)."""
+    parts = [f"data {data}" if isinstance(data, str) else None,
+             f"split {split}" if isinstance(split, str) else None,
+             f"limit {int(limit)}" if _num(limit) is not None else None]
+    return ", ".join(p for p in parts if p)
 
 
 def _ci_notes(tidy) -> list[str]:

@@ -69,14 +69,6 @@ def _cache(ctx):
     return ResponseCache(Path(ctx.resume_root) / "own", ctx.ckpt_id, "answers", rank=ctx.dist.rank)
 
 
-def _device_type(ctx) -> str:
-    if ctx.device:
-        return ctx.device.split(":")[0]
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def generate_answers(ctx, images: list[dict], prompt: str, gen: GenConfig, data_id: str) -> list[dict] | None:
     """Answer records {key, image_id, image, prompt, answer} for `images` ({id, path}), in their order."""
     from tqdm.auto import tqdm
@@ -85,7 +77,9 @@ def generate_answers(ctx, images: list[dict], prompt: str, gen: GenConfig, data_
 
     mine = ctx.dist.shard(images)
     cache = _cache(ctx)
-    setting = {"data": data_id, "inputs": ctx.inputs, "device": _device_type(ctx)}
+    setting = {"data": data_id, "inputs": ctx.inputs, "device": ctx.device_type}
+    if ctx.dtype:  # an explicit dtype (the default one follows from the device, keeping older keys valid)
+        setting["dtype"] = ctx.dtype
     keys = [request_key(ctx.ckpt_id, "answers", "generate", im["id"], json.dumps([prompt, setting], sort_keys=True),
                         gen.to_dict()) for im in mine]
     answers: dict[str, str] = {}

@@ -26,8 +26,8 @@ class ModelLoader:
     """Loads the checkpoint on first use, once: a run whose answers are all cached never loads it."""
 
     def __init__(self, ckpt: str, device: str | None = None, trust_remote_code: bool = False,
-                 inputs: dict | None = None):
-        self.ckpt, self.device, self.trust_remote_code = ckpt, device, trust_remote_code
+                 inputs: dict | None = None, dtype: str | None = None):
+        self.ckpt, self.device, self.trust_remote_code, self.dtype = ckpt, device, trust_remote_code, dtype
         self.inputs = _input_config(inputs)
         self._vlm: Any = None
         self._prompts: Any = None
@@ -41,7 +41,7 @@ class ModelLoader:
             from evalsuite.models.vlm import load_vlm
 
             self._vlm = load_vlm(self.ckpt, trust_remote_code=self.trust_remote_code, device=self.device,
-                                 inputs=self.inputs)
+                                 dtype=self.dtype, inputs=self.inputs)
         return self._vlm
 
     def prompts(self):
@@ -73,6 +73,7 @@ class RunContext:
     output_dir: Path | None = None
     dist: Dist = field(default_factory=Dist)
     device: str | None = None           # resolved by run_eval (None = the loader's choice)
+    dtype: str | None = None            # torch dtype name (None = bfloat16 on cuda, float32 elsewhere)
     limit: int | None = None
     batch_size: int = 8
     gen: GenConfig = field(default_factory=GenConfig)   # own tasks' decoding (chair may cap max_new_tokens)
@@ -84,7 +85,24 @@ class RunContext:
 
     def __post_init__(self) -> None:
         if self.loader is None:  # a frozen dataclass sets its derived fields through object.__setattr__
-            object.__setattr__(self, "loader", ModelLoader(self.ckpt, self.device, self.trust_remote_code, self.inputs))
+            object.__setattr__(self, "loader", ModelLoader(self.ckpt, self.device, self.trust_remote_code, self.inputs,
+                                                           self.dtype))
+
+    @property
+    def device_type(self) -> str:
+        """cpu / cuda / mps: where the answers are computed (not which GPU: every GPU answers alike)."""
+        if self.device:
+            return self.device.split(":")[0]
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def model_setup(self) -> dict:
+        """{"device": device type, "dtype": the dtype the model runs in}: both change answers, so both are
+        part of every result's identity (own tasks and lmms-eval's)."""
+        from evalsuite.models.vlm import resolve_dtype
+
+        return {"device": self.device_type, "dtype": resolve_dtype(self.device_type, self.dtype)}
 
     @property
     def vlm(self):

@@ -48,9 +48,10 @@ def coco_images(data_root, split: str) -> list[dict]:
 
 def answer_identity(ctx: RunContext, data: dict, split: str, image_ids: list, prompt: str, gen) -> dict:
     """What makes two sets of answers the same evaluation (besides the checkpoint): the data (annotation
-    file hashes), split, the documents answered, the prompt and prompt settings, the decoding."""
+    file hashes), split, the documents answered, the prompt and prompt settings, the decoding, and the
+    device type and dtype the model runs in."""
     return {"data": data, "split": split, "prompt": prompt, "image_ids": list(image_ids), "gen": gen.to_dict(),
-            "inputs": ctx.inputs}
+            "inputs": ctx.inputs, **ctx.model_setup()}
 
 
 class CaptionTask:

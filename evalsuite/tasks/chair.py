@@ -91,7 +91,7 @@ class ChairTask:
         from evalsuite.world.layout import CocoLayout
 
         variant = chair.get_variant(opts.variant)
-        nltk_resources.add_data_dir(opts.nltk_data)
+        nltk_resources.add_data_dir(opts.nltk_data, "chair.nltk_data")
         scorer = chair.ChairScorer(variant.name)
         layout = CocoLayout(ctx.data_root, opts.split)
         files = [layout.instances_json, layout.captions_json]

@@ -48,6 +48,7 @@ class Leaf:
     cache_tag: str = ""     # response-cache namespace: task + cheap data fingerprint
     data_id: str = ""       # content fingerprint of its data (TaskResult.identity)
     paired: bool = False
+    version: str | None = None  # its yaml's metadata version (None: known only once lmms-eval ran it)
 
 
 @dataclass
@@ -123,7 +124,10 @@ def _leaf_key(node) -> str:
 
 
 def _leaf_data(leaf: Leaf, node, top: str, data_opt, data_root, split: str) -> None:
+    from evalsuite.tasks.lmms_results import config_version
+
     cfg = node.config
+    leaf.version = config_version(cfg)
     local = LMMS_LOCAL_TASKS.get(local_name(node.name) or "")
     leaf.paired = bool(local and local.paired)
     yaml_split = cfg.get("test_split") or cfg.get("validation_split")
@@ -177,13 +181,32 @@ def _check_run(specs: list[LmmsSpec], data: dict, limit: int | None) -> None:
                         f"(its lmms-eval tasks: {', '.join(sorted(known))})")
 
 
+def leaf_keys(spec: LmmsSpec, *, limit: int | None, gen_kwargs: str | None, inputs: dict | None,
+              setup: dict) -> dict[str, str | None]:
+    """{leaf name: the eval_key its result will have} before anything runs (None where the version is
+    known only from lmms-eval's run): what `evalsuite run` looks up in the store to reuse a result."""
+    from evalsuite.tasks.lmms_results import leaf_identity
+    from evalsuite.types import eval_key
+
+    return {lf.name: None if lf.version is None else eval_key(lf.name, lf.version, leaf_identity(
+        lf.lmms_task, lf.data_id, limit=limit, gen_kwargs=gen_kwargs, inputs=inputs, setup=setup))
+        for lf in spec.leaves}
+
+
+def backend_setup(backend, seed: int) -> dict:
+    """{"seed", "device" (type, not index), "dtype"} of a run on `backend` (lmms_results.leaf_identity)."""
+    return {"seed": seed, "device": str(backend.device).split(":")[0], "dtype": getattr(backend, "dtype", None)}
+
+
 def iter_lmms_tasks(names: list, *, ckpt=None, data_root=None, split: str = "val", data: dict | None = None,
                     limit: int | None = None, batch_size: int = 8, gen_kwargs: str | None = None,
                     bootstrap_iters: int = 100, cache_root=None, dist: Dist | None = None,
-                    device: str | None = None, backend=None, results_json=None) -> Iterator[TaskResult]:
+                    device: str | None = None, backend=None, results_json=None,
+                    seed: int = 0) -> Iterator[TaskResult]:
     """Run lmms-eval tasks (names, or specs from `resolve_specs`) on `ckpt` or `backend` (anything with
     generate/loglikelihood/fingerprint/name/device), yielding each name's results as it finishes.
-    `results_json`: rank 0 also keeps lmms-eval's own results layout of everything run so far there."""
+    `results_json`: rank 0 also keeps lmms-eval's own results layout of everything run so far there.
+    `seed`: lmms-eval's four seeds (`lmms_backend.evaluate`), recorded in every result's identity."""
     from evalsuite.adapters import lmms_backend as lb
     from evalsuite.tasks.lmms_results import merge_layout, to_task_results
 
@@ -195,6 +218,7 @@ def iter_lmms_tasks(names: list, *, ckpt=None, data_root=None, split: str = "val
 
         backend = VLMBackend.from_checkpoint(ckpt, device=dist.device(device))
     lm = lb.make_model(backend, batch_size=batch_size, cache_root=cache_root, dist=dist)
+    setup = backend_setup(backend, seed)
     layout: dict = {}
     for spec in specs:
         lm.reset_counts()
@@ -203,7 +227,7 @@ def iter_lmms_tasks(names: list, *, ckpt=None, data_root=None, split: str = "val
         lm.cache_tags.update({lf.lmms_task: lf.cache_tag for lf in spec.leaves})
         try:
             raw = lb.evaluate(lm, spec.tasks, limit=limit, gen_kwargs=gen_kwargs, bootstrap_iters=bootstrap_iters,
-                              include_defaults=spec.builtin)
+                              include_defaults=spec.builtin, seed=seed)
         except UserError:
             raise
         except Exception as exc:
@@ -216,15 +240,15 @@ def iter_lmms_tasks(names: list, *, ckpt=None, data_root=None, split: str = "val
         if results_json is not None:
             merge_layout(layout, raw, Path(results_json))
         yield from to_task_results(spec, raw, dict(lm.counts), gen_kwargs=gen_kwargs, limit=limit,
-                                   bootstrap_iters=bootstrap_iters, backend=backend)
+                                   bootstrap_iters=bootstrap_iters, backend=backend, setup=setup)
 
 
 def run_lmms_tasks(names: list, *, ckpt=None, data_root=None, split: str = "val", data: dict | None = None,
                    limit: int | None = None, batch_size: int = 8, gen_kwargs: str | None = None,
                    bootstrap_iters: int = 100, cache_root=None, dist: Dist | None = None,
-                   device: str | None = None, backend=None, results_json=None) -> list[TaskResult]:
+                   device: str | None = None, backend=None, results_json=None, seed: int = 0) -> list[TaskResult]:
     """`iter_lmms_tasks` as a list ([] on ranks != 0)."""
     return list(iter_lmms_tasks(
         names, ckpt=ckpt, data_root=data_root, split=split, data=data, limit=limit, batch_size=batch_size,
         gen_kwargs=gen_kwargs, bootstrap_iters=bootstrap_iters, cache_root=cache_root, dist=dist, device=device,
-        backend=backend, results_json=results_json))
+        backend=backend, results_json=results_json, seed=seed))

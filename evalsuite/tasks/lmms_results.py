@@ -18,11 +18,31 @@ LAYOUT_KEYS = ("results", "groups", "group_subtasks", "configs", "versions", "n-
                "n-samples")
 
 
+def leaf_identity(lmms_task: str, data_id, *, limit: int | None, gen_kwargs: str | None, inputs: dict | None,
+                  setup: dict) -> dict:
+    """What changes a leaf's numbers besides the checkpoint: its data (content fingerprint), the limit,
+    the generation overrides, non-default prompt settings (`inputs`; {} adds no key, so default runs keep
+    their keys), and `setup` = {"seed", "device", "dtype"}. Computed before the run too (evalsuite/run.py
+    reuses a stored result of the same identity), so both sides build it here."""
+    return {"lmms_task": lmms_task, "data": data_id, "limit": limit, "gen_kwargs": gen_kwargs,
+            **({"inputs": inputs} if inputs else {}), **setup}
+
+
+def config_version(config: dict) -> str | None:
+    """A task yaml's `metadata: [{version: ...}]` (or `{version: ...}`), as the results record it."""
+    meta = config.get("metadata")
+    for entry in meta if isinstance(meta, list) else [meta]:
+        if isinstance(entry, dict) and "version" in entry:
+            return str(entry["version"])
+    return None
+
+
 def to_task_results(spec, raw: dict, counts: dict, *, gen_kwargs: str | None, limit: int | None,
-                    bootstrap_iters: int, backend=None) -> list[TaskResult]:
+                    bootstrap_iters: int, backend=None, setup: dict | None = None) -> list[TaskResult]:
     """One TaskResult per leaf of `spec` (an LmmsSpec) in lmms-eval's order, then the aggregated groups.
     `backend`: where it has them, `prompt_text(context, with_image)` (recorded per sample) and
-    `inputs_identity` (non-default prompt settings, part of every leaf's identity)."""
+    `inputs_identity` (non-default prompt settings, part of every leaf's identity). `setup`: seed, device
+    type and dtype of the run (`leaf_identity`)."""
     from evalsuite.version import lmms_eval_version
 
     version = lmms_eval_version()
@@ -41,8 +61,8 @@ def to_task_results(spec, raw: dict, counts: dict, *, gen_kwargs: str | None, li
                     "n_total": n.get("original"), "gen_kwargs": gen_kwargs, "bootstrap_iters": bootstrap_iters},
             extra={"lmms_eval_version": version, "lmms_task": task, "task_version": task_version, "n_samples": n,
                    "stderr_clt": stderr_clt, "responses": counts},
-            identity={"lmms_task": task, "data": leaf.data_id if leaf else None, "limit": limit,
-                      "gen_kwargs": gen_kwargs, **_inputs_identity(backend)},
+            identity=leaf_identity(task, leaf.data_id if leaf else None, limit=limit, gen_kwargs=gen_kwargs,
+                                   inputs=getattr(backend, "inputs_identity", None), setup=setup or {}),
         ))
     leaves = {r.config["lmms_task"]: r for r in out}
     for group in _aggregated_groups(raw):
@@ -98,17 +118,8 @@ def _metrics(raw: dict, task: str, n: int | None = None) -> tuple[list[MetricVal
 
 def _task_version(raw: dict, task: str) -> str:
     """The yaml's `metadata: [{version: ...}]` (lmms-eval itself reports "Yaml" for the list form)."""
-    meta = raw.get("configs", {}).get(task, {}).get("metadata")
-    for entry in meta if isinstance(meta, list) else [meta]:
-        if isinstance(entry, dict) and "version" in entry:
-            return str(entry["version"])
-    return str(raw.get("versions", {}).get(task))
-
-
-def _inputs_identity(backend) -> dict:
-    """{"inputs": ...} when the backend's prompt settings differ from the defaults, else {} (keys unchanged)."""
-    ident = getattr(backend, "inputs_identity", None)
-    return {"inputs": ident} if ident else {}
+    version = config_version(raw.get("configs", {}).get(task, {}))
+    return version if version is not None else str(raw.get("versions", {}).get(task))
 
 
 def _has_image(doc: dict) -> bool:

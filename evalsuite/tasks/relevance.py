@@ -46,21 +46,24 @@ def _image_path(ctx: RunContext, image: str) -> Path:
 
 
 def relevance_metrics(scores: np.ndarray, whole: np.ndarray, sentence_scores: list[float]) -> list[MetricValue]:
-    """relevance_mean (bootstrap CI), _median, _sentence_mean (all sentences pooled), _whole_mean."""
+    """relevance_mean (bootstrap CI), _median, _sentence_mean (all sentences pooled), _whole_mean.
+    _sentence_mean is left out when no answer has a sentence (all empty): a mean of nothing is no number."""
     from evalsuite.metrics.stats import bootstrap_ci
 
     n = len(scores)
     lo, hi = bootstrap_ci(scores, np.mean)
     mean = float(np.mean(scores)) if n else float("nan")
-    return [
+    metrics = [
         MetricValue("relevance_mean", mean, higher_is_better=True, n=n, ci_low=lo, ci_high=hi,
                     stderr=float(np.std(scores, ddof=1) / np.sqrt(n)) if n > 1 else None),
         MetricValue("relevance_median", float(np.median(scores)) if n else float("nan"), True, n=n),
-        MetricValue("relevance_sentence_mean", float(np.mean(sentence_scores)) if sentence_scores else 0.0,
-                    True, n=len(sentence_scores)),
         MetricValue("relevance_whole_mean", float(np.mean(whole)) if n else float("nan"), True, n=n,
                     variant="whole"),
     ]
+    if sentence_scores:
+        metrics.insert(2, MetricValue("relevance_sentence_mean", float(np.mean(sentence_scores)), True,
+                                      n=len(sentence_scores)))
+    return metrics
 
 
 class RelevanceTask:

@@ -8,7 +8,6 @@ every trainable parameter, which are LoRA weights of the language model only; on
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -39,9 +38,8 @@ def _answers(out: Path, task: str) -> list[str]:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_eval_answers_do_not_depend_on_batch_size(arch, ckpts, world_dir, tmp_path):
-    if not os.environ.get("NLTK_DATA"):
-        pytest.skip("CHAIR needs NLTK_DATA (make test sets it)")
+def test_eval_answers_do_not_depend_on_batch_size(arch, ckpts, world_dir, punkt_dir, tmp_path):
+    """8 documents per task, so batch size 8 really answers a batch of 8 (CHAIR's punkt: `punkt_dir`)."""
     from evalsuite.run import run_eval
     from evalsuite.run_config import load_eval_config
 
@@ -50,11 +48,12 @@ def test_eval_answers_do_not_depend_on_batch_size(arch, ckpts, world_dir, tmp_pa
         outs[bs] = tmp_path / f"bs{bs}"
         run_eval(load_eval_config([
             "--ckpt", str(ckpts(arch)), "--tasks", "caption,chair,pope", "--data-root", str(world_dir),
-            "--output", str(outs[bs]), "--store", str(tmp_path / f"store{bs}"), "--limit", "4",
+            "--output", str(outs[bs]), "--store", str(tmp_path / f"store{bs}"), "--limit", "8",
             "--batch-size", str(bs), "--max-new-tokens", "6", "--gen-kwargs", "max_new_tokens=6",
-            "--device", "cpu", "chair.n_images=4", "chair.n_boot=10"])[0])
+            "--device", "cpu", "chair.n_images=8", "chair.n_boot=10"])[0])
     for task in ("caption", "chair", "pope"):
         assert _answers(outs[8], task) == _answers(outs[1], task), task
+        assert len(_answers(outs[8], task)) == 8, task
     sample = json.loads((outs[8] / "caption" / "samples.jsonl").read_text().splitlines()[0])
     run = json.loads((outs[8] / "run.json").read_text())
     assert sample["prompt_text"] == run["inputs"]["prompt_example"].replace("{question}", sample["prompt"])

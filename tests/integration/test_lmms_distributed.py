@@ -124,7 +124,7 @@ def test_evalsuite_run_on_two_cpu_processes_as_documented(launcher, single_proce
     """`torchrun --nproc_per_node 2 -m evalsuite run --tasks pope --limit 8` (and accelerate's
     `--multi_gpu --num_processes 2`) on CPU, with no process group set up by anyone but evalsuite (and no
     ACCELERATE_USE_CPU): rc 0; each rank answered 4 of the 8 docs (its own cache file); the answers equal
-    a single-process run; only rank 0 wrote (one store run, one printed result)."""
+    a single-process run; only rank 0 wrote (one store run, one printed result, one "run ..." log line)."""
     from evalsuite.store import Store
 
     from tests.conftest import free_port
@@ -140,3 +140,4 @@ def test_evalsuite_run_on_two_cpu_processes_as_documented(launcher, single_proce
     assert Store(tmp_path / "s").metrics()["run_id"].nunique() == 1
     assert json.loads((tmp_path / "o" / "summary.json").read_text()).keys() == {"pope"}
     assert proc.stdout.count('"run_id"') == 1  # rank 0 reports; rank 1 prints nothing
+    assert proc.stderr.count(f" -> {tmp_path / 'o'} (store ") == 1  # and logs the run line alone

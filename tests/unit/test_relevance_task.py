@@ -32,6 +32,20 @@ def test_metrics_by_hand():
     assert all(x.higher_is_better for x in m.values())
 
 
+def test_no_sentence_at_all_drops_sentence_mean_only(tmp_path):
+    """Two empty answers: scores [0, 0], whole [0, 0], no sentence -> relevance_mean/median/whole_mean
+    0 over n=2, and no relevance_sentence_mean (a mean of 0 sentences); the store takes the result."""
+    from evalsuite.store import Store
+    from evalsuite.types import TaskResult
+
+    metrics = relevance_metrics(np.array([0.0, 0.0]), np.array([0.0, 0.0]), [])
+    assert [(m.metric, m.value, m.n) for m in metrics] == [
+        ("relevance_mean", 0.0, 2), ("relevance_median", 0.0, 2), ("relevance_whole_mean", 0.0, 2)]
+    result = TaskResult("relevance", "1", metrics, samples=[{"key": "1"}, {"key": "2"}])
+    Store(tmp_path / "store").write_run({"run_id": "r1"}, [result])
+    assert sorted(Store(tmp_path / "store").metrics()["metric"]) == [m.metric for m in metrics]
+
+
 def test_requires_names_its_source():
     """source option first; else caption when the run has it or has neither; chair when only chair is there."""
     t = RelevanceTask()

@@ -100,14 +100,33 @@ def test_pope_on_real_coco_val2014_80(golden_dir, tmp_path):
     assert len({r["image"] for r in json.loads(sub["json"]["random"].read_text())}) == 10
 
 
-def test_pope_coco_layout_with_missing_image_names_the_file(golden_dir, tmp_path):
+def _coco_val2014_instances(path):
+    """The hand-worked GT above as a COCO val2014 instances file (file names COCO_val2014_<12 digits>.jpg)."""
+    images = [{"id": i, "file_name": f"COCO_val2014_{i:012d}.jpg", "width": 8, "height": 8} for i in GT]
+    anns = [{"id": k, "image_id": i, "category_id": c, "bbox": [0, 0, 1, 1], "area": 1, "iscrowd": 0}
+            for k, (i, c) in enumerate(((i, c) for i, cats in GT.items() for c in sorted(cats)), start=1)]
+    cats = [{"id": c, "name": f"thing{c}", "supercategory": "x"} for c in range(1, 10)]
+    path.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
+
+
+def test_pope_coco_layout_with_missing_image_names_the_file(tmp_path):
     """Real COCO layout (annotations/instances_val2014.json + val2014/): an image dir without the
-    images is a clear error naming the missing file."""
-    (tmp_path / "annotations").mkdir()
-    shutil.copy(golden_dir / "chair/coco_val2014_80/instances.json", tmp_path / "annotations/instances_val2014.json")
-    (tmp_path / "val2014").mkdir()
-    with pytest.raises(UserError, match=r"val2014/COCO_val2014_\d{12}\.jpg: image file missing"):
-        build_pope(tmp_path, "val2014", tmp_path / "out")
+    images is a clear error naming the missing file; with the hand-worked GT, and also with the real
+    val2014 annotations of the reference data where present."""
+    from tests.conftest import GOLDEN
+
+    sources = [None] + ([GOLDEN / "chair/coco_val2014_80/instances.json"] if GOLDEN.is_dir() else [])
+    for k, source in enumerate(sources):
+        root = tmp_path / str(k)
+        (root / "annotations").mkdir(parents=True)
+        (root / "val2014").mkdir()
+        target = root / "annotations/instances_val2014.json"
+        if source is None:
+            _coco_val2014_instances(target)
+        else:
+            shutil.copy(source, target)
+        with pytest.raises(UserError, match=r"val2014/COCO_val2014_\d{12}\.jpg: image file missing"):
+            build_pope(root, "val2014", root / "out")
 
 
 def test_world_pope_parquet_and_lmms_eval_scores(world_dir):

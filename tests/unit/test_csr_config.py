@@ -98,3 +98,27 @@ def test_load_prompts(tmp_path):
     p.write_text('{"id": 1, "image": "a.jpg", "question": "q"}\n{"id": 1, "image": "b.jpg", "question": "q"}\n')
     with pytest.raises(UserError, match="duplicate id"):
         load_prompts(p)
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"tree": {"num_samples": 8}}, "tree.num_samples: 8 has no effect with tree.expander: group_beam "
+                                   "(only expander sample reads it)"),
+    ({"tree": {"temperature": 0.7}}, "tree.temperature: 0.7 has no effect with tree.expander: group_beam"),
+    ({"tree": {"expander": "sample", "diversity_penalty": 1.0}},
+     "tree.diversity_penalty: 1.0 has no effect with tree.expander: sample (only expander group_beam reads it)"),
+    ({"tree": {"expander": "sample", "num_beams": 4, "num_beam_groups": 4}}, "tree.num_beams: 4 has no effect"),
+    ({"tree": {"stop": "sentence_marks", "period_id": 9}},
+     "tree.period_id: 9 has no effect with tree.stop: sentence_marks (only stop released reads it)"),
+    ({"tree": {"sentence_end": ["."]}}, "tree.sentence_end: ['.'] has no effect with tree.stop: released"),
+    ({"reward": {"lm_batch": 8}}, "reward.lm_batch: 8 has no effect with reward.language_score: beam "
+                                  "(only language_score teacher_forced reads it)"),
+])
+def test_a_switch_ignored_under_another_setting_names_both(data, message):
+    """A value only the other setting reads would be accepted and ignored: one line naming both fields."""
+    base = {"model": "m", "prompts": "p", "image_root": "i", "clip": "c"}
+    with pytest.raises(UserError, match=re.escape(message)):
+        CSRConfig.from_dict({**base, **data})
+    # the same values under the setting that reads them are accepted
+    TreeConfig(expander="sample", num_samples=8, temperature=0.7)
+    TreeConfig(stop="sentence_marks", sentence_end=["."])
+    TreeConfig(period_id=9)

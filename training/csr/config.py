@@ -34,6 +34,23 @@ def _check(cond: bool, where: str, msg: str) -> None:
         raise UserError(f"{where}: {msg}")
 
 
+def _unused(obj, section: str, switch: str, readers: dict[str, tuple[str, ...]]) -> None:
+    """A field that only the other value of `switch` reads, set away from its default, would be accepted and
+    ignored: one line naming both. readers: {value of switch: the fields only that value reads}."""
+    import dataclasses
+
+    current = getattr(obj, switch)
+    defaults = {f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
+                for f in dataclasses.fields(obj)}
+    for value, names in readers.items():
+        if value == current:
+            continue
+        for name in names:
+            _check(getattr(obj, name) == defaults[name], f"{section}.{name}",
+                   f"{getattr(obj, name)!r} has no effect with {section}.{switch}: {current} "
+                   f"(only {switch} {value} reads it)")
+
+
 @dataclass
 class TreeConfig:
     """Sentence-level search (csr-method.md §2, §10.1.2). Defaults are the released code's; the
@@ -111,6 +128,10 @@ class TreeConfig:
         for name in ("keep_top", "keep_bottom", "prune_threshold"):
             v = getattr(self, name)
             _check(v is None or v >= 0, f"{w}.{name}", "must be >= 0 or null")
+        _unused(self, w, "expander", {"group_beam": ("num_beams", "num_beam_groups", "diversity_penalty",
+                                                     "length_penalty"),
+                                      "sample": ("num_samples", "temperature", "top_p")})
+        _unused(self, w, "stop", {"released": ("period_id",), "sentence_marks": ("sentence_end",)})
 
     @property
     def width(self) -> int:
@@ -151,6 +172,7 @@ class RewardConfig:
         _check(self.language_score in LANGUAGE_SCORES, "reward.language_score",
                f"{self.language_score!r} is not one of {LANGUAGE_SCORES}")
         _check(self.lm_batch >= 1 and self.clip_batch >= 1, "reward.lm_batch", "batch sizes must be >= 1")
+        _unused(self, "reward", "language_score", {"teacher_forced": ("lm_batch",)})
 
 
 @dataclass

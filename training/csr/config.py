@@ -1,11 +1,11 @@
-"""Typed configuration of the CSR loop (csr-method.md; every default is the released code's unless noted).
+"""Typed configuration of the CSR loop (docs/csr-method.md; every default is the released code's unless noted).
 
 Four pieces, each validated on construction so a bad preset fails before any model loads:
 
-* `TreeConfig`   sentence-level search tree (§2): expander, beams/groups/penalty, pruning, caps.
-* `RewardConfig` how sentence rewards combine into a path score (§3): mode `rank` | `value`, lambda.
-* `PairConfig`   pair selection guards (§3.2(g), §10.1.4): minimum distinct paths, optional min gap.
-* `CSRConfig`    the iteration driver (§6): data, models, T, output dir, training and evaluation knobs.
+* `TreeConfig`   sentence-level search tree (docs/csr-method.md §2): expander, beams/groups/penalty, pruning, caps.
+* `RewardConfig` how sentence rewards combine into a path score (docs/csr-method.md §3): mode `rank` | `value`, lambda.
+* `PairConfig`   pair selection guards (docs/csr-method.md §3.2(g), §10.1.4): minimum distinct paths, optional min gap.
+* `CSRConfig`    the iteration driver (docs/csr-method.md §6): data, models, T, output dir, training and evaluation knobs.
 
 `load_config(path, overrides)` goes through the project's one config mechanism (`evalsuite/config.py`):
 nested `tree:`, `reward:`, `pairs:` sections are typed dataclasses, and the `train:` mapping holds
@@ -53,7 +53,7 @@ def _unused(obj, section: str, switch: str, readers: dict[str, tuple[str, ...]])
 
 @dataclass
 class TreeConfig:
-    """Sentence-level search (csr-method.md §2, §10.1.2). Defaults are the released code's; the
+    """Sentence-level search (docs/csr-method.md §2, §10.1.2). Defaults are the released code's; the
     switches naming our changes are listed in docs/csr-fidelity.md.
 
     expander: `group_beam` (diverse group beam search, the paper's) or `sample` (num_samples draws).
@@ -74,7 +74,7 @@ class TreeConfig:
     dedupe_siblings: drop exact-duplicate sibling sentences (released: kept, always `num_beams` children).
     junk_filter: `after_pruning` (released: junk and too-short sentences are dropped, with their
       subtrees, once the tree is grown, so they can hold a pruning slot) or `before_pruning` (ours).
-    min_sentence_chars: shorter new sentences are dropped with their subtree (§3.2(b)).
+    min_sentence_chars: shorter new sentences are dropped with their subtree (docs/csr-method.md §3.2(b)).
     batch_nodes: nodes expanded in one batched forward (rows = nodes x beams); 1 = one-at-a-time.
     prompt_batch: prompts whose trees grow together (bounds memory and sets the unit of progress).
     """
@@ -149,7 +149,7 @@ class TreeConfig:
 
 @dataclass
 class RewardConfig:
-    """Calibrated reward (§3): `rank` = released code (sibling ranks, lower cost is better),
+    """Calibrated reward (docs/csr-method.md §3): `rank` = released code (sibling ranks, lower cost is better),
     `value` = paper formula (lam * R_I + (1 - lam) * R_T summed over sentences, higher is better).
     lam is the paper's lambda (the code's clip_alpha): the weight of the visual term.
 

@@ -77,6 +77,8 @@ class TreeConfig:
     min_sentence_chars: shorter new sentences are dropped with their subtree (docs/csr-method.md §3.2(b)).
     batch_nodes: nodes expanded in one batched forward (rows = nodes x beams); 1 = one-at-a-time.
     prompt_batch: prompts whose trees grow together (bounds memory and sets the unit of progress).
+    A field only the other expander (or stop rule) reads must keep its default: set, it is an error
+    naming both fields, since it would otherwise be accepted and ignored.
     """
 
     expander: Literal["group_beam", "sample"] = "group_beam"

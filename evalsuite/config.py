@@ -316,8 +316,11 @@ def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, s
     try:
         return cls(**kwargs)
     except UserError as e:  # a __post_init__ check: "field: message"; name where that field was set
-        field_name = str(e).split(":", 1)[0].strip().split(".")[-1]
-        raise UserError(f"{_source(origins, prefix + field_name, where)}: {e}") from None
+        head = str(e).split(":", 1)[0].strip()
+        field_name = head.split(".")[-1]
+        # a section's own check names its bare field ("data_root: ..."): name it as the user wrote it
+        shown = f"{prefix}{e}" if prefix and head == field_name and field_name in flds else str(e)
+        raise UserError(f"{_source(origins, prefix + field_name, where)}: {shown}") from None
     except (ValueError, TypeError) as e:
         raise UserError(f"{where}: {prefix.rstrip('.') + ': ' if prefix else ''}{' '.join(str(e).split())}") from None
 

@@ -66,7 +66,8 @@ def merge_lora_fp32(model, base: str | Path, save_dtype: str, trust_remote_code:
     adapter = model.active_adapter
     state = {k: v.detach().float().cpu() for k, v in get_peft_model_state_dict(model, adapter_name=adapter).items()}
     cls = type(model.get_base_model())
-    base32 = cls.from_pretrained(base, dtype=torch.float32, local_files_only=True, trust_remote_code=trust_remote_code)
+    base32 = cls.from_pretrained(base, dtype=torch.float32, local_files_only=True, use_safetensors=True,
+                                trust_remote_code=trust_remote_code)
     peft32 = get_peft_model(base32, model.peft_config[adapter], adapter_name=adapter)
     set_peft_model_state_dict(peft32, state, adapter_name=adapter)
     target = getattr(torch, save_dtype)

@@ -21,7 +21,6 @@ processor expands `<image>` into are never counted nor cut.
 """
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 from dataclasses import dataclass, field, fields
@@ -30,16 +29,21 @@ from typing import Any, Literal
 
 from transformers import TrainingArguments
 
-from evalsuite.errors import UserError
+from training.config_checks import (  # noqa: F401 - public names
+    METHODS,
+    PAIR_DATASETS,
+    REPORT_TO,
+    SFT_DATASETS,
+    validate_numbers,
+    validate_paths,
+    validate_values,
+)
+from training.config_checks import has_module as _has
+from training.config_checks import require as _require
 
 log = logging.getLogger(__name__)
 
-METHODS = ("sft", "dpo", "csr")   # what a TrainConfig trains (csr: the CSR loop's DPO stage)
-# Which dataset formats each method trains on (the loaders live in training/data/).
-SFT_DATASETS = ("vlquery_json",)
-PAIR_DATASETS = ("plain_dpo", "csr_pairs", "vlfeedback_paired", "rlhfv")
 DEFAULT_DATASET = {"sft": "vlquery_json", "dpo": "plain_dpo", "csr": "csr_pairs"}
-REPORT_TO = ("none", "tensorboard", "wandb")
 
 
 def _f(default: Any, help: str, **kw) -> Any:
@@ -143,6 +147,7 @@ class TrainConfig(TrainingArguments):
     def __post_init__(self) -> None:
         # TrainingArguments would quietly default output_dir to ./trainer_output in the cwd
         _require(bool(self.output_dir), "output_dir", "required (where checkpoints, logs and the merged model go)")
+        validate_numbers(self)  # before TrainingArguments' own checks, whose messages name no field
         self._raw = _raw_training_arguments(self)
         super().__post_init__()
         validate_values(self)
@@ -158,7 +163,7 @@ class TrainConfig(TrainingArguments):
 
     def check_paths(self) -> None:
         """The files this config names exist (what `--dry-run` only warns about)."""
-        _validate_paths(self)
+        validate_paths(self)
         resume_checkpoint(self)
 
     check_ready = check_paths  # the method-agnostic name train.py calls before starting
@@ -277,28 +282,6 @@ def load_config(source: Any = None, dry_run: bool = False) -> TrainConfig:
     return cfg
 
 
-def _require(cond: bool, field_name: str, message: str) -> None:
-    if not cond:
-        raise UserError(f"{field_name}: {message}")
-
-
-def _has(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
-
-
-def validate_values(cfg: TrainConfig) -> TrainConfig:
-    """Reject bad values and combinations; no model, dataset, image or file is touched."""
-    _require(cfg.method in METHODS, "method", f"{cfg.method!r} is not one of {', '.join(METHODS)}")
-    _validate_data(cfg)
-    _validate_schedule(cfg)
-    _validate_lengths(cfg)
-    _validate_dpo(cfg)
-    _validate_model(cfg)
-    _validate_logging(cfg)
-    cfg.input_config()  # image_aspect value, empty system_prompt
-    return cfg
-
-
 def resume_checkpoint(cfg: TrainConfig) -> str | None:
     """`resume_from_checkpoint` as VL-RLHF's bool flag or HF's path: true -> the latest checkpoint-N in
     output_dir (an error when there is none), false/empty -> None, anything else -> that path."""
@@ -312,86 +295,3 @@ def resume_checkpoint(cfg: TrainConfig) -> str | None:
     found = [p for p in out.glob("checkpoint-*") if p.is_dir() and p.name.split("-", 1)[1].isdigit()] if out.is_dir() else []
     _require(bool(found), "resume_from_checkpoint", f"true, but {str(out)!r} holds no checkpoint-N directory")
     return str(max(found, key=lambda p: int(p.name.split("-", 1)[1])))
-
-
-def _validate_schedule(cfg: TrainConfig) -> None:
-    if cfg.warmup_ratio is not None:
-        _require(0.0 <= cfg.warmup_ratio < 1.0, "warmup_ratio", f"must be in [0, 1), got {cfg.warmup_ratio}")
-        _require(not cfg.warmup_steps, "warmup_ratio", f"give warmup_ratio or warmup_steps, not both "
-                                                       f"(warmup_steps is {cfg.warmup_steps})")
-
-
-def _validate_paths(cfg: TrainConfig) -> None:
-    _require(bool(cfg.model_name_or_path), "model_name_or_path", "required")
-    model_dir = Path(cfg.model_name_or_path)
-    _require(model_dir.is_dir(), "model_name_or_path", f"{str(model_dir)!r} is not a local checkpoint directory")
-    _require((model_dir / "config.json").is_file(), "model_name_or_path", f"no config.json in {str(model_dir)!r}")
-    if cfg.method != "csr":  # the CSR loop writes its pair file per iteration
-        _require(bool(cfg.data_path), "data_path", "required")
-        _require(Path(cfg.data_path).exists(), "data_path", f"no such file or directory {cfg.data_path!r}")
-    if cfg.image_root:
-        _require(Path(cfg.image_root).is_dir(), "image_root", f"no such directory {cfg.image_root!r}")
-    if cfg.chat_template:
-        _require(Path(cfg.chat_template).is_file(), "chat_template", f"no such file {cfg.chat_template!r}")
-
-
-def _validate_data(cfg: TrainConfig) -> None:
-    name = cfg.resolved_dataset
-    allowed = SFT_DATASETS if cfg.method == "sft" else PAIR_DATASETS
-    _require(name in allowed, "dataset_name", f"{name!r} is not a {cfg.method} dataset ({', '.join(allowed)})")
-    _require(0.0 < cfg.data_ratio <= 1.0, "data_ratio", f"must be in (0, 1], got {cfg.data_ratio}")
-    _require(cfg.eval_split is None or 0.0 <= cfg.eval_split < 1.0, "eval_split",
-             f"must be in [0, 1) or null, got {cfg.eval_split}")
-    _require(cfg.dataset_num_proc >= 1, "dataset_num_proc", f"must be >= 1, got {cfg.dataset_num_proc}")
-
-
-def _validate_lengths(cfg: TrainConfig) -> None:
-    for name in ("max_length", "max_prompt_length", "max_target_length"):
-        _require(getattr(cfg, name) > 0, name, f"must be > 0, got {getattr(cfg, name)}")
-    _require(cfg.max_prompt_length < cfg.max_length, "max_prompt_length",
-             f"{cfg.max_prompt_length} leaves no room for the target within max_length {cfg.max_length}")
-
-
-def _validate_dpo(cfg: TrainConfig) -> None:
-    from training.losses import LOSSES
-
-    _require(cfg.rpo_alpha >= 0, "rpo_alpha", f"{cfg.rpo_alpha} must be >= 0")
-    _require(cfg.loss_type in LOSSES, "loss_type", f"{cfg.loss_type!r} is not one of {', '.join(LOSSES)}")
-    _require(cfg.beta > 0, "beta", f"must be > 0, got {cfg.beta}")
-    _require(0.0 <= cfg.label_smoothing < 0.5, "label_smoothing", f"must be in [0, 0.5), got {cfg.label_smoothing}")
-    if cfg.label_smoothing > 0:
-        _require(cfg.loss_type in ("sigmoid", "ddpo"), "label_smoothing",
-                 f"only defined for sigmoid/ddpo, not {cfg.loss_type}")
-
-
-def _validate_model(cfg: TrainConfig) -> None:
-    import torch
-
-    if cfg.use_lora:
-        _require(cfg.lora_r > 0, "lora_r", f"must be > 0, got {cfg.lora_r}")
-        _require(cfg.lora_alpha > 0, "lora_alpha", f"must be > 0, got {cfg.lora_alpha}")
-        _require(0.0 <= cfg.lora_dropout < 1.0, "lora_dropout", f"must be in [0, 1), got {cfg.lora_dropout}")
-        _require(cfg.lora_bias in ("none", "all", "lora_only"), "lora_bias", f"{cfg.lora_bias!r} is not none|all|lora_only")
-        _require(bool(cfg.lora_target_modules.strip(",").strip()), "lora_target_modules", "empty")
-    if cfg.q_lora:
-        _require(cfg.use_lora, "q_lora", "needs --use_lora true")
-        _require(cfg.bits in (4, 8), "bits", f"must be 4 or 8, got {cfg.bits}")
-        _require(torch.cuda.is_available(), "q_lora", "needs a CUDA GPU (bitsandbytes quantisation)")
-        _require(_has("bitsandbytes"), "q_lora", "needs the bitsandbytes package (pip install bitsandbytes)")
-    if cfg.use_flash_attention_2:
-        _require(torch.cuda.is_available(), "use_flash_attention_2", "needs a CUDA GPU")
-        _require(_has("flash_attn"), "use_flash_attention_2", "needs the flash-attn package (pip install flash-attn)")
-    if cfg.precompute_ref_log_probs:
-        _require(cfg.method in ("dpo", "csr"), "precompute_ref_log_probs", "only for DPO-family training")
-
-
-def _validate_logging(cfg: TrainConfig) -> None:
-    targets = [t for t in (cfg.report_to or []) if t != "none"] if isinstance(cfg.report_to, list) else [cfg.report_to]
-    for t in targets:
-        _require(t in REPORT_TO, "report_to", f"{t!r} is not one of {', '.join(REPORT_TO)}")
-    if "tensorboard" in targets:
-        _require(_has("tensorboard") or _has("tensorboardX"), "report_to", "tensorboard needs the tensorboard package")
-    if "wandb" in targets:
-        _require(_has("wandb"), "report_to", "wandb needs the wandb package")
-    _require(cfg.wandb_mode in ("offline", "online", "disabled"), "wandb_mode",
-             f"{cfg.wandb_mode!r} is not offline|online|disabled")

@@ -21,25 +21,20 @@ VLM_SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<image>"]
 # argmax(input_ids) pooling: keep </s> away from id 2 in the CLIP tokenizer.
 CLIP_SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]
 
-# LLaVA-1.5 style: "USER: <image>\n{q} ASSISTANT: {a}</s>". Accepts plain string content and the
-# structured content TRL builds ([{"type": "image"}, {"type": "text", "text": ...}]). A system message
-# renders as llava-1.5-hf's own template renders it: its text and a space, no role name, so a
-# system prompt gives Vicuna v1's "SYSTEM USER: <image>\n{q} ASSISTANT:".
+# Renders as llava-1.5-hf's own template does: every turn is its role and text followed by one space
+# ("USER: <image>\n{q} ASSISTANT: {a} USER: ..."), a system message is its text and a space with no role
+# name (with CSR's system prompt that is LLaVA's Vicuna v1 "SYSTEM USER: <image>\n{q} ASSISTANT:"), images
+# come before the text of their turn, no EOS is written (the collators append it) and the generation
+# prompt is "ASSISTANT:". Accepts plain string content too.
 CHAT_TEMPLATE = (
     "{%- for m in messages -%}"
-    "{%- if not loop.first and messages[loop.index0 - 1]['role'] != 'system' %} {% endif -%}"
-    "{%- if m['role'] == 'system' %}{% if m['content'] is string %}{{ m['content'] }}"
-    "{%- else %}{% for c in m['content'] if c['type'] == 'text' %}{{ c['text'] }}{% endfor %}{% endif %}{{ ' ' }}"
-    "{%- elif m['role'] == 'user' %}USER: {% if m['content'] is string %}{{ m['content'] }}"
-    "{%- else -%}{%- for c in m['content'] -%}"
-    "{%- if c['type'] == 'image' %}<image>\n{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif -%}"
-    "{%- endfor -%}{%- endif -%}"
-    "{%- elif m['role'] == 'assistant' %}ASSISTANT: {% if m['content'] is string %}{{ m['content'] }}"
-    "{%- else -%}{%- for c in m['content'] -%}{%- if c['type'] == 'text' %}{{ c['text'] }}{% endif -%}{%- endfor -%}"
-    "{%- endif -%}</s>"
+    "{%- if m['role'] == 'user' %}USER: {% elif m['role'] == 'assistant' %}ASSISTANT: {% endif -%}"
+    "{%- if m['content'] is string %}{{ m['content'] }} {% else -%}"
+    "{%- for c in m['content'] if c['type'] == 'image' %}<image>\n{% endfor -%}"
+    "{%- for c in m['content'] if c['type'] == 'text' %}{{ c['text'] }} {% endfor -%}"
     "{%- endif -%}"
     "{%- endfor -%}"
-    "{%- if add_generation_prompt %} ASSISTANT:{% endif -%}"
+    "{%- if add_generation_prompt %}ASSISTANT:{% endif -%}"
 )
 
 TEMPLATE_TEXT = ["USER: ASSISTANT:", ". , ! ? ' : ; ( ) -"]

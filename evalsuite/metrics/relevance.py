@@ -1,4 +1,4 @@
-"""Image-response relevance: the CLIP score CSR uses as its visual reward (csr-method.md §3).
+"""Image-response relevance: the CLIP score CSR uses as its visual reward (docs/csr-method.md §3).
 
     R(image, text) = max(s * cos(f_image, f_text), 0),   s = exp(logit_scale) (~100 for OpenAI CLIP)
 

@@ -103,6 +103,17 @@ class InputConfig:
         return out
 
 
+def end_of_turn(completion: str) -> tuple[str, str]:
+    """(turn, trailing whitespace) of a rendered last turn.
+
+    llava-1.5-hf's template ends every turn with a space that separates it from the next ("ASSISTANT: a dog "),
+    where LLaVA's v1 conversation ends an answer with EOS ("ASSISTANT: a dog</s>") and VL-RLHF tokenizes
+    the answer text and appends EOS. The whitespace after the last turn is no part of the answer: kept, it
+    becomes a stray space token between the text and EOS, trained on as if the model should emit it."""
+    turn = completion.rstrip()
+    return turn, completion[len(turn):]
+
+
 def expand_to_square(image, fill: tuple[int, int, int]):
     """LLaVA-1.5's `expand2square`: the image centred on a square canvas of colour `fill`."""
     from PIL import Image
@@ -175,7 +186,8 @@ class ModelInputs:
         return self.render(self._messages(question, with_image), True)
 
     def completion(self, question: str, answer: str, with_image: bool = True) -> tuple[str, str]:
-        """(prompt text, completion text): the completion is what the format renders after the prompt."""
+        """(prompt text, completion text): the completion is what the format renders after the prompt, without
+        the whitespace a template puts after the last turn (see `end_of_turn`)."""
         prompt = self.prompt(question, with_image)
         if self.prompt_format == "paligemma":
             return prompt, answer  # the suffix; the collator ends it with EOS
@@ -183,7 +195,24 @@ class ModelInputs:
         if not full.startswith(prompt):
             raise UserError(f"{self.where}: the chat template does not render the prompt as a prefix of "
                             "prompt + answer; pass --chat-template FILE")
-        return prompt, full[len(prompt):]
+        return prompt, end_of_turn(full[len(prompt):])[0]
+
+    def completion_ids(self, before: str, text: str) -> list[int]:
+        """Token ids of `text` as it is tokenized after the text `before` (no special tokens added).
+
+        The ids of before + text past those of `before`, as TRL 0.8.1's DPO tokenisation (VL-RLHF's) splits a
+        prompt from its answer: a SentencePiece tokenizer adds a word-start piece to text tokenized on its
+        own, so " a dog" alone can differ from " a dog" after "ASSISTANT:". When the two texts merge into
+        one token at the seam no split exists there, and `text` is tokenized on its own, as it is for the
+        PaliGemma format (its processor, not the prompt text, puts "\\n" between prefix and suffix)."""
+        tok = self.tokenizer
+        if self.prompt_format == "paligemma" or not before:
+            return tok(text, add_special_tokens=False)["input_ids"]
+        head = tok(before, add_special_tokens=False)["input_ids"]
+        full = tok(before + text, add_special_tokens=False)["input_ids"]
+        if full[: len(head)] == head:
+            return full[len(head):]
+        return tok(text, add_special_tokens=False)["input_ids"]
 
     def _check_system_prompt(self) -> None:
         """A template that drops system turns would silently lose the prompt: try both content shapes."""

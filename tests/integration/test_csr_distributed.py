@@ -1,7 +1,7 @@
 """The CSR loop's data-parallel path under `torchrun --nproc_per_node 2` (gloo on CPU).
 
 One real iteration (generate -> score -> pairs -> DDP train + merge) of the tiny preset runs in two
-torchrun worker processes, and the test checks what issue 7 asks of it: each rank generated its own
+torchrun worker processes, and the test checks that data parallelism changes where work runs, not what it computes: each rank generated its own
 shard of the prompts (rank r gets prompts r, r+2, ...: disjoint, together all of them), rank 0's
 merged trees and the pairs built from them are identical to a single-process run of the same stages
 on the same prompts (group beam search is deterministic: same token ids and tree shape, search scores

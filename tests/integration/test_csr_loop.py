@@ -79,7 +79,7 @@ def test_two_iterations_killed_and_resumed(csr_setup):
         pairs = json.loads((d / "pairs.json").read_text())
         assert pairs and all(p["conversations"][0]["value"] == "<image>\nDescribe the image." for p in pairs)
         assert all(p["conversations"][1]["value"] != p["rejected_conversations"][1]["value"] for p in pairs)
-        # DPO step 0 with LoRA B = 0: policy == reference, loss ln 2 (§10.2)
+        # DPO step 0 with LoRA B = 0: policy == reference, loss ln 2 (docs/csr-method.md §10.2)
         first = json.loads((d / "train" / "metrics.jsonl").read_text().splitlines()[0])
         assert first["loss"] == pytest.approx(0.6931, abs=1e-3)
 

@@ -1,4 +1,4 @@
-"""Issue 8 end to end: real `evalsuite run` calls on two tiny-checkpoint iterations -> table -> report."""
+"""The evaluation workflow end to end, as a user chains it: real `evalsuite run` calls on two tiny-checkpoint iterations -> table -> report."""
 import json
 
 import pytest

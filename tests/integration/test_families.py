@@ -1,4 +1,5 @@
-"""Every transformers-native VLM family of the kit, end to end (issue 18's matrix).
+"""Every transformers-native VLM family of the kit, end to end: every supported architecture
+through the same entry points, since each family packs its images, positions and prompts differently.
 
 Per family (`evalsuite tiny-ckpt --arch ...`, built offline): `evalsuite run --tasks caption,chair,pope`
 gives identical answers at batch size 8 and 1; DPO and SFT with LoRA `auto` train 2 steps and change

@@ -1,5 +1,6 @@
-"""`evalsuite chair-gt import` on malformed pickles (issue 16, item 4): success or one UserError line,
-never another exception, and bounded memory (memo indexes and file size are checked before unpickling).
+"""`evalsuite chair-gt import` on malformed pickles: success or one UserError line,
+never another exception, and bounded memory (memo indexes and file size are checked before unpickling),
+because a reference file downloaded from elsewhere may be truncated, hostile or simply not CHAIR's pickle.
 """
 from __future__ import annotations
 

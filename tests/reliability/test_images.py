@@ -1,4 +1,4 @@
-"""Bad images (issue 16, item 4): a decompression bomb, a truncated file, random bytes, a missing file.
+"""Bad images, as real image folders hold them: a decompression bomb, a truncated file, random bytes, a missing file.
 
 One helper (`evalsuite.images.open_rgb`) opens every image; a bomb is a one-line error in `evalsuite run`
 and a skipped thumbnail (with a warning and a note on the page) in `evalsuite report`.

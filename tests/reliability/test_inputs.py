@@ -1,4 +1,4 @@
-"""Non-UTF-8 and malformed record files (issue 16, item 4): `evalsuite chair --captions`,
+"""Non-UTF-8 and malformed record files (user data comes from many tools and encodings): `evalsuite chair --captions`,
 `evalsuite relevance pairs --pairs`, `train.py --data_path` and the CSR prompt file all read through
 `evalsuite.files.read_json_records`, which names the file and the line of the bad byte."""
 from __future__ import annotations

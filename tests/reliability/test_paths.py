@@ -1,4 +1,5 @@
-"""Unwritable or invalid --output / --store / report --out (issue 16, item 4): one line, before any work.
+"""Unwritable or invalid --output / --store / report --out: one line, before any work,
+so a typo costs seconds, not a finished generation.
 
 The store and output folders are checked at the start of `evalsuite run` (before the model loads), so a
 bad --store no longer throws away a finished generation. Read-only places are simulated by a failing

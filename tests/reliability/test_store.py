@@ -1,4 +1,4 @@
-"""The store distrusts its own files (issue 16, items 2, 4, 5, 6): damaged footers are one line naming
+"""The store distrusts its own files, since a disk fills, a copy is cut short or a file is edited by hand: damaged footers are one line naming
 the file; `samples_file` is confined to STORE/samples; a corrupt or missing samples file hides only that
 run's samples, and the report names it; results from zero samples are refused; `$...$` labels plot as text.
 """

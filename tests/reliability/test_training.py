@@ -1,4 +1,4 @@
-"""Training-side cases (issue 16, item 7): safetensors only, parents recorded absolute, and presets that
+"""Training-side cases: safetensors only (a pickle can run code when loaded), parents recorded absolute, and presets that
 run without transformers' `gradient_checkpointing` FutureWarning."""
 from __future__ import annotations
 

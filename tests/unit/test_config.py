@@ -62,7 +62,7 @@ def test_types_are_read_and_checked(tmp_path):
     ({"modee": "a"}, [], "p.yaml: unknown key 'modee' (did you mean 'mode'?)"),
     ({"inner": {"kk": 1}}, [], "p.yaml: unknown key 'inner.kk' (did you mean 'inner.k'?)"),
     ({"inner": 3}, [], "p.yaml: inner: expected a mapping (section), got int 3"),
-    ({}, ["inner.k=-1"], "command line: k: must be >= 0, got -1"),
+    ({}, ["inner.k=-1"], "command line: inner.k: must be >= 0, got -1"),
     ({}, ["lr.x=1"], "command line: lr is not a section (it takes a number)"),
 ])
 def test_errors_name_the_key_and_the_source(tmp_path, data, overrides, message):

@@ -98,3 +98,61 @@ def test_load_prompts(tmp_path):
     p.write_text('{"id": 1, "image": "a.jpg", "question": "q"}\n{"id": 1, "image": "b.jpg", "question": "q"}\n')
     with pytest.raises(UserError, match="duplicate id"):
         load_prompts(p)
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"tree": {"num_samples": 8}}, "tree.num_samples: 8 has no effect with tree.expander: group_beam "
+                                   "(only expander sample reads it)"),
+    ({"tree": {"temperature": 0.7}}, "tree.temperature: 0.7 has no effect with tree.expander: group_beam"),
+    ({"tree": {"expander": "sample", "diversity_penalty": 1.0}},
+     "tree.diversity_penalty: 1.0 has no effect with tree.expander: sample (only expander group_beam reads it)"),
+    ({"tree": {"expander": "sample", "num_beams": 4, "num_beam_groups": 4}}, "tree.num_beams: 4 has no effect"),
+    ({"tree": {"stop": "sentence_marks", "period_id": 9}},
+     "tree.period_id: 9 has no effect with tree.stop: sentence_marks (only stop released reads it)"),
+    ({"tree": {"sentence_end": ["."]}}, "tree.sentence_end: ['.'] has no effect with tree.stop: released"),
+    ({"reward": {"lm_batch": 8}}, "reward.lm_batch: 8 has no effect with reward.language_score: beam "
+                                  "(only language_score teacher_forced reads it)"),
+])
+def test_a_switch_ignored_under_another_setting_names_both(data, message):
+    """A value only the other setting reads would be accepted and ignored: one line naming both fields."""
+    base = {"model": "m", "prompts": "p", "image_root": "i", "clip": "c"}
+    with pytest.raises(UserError, match=re.escape(message)):
+        CSRConfig.from_dict({**base, **data})
+    # the same values under the setting that reads them are accepted
+    TreeConfig(expander="sample", num_samples=8, temperature=0.7)
+    TreeConfig(stop="sentence_marks", sentence_end=["."])
+    TreeConfig(period_id=9)
+
+
+def test_readme_evaluates_csr_checkpoints_with_the_presets_prompt_settings(tmp_path):
+    """README step 4: `evalsuite run` on the CSR checkpoints gets configs/csr.yaml's system prompt and
+    image_aspect (a model trained under one prompt is measured under the same one), the command parses,
+    and the alternative it names (the loop's eval: section) loads with eval.data_root set."""
+    import shlex
+
+    import yaml
+
+    from evalsuite.run_config import load_eval_config
+
+    readme = (CONFIGS.parent / "README.md").read_text()
+    step = readme[readme.index("# 4. evaluate the base and every iteration"):]
+    step = step[: step.index("done")]
+    preset = yaml.safe_load((CONFIGS / "csr.yaml").read_text())
+    sys_prompt = re.search(r'^SYS="(.*)"$', step, re.M).group(1)
+    assert (sys_prompt, preset["image_aspect"]) == (preset["system_prompt"], "pad")
+    command = re.search(r"evalsuite run (.*?)\n\s*(--clip.*)\n", step, re.S)
+    argv = shlex.split((command.group(1).rstrip("\\ ") + " " + command.group(2)).replace("$ck", str(tmp_path))
+                       .replace('"$SYS"', shlex.quote(sys_prompt)).replace("/data/coco", str(tmp_path)))
+    cfg, _ = load_eval_config(argv)
+    assert (cfg.system_prompt, cfg.image_aspect) == (preset["system_prompt"], "pad")
+    overrides = shlex.split(re.search(r"adding\n#\s+(.*)\n", step).group(1).replace("/data/coco", str(tmp_path)))
+    cfg = load_config(CONFIGS / "csr.yaml", [*overrides, f"model={tmp_path}"])
+    assert cfg.eval.tasks == ["chair", "pope", "mme"] and cfg.eval.data_root == str(tmp_path)
+    # the loop hands the preset's prompt settings to every evaluation
+    ev = cfg.eval_config(tmp_path, "iter_1", tmp_path / "e")
+    assert (ev.system_prompt, ev.image_aspect) == (preset["system_prompt"], "pad")
+
+
+def test_eval_section_without_a_data_root_names_eval_data_root():
+    with pytest.raises(UserError, match=re.escape("csr.yaml: eval.data_root: not given (chair needs one)")):
+        load_config(CONFIGS / "csr.yaml", ["eval.tasks=[chair]"])

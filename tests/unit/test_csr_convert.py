@@ -92,3 +92,25 @@ def test_cli(tmp_path):
     assert ok.returncode == 0 and ok.stdout.strip() == f"{out}: 2 prompts"
     assert [json.loads(x)["image"] for x in out.read_text().splitlines()] == [
         "COCO_train2014_000000442786.jpg", "COCO_train2014_000000267779.jpg"]
+
+
+def test_cli_image_options_apply_to_their_kind_only(tmp_path):
+    """--image-prefix shapes prompt files and --image-dir pair files; each given with the other kind would be
+    accepted and ignored, so it is one error line naming the option (exit 2, nothing written)."""
+    prompts, pairs = tmp_path / "p.json", tmp_path / "pairs.json"
+    prompts.write_text(json.dumps(PROMPT_ROWS))
+    pairs.write_text(json.dumps([_pair_row("000000442786", "Describe the image.")]))
+    out = tmp_path / "out.json"
+    for kind, src, flag, value in (("pairs", pairs, "--image-prefix", "COCO_val2014_"),
+                                   ("prompts", prompts, "--image-dir", "./data/images")):
+        res = run_cli("csr-convert", kind, str(src), "--out", str(out), flag, value)
+        assert res.returncode == 2 and not out.exists()
+        other = "prompts" if kind == "pairs" else "pairs"
+        assert res.stderr.strip().splitlines() == [f"evalsuite: error: {flag}: only applies to "
+                                                   f"`csr-convert {other}`, not {kind}"]
+    ok = run_cli("csr-convert", "prompts", str(prompts), "--out", str(out), "--image-prefix", "COCO_val2014_")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(out.read_text().splitlines()[0])["image"] == "COCO_val2014_000000442786.jpg"
+    ok = run_cli("csr-convert", "pairs", str(pairs), "--out", str(out), "--image-dir", "./data/images")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(out.read_text())[0]["image"] == "train2014/COCO_train2014_000000442786.jpg"

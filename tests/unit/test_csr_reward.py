@@ -1,4 +1,4 @@
-"""CSR rewards and pair selection: the §10.2 invariants and hand-worked aggregation values."""
+"""CSR rewards and pair selection: the invariants of docs/csr-method.md §10.2 and hand-worked aggregation values."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
-"""Issue 9: the demo's SFT data honours its config (the partner habit itself: test_world_chairmap)."""
+"""The demo's SFT data honours its config, since a knob that changes nothing would mislead whoever tunes the
+demo (the partner habit itself is tested in test_world_chairmap)."""
 from training.demo.data import sft_records
 from training.demo.judge import scene_table
 

@@ -62,10 +62,44 @@ def test_dict_source_and_defaults(paths):
     (["--lora_rr", "1"], "unknown key 'lora_rr' \\(did you mean 'lora_r'\\?\\)"),
     (["--lora_r", "2.5"], "lora_r: expected an int, got float 2.5"),
     (["--output_dir", ""], "output_dir: required"),
+    (["--per_device_train_batch_size", "0"], "per_device_train_batch_size: must be >= 1, got 0"),
+    (["--per_device_eval_batch_size", "0"], "per_device_eval_batch_size: must be >= 1, got 0"),
+    (["--gradient_accumulation_steps", "0"], "gradient_accumulation_steps: must be >= 1, got 0"),
+    (["--learning_rate", "0"], "learning_rate: must be > 0, got 0.0"),
+    (["--weight_decay", "-0.01"], "weight_decay: must be >= 0, got -0.01"),
+    (["--num_train_epochs", "0"], "num_train_epochs: must be > 0 when max_steps is -1, got 0.0"),
+    (["--max_steps", "0"], "max_steps: must be -1 .* or > 0, got 0"),
+    (["--max_steps", "-3"], "max_steps: must be -1 .* or > 0, got -3"),
+    (["--logging_steps", "0"], "logging_steps: must be > 0 with logging_strategy steps, got 0.0"),
+    (["--logging_steps", "2.5"], "logging_steps: must be a whole number of steps"),
+    (["--save_steps", "-1"], "save_steps: must be > 0 with save_strategy steps"),
+    (["--eval_strategy", "steps", "--eval_steps", "0"], "eval_steps: must be > 0 with eval_strategy steps"),
+    (["--warmup_ratio", "1.0"], "warmup_ratio: must be in \\[0, 1\\)"),
+    (["--warmup_steps", "-1"], "warmup_steps: must be >= 0"),
+    (["--use_lora", "true", "--lora_r", "0"], "lora_r: must be > 0, got 0"),
+    (["--use_lora", "true", "--lora_alpha", "-2"], "lora_alpha: must be > 0, got -2"),
+    (["--max_length", "0"], "max_length: must be > 0"),
+    (["--max_prompt_length", "-1"], "max_prompt_length: must be > 0"),
+    (["--ipo_logps", "mean"], "ipo_logps: 'mean' only applies to loss_type ipo, but loss_type is 'sigmoid'"),
+    (["--loss_type", "ipo", "--ddpo_mask", "changed"], "ddpo_mask: 'changed' only applies to loss_type ddpo, "
+                                                       "but loss_type is 'ipo'"),
 ])
 def test_bad_values(paths, extra, msg):
     with pytest.raises(UserError, match=msg):
         load_config(argv(paths, *extra))
+
+
+@pytest.mark.parametrize("extra", [
+    ["--num_train_epochs", "0", "--max_steps", "5"],      # max_steps decides the length
+    ["--save_strategy", "no", "--save_steps", "0"],       # save_steps unused without step saving
+    ["--eval_steps", "0"],                                # eval_strategy is no: eval_steps unused
+    ["--logging_steps", "0.5"],                           # a fraction < 1 of the training steps
+    ["--lora_r", "0"],                                    # LoRA off: its rank is unused
+    ["--loss_type", "ipo", "--ipo_logps", "mean"], ["--loss_type", "ddpo", "--ddpo_mask", "changed"],
+    ["--ipo_logps", "sum", "--ddpo_mask", "replaced"],    # the defaults name no switch
+])
+def test_values_that_are_unused_or_in_range_are_accepted(paths, extra):
+    load_config(argv(paths, *extra))
 
 
 def test_bad_paths_and_yaml(paths, tmp_path):

@@ -97,7 +97,7 @@ def test_vlfeedback_na_drops_every_pair_of_that_completion(root):
     """VL-RLHF (utils/data.py): float("N/A") raises, so every pair with that completion is skipped.
     Ratings r1 (5, 3) -> 4, r2 (2, N/A) -> unusable, r3 (1, 1) -> 1: the one pair left is r1 > r3,
     whatever the margin (averaging r2's other aspect would also give r1 > r2 and r2 > r3).
-    The audit's case (5,5,5), (4,N/A,2), (3,3,3): one pair, r1 > r3."""
+    Three aspects (5,5,5), (4,N/A,2), (3,3,3): one pair, r1 > r3."""
     a = lambda *r: {f"asp{i}": {"Rating": v, "Rationale": ""} for i, v in enumerate(r)}  # noqa: E731
     row = {"id": "1", "prompt": "Q?", "img_path": "img/a.png", "completions": {
         "annotations": [a("5", "3"), a("2", "N/A"), a("1", "1")], "response": ["r1", "r2", "r3"],
@@ -107,9 +107,9 @@ def test_vlfeedback_na_drops_every_pair_of_that_completion(root):
     assert (ex["chosen"], ex["rejected"]) == ("r1", "r3")
     ex2, _ = read_examples("vlfeedback_paired", f, score_margin=1.0)
     assert [(e["chosen"], e["rejected"]) for e in ex2] == [("r1", "r3")]
-    audit = {**row, "completions": [{"annotations": a(*r), "response": n} for r, n in
+    three = {**row, "completions": [{"annotations": a(*r), "response": n} for r, n in
                                     ((("5", "5", "5"), "r1"), (("4", "N/A", "2"), "r2"), (("3", "3", "3"), "r3"))]}
-    ex3, _ = read_examples("vlfeedback_paired", write(root / "vlf3.json", [audit]), score_margin=0.0)
+    ex3, _ = read_examples("vlfeedback_paired", write(root / "vlf3.json", [three]), score_margin=0.0)
     assert [(e["chosen"], e["rejected"]) for e in ex3] == [("r1", "r3")]
 
 

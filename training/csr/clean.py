@@ -1,4 +1,4 @@
-"""Junk filters for new sentences (csr-method.md §3.2(b)); a hit drops the child and its subtree.
+"""Junk filters for new sentences (docs/csr-method.md §3.2(b)); a hit drops the child and its subtree.
 
 `junk_reason(text, min_chars)` returns the first rule a sentence breaks, or None. The rules are the
 released code's: foreign scripts (Korean, kana, Cyrillic) and emoji, repeated `&nbsp;`, a word said 6+

@@ -1,11 +1,11 @@
-"""Typed configuration of the CSR loop (csr-method.md; every default is the released code's unless noted).
+"""Typed configuration of the CSR loop (docs/csr-method.md; every default is the released code's unless noted).
 
 Four pieces, each validated on construction so a bad preset fails before any model loads:
 
-* `TreeConfig`   sentence-level search tree (§2): expander, beams/groups/penalty, pruning, caps.
-* `RewardConfig` how sentence rewards combine into a path score (§3): mode `rank` | `value`, lambda.
-* `PairConfig`   pair selection guards (§3.2(g), §10.1.4): minimum distinct paths, optional min gap.
-* `CSRConfig`    the iteration driver (§6): data, models, T, output dir, training and evaluation knobs.
+* `TreeConfig`   sentence-level search tree (docs/csr-method.md §2): expander, beams/groups/penalty, pruning, caps.
+* `RewardConfig` how sentence rewards combine into a path score (docs/csr-method.md §3): mode `rank` | `value`, lambda.
+* `PairConfig`   pair selection guards (docs/csr-method.md §3.2(g), §10.1.4): minimum distinct paths, optional min gap.
+* `CSRConfig`    the iteration driver (docs/csr-method.md §6): data, models, T, output dir, training and evaluation knobs.
 
 `load_config(path, overrides)` goes through the project's one config mechanism (`evalsuite/config.py`):
 nested `tree:`, `reward:`, `pairs:` sections are typed dataclasses, and the `train:` mapping holds
@@ -34,9 +34,26 @@ def _check(cond: bool, where: str, msg: str) -> None:
         raise UserError(f"{where}: {msg}")
 
 
+def _unused(obj, section: str, switch: str, readers: dict[str, tuple[str, ...]]) -> None:
+    """A field that only the other value of `switch` reads, set away from its default, would be accepted and
+    ignored: one line naming both. readers: {value of switch: the fields only that value reads}."""
+    import dataclasses
+
+    current = getattr(obj, switch)
+    defaults = {f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
+                for f in dataclasses.fields(obj)}
+    for value, names in readers.items():
+        if value == current:
+            continue
+        for name in names:
+            _check(getattr(obj, name) == defaults[name], f"{section}.{name}",
+                   f"{getattr(obj, name)!r} has no effect with {section}.{switch}: {current} "
+                   f"(only {switch} {value} reads it)")
+
+
 @dataclass
 class TreeConfig:
-    """Sentence-level search (csr-method.md §2, §10.1.2). Defaults are the released code's; the
+    """Sentence-level search (docs/csr-method.md §2, §10.1.2). Defaults are the released code's; the
     switches naming our changes are listed in docs/csr-fidelity.md.
 
     expander: `group_beam` (diverse group beam search, the paper's) or `sample` (num_samples draws).
@@ -57,9 +74,11 @@ class TreeConfig:
     dedupe_siblings: drop exact-duplicate sibling sentences (released: kept, always `num_beams` children).
     junk_filter: `after_pruning` (released: junk and too-short sentences are dropped, with their
       subtrees, once the tree is grown, so they can hold a pruning slot) or `before_pruning` (ours).
-    min_sentence_chars: shorter new sentences are dropped with their subtree (§3.2(b)).
+    min_sentence_chars: shorter new sentences are dropped with their subtree (docs/csr-method.md §3.2(b)).
     batch_nodes: nodes expanded in one batched forward (rows = nodes x beams); 1 = one-at-a-time.
     prompt_batch: prompts whose trees grow together (bounds memory and sets the unit of progress).
+    A field only the other expander (or stop rule) reads must keep its default: set, it is an error
+    naming both fields, since it would otherwise be accepted and ignored.
     """
 
     expander: Literal["group_beam", "sample"] = "group_beam"
@@ -111,6 +130,10 @@ class TreeConfig:
         for name in ("keep_top", "keep_bottom", "prune_threshold"):
             v = getattr(self, name)
             _check(v is None or v >= 0, f"{w}.{name}", "must be >= 0 or null")
+        _unused(self, w, "expander", {"group_beam": ("num_beams", "num_beam_groups", "diversity_penalty",
+                                                     "length_penalty"),
+                                      "sample": ("num_samples", "temperature", "top_p")})
+        _unused(self, w, "stop", {"released": ("period_id",), "sentence_marks": ("sentence_end",)})
 
     @property
     def width(self) -> int:
@@ -128,7 +151,7 @@ class TreeConfig:
 
 @dataclass
 class RewardConfig:
-    """Calibrated reward (§3): `rank` = released code (sibling ranks, lower cost is better),
+    """Calibrated reward (docs/csr-method.md §3): `rank` = released code (sibling ranks, lower cost is better),
     `value` = paper formula (lam * R_I + (1 - lam) * R_T summed over sentences, higher is better).
     lam is the paper's lambda (the code's clip_alpha): the weight of the visual term.
 
@@ -151,6 +174,7 @@ class RewardConfig:
         _check(self.language_score in LANGUAGE_SCORES, "reward.language_score",
                f"{self.language_score!r} is not one of {LANGUAGE_SCORES}")
         _check(self.lm_batch >= 1 and self.clip_batch >= 1, "reward.lm_batch", "batch sizes must be >= 1")
+        _unused(self, "reward", "language_score", {"teacher_forced": ("lm_batch",)})
 
 
 @dataclass

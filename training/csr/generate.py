@@ -1,4 +1,4 @@
-"""Sentence-level search trees of candidate responses (csr-method.md §2), built in batches.
+"""Sentence-level search trees of candidate responses (docs/csr-method.md §2), built in batches.
 
 A tree per (image, question). The root is the prompt; every other node is one sentence, stored as
 token ids (never decoded and re-encoded: the original's string offsets broke across versions):

@@ -1,6 +1,6 @@
 """Chosen/rejected pairs from scored trees, their training files and per-iteration statistics.
 
-One pair per prompt (csr-method.md §3.2(g)): the complete response with the highest reward is
+One pair per prompt (docs/csr-method.md §3.2(g)): the complete response with the highest reward is
 chosen, the lowest rejected (rank mode: lowest / highest mean cost). Unlike the released code a
 prompt is skipped, and counted, when it has fewer than `min_paths` distinct complete responses, when
 the two sides decode to the same text, or when the reward gap is below `min_gap`.

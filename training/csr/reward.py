@@ -1,4 +1,4 @@
-"""Sentence rewards of a search tree and their aggregation over complete responses (csr-method.md §3).
+"""Sentence rewards of a search tree and their aggregation over complete responses (docs/csr-method.md §3).
 
 Per scorable node (a usable, non-empty sentence):
   * `lm`  language self-reward, by `RewardConfig.language_score`: `beam` (released) is the search's

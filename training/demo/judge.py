@@ -100,7 +100,7 @@ def train_judge(clip_dir: Path, world: Path, out: Path, cfg: JudgeConfig) -> Pat
 
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
-    model = CLIPModel.from_pretrained(clip_dir, local_files_only=True).train()
+    model = CLIPModel.from_pretrained(clip_dir, local_files_only=True, use_safetensors=True).train()
     processor = AutoProcessor.from_pretrained(clip_dir, local_files_only=True)
     scenes = scene_table(world, "train")
     pixels = _pixels(processor, [p for p, _ in scenes])

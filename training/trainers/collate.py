@@ -5,7 +5,9 @@ use): the chat template (or a `chat_template` file, or the family's documented f
 configured system prompt, `image_aspect`, one image list per sample, and every tensor the processor
 returns (image sizes/grids, pixel masks, type ids) carried into the batch row by row. A completion
 is the rendering of the full conversation minus the rendered prompt, so it carries whatever
-end-of-turn the template emits (EOS is appended if it emits none).
+end-of-turn the template emits (EOS is appended if it emits none), less the whitespace after the turn
+(llava-1.5-hf: "ASSISTANT: {a} " trains " {a}" + EOS, as LLaVA's v1 and VL-RLHF do); its ids are the
+ones it gets tokenized after the prompt text (`ModelInputs.completion_ids`).
 
 Truncation counts text tokens only (image blocks — placeholders with their special markers — are
 never cut), per `truncation`:
@@ -23,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from evalsuite.models.inputs import end_of_turn
 from training.losses import diff_token_masks, replaced_token_masks
 
 
@@ -88,9 +91,9 @@ class _Tok:
     def completion_text(self, question: str, answer: str, with_image: bool) -> tuple[str, str]:
         return self.inputs.completion(question, answer, with_image)
 
-    def encode_text(self, text: str) -> list[int]:
-        ids = self.tok(text, add_special_tokens=False)["input_ids"]
-        return ids
+    def encode_text(self, text: str, before: str = "") -> list[int]:
+        """`text`'s ids as tokenized after the rendered text `before` (ModelInputs.completion_ids)."""
+        return self.inputs.completion_ids(before, text)
 
     def encode_prompts(self, prompts: list[str], images: list) -> tuple[list[_Row], dict[str, Any]]:
         """One `_Row` per prompt, and the image tensors of the rows with an image (in row order)."""
@@ -224,8 +227,8 @@ class PreferenceCollator:
         encoded, image_data = t.encode_prompts(prompts, images)
         rows, comp_masks, logp_masks = [], [], []
         pairs, kept = [], []
-        for p, c, r in zip(encoded, chosen, rejected):
-            answers = [self._completion(t.encode_text(c)), self._completion(t.encode_text(r))]
+        for p, text, c, r in zip(encoded, prompts, chosen, rejected):
+            answers = [self._completion(t.encode_text(c, text)), self._completion(t.encode_text(r, text))]
             p, (c_ids, r_ids) = truncate_pair(p, answers, t, self.max_length, self.max_prompt_length,
                                               self.max_target_length, self.truncation)
             kept.append(p)
@@ -269,7 +272,8 @@ class SFTCollator:
         self._t = _Tok(self.processor, self.inputs)
 
     def _segments(self, messages: list[dict], with_image: bool) -> list[tuple[str, bool]]:
-        """(text, is_assistant) pieces whose concatenation is the rendered conversation."""
+        """(text, is_assistant) pieces whose concatenation is the rendered conversation (less the whitespace
+        after its last turn): an answer piece ends at its text, the separator after it opens the next piece."""
         t = self._t
         if t.inputs.prompt_format == "paligemma" and len(messages) == 2:  # one prefix, one suffix
             prompt, answer = t.completion_text(messages[0]["content"], messages[1]["content"], with_image)
@@ -284,8 +288,9 @@ class SFTCollator:
             full = t.render(msgs[: k + 1], False)
             if not prompt.startswith(done) or not full.startswith(prompt):
                 raise ValueError("the chat template does not render conversations prefix-consistently")
-            pieces += [(prompt[len(done):], False), (full[len(prompt):], True)]
-            done = full
+            answer, tail = end_of_turn(full[len(prompt):])  # the turn separator is no part of the answer
+            pieces += [(prompt[len(done):], False), (answer, True)]
+            done = full[: len(full) - len(tail)]
         return pieces
 
     def __call__(self, examples: list[dict]) -> dict:
@@ -299,8 +304,10 @@ class SFTCollator:
             first = t.cut_prompt(first, self.max_prompt_length) if per_field else first
             ids = list(first.ids)
             lab = [self.label_pad_token_id] * len(ids)
+            rendered = pieces[0][0]
             for text, is_answer in pieces[1:]:
-                piece = t.encode_text(text)
+                piece = t.encode_text(text, rendered)
+                rendered += text
                 if is_answer:
                     if not piece or piece[-1] != t.eos_id:
                         piece = piece + [t.eos_id]

@@ -1,0 +1,58 @@
+"""configs/csr.yaml's image and projector settings reach the stages that use them (docs/csr-fidelity.md).
+
+Pad at generation: the preset's one `image_aspect: pad` is what the loop's generator loads its inputs with,
+so candidates are generated from the padded square image DPO later trains on. A 32x16 red image padded
+to 32x32 has the CLIP-mean border (122, 116, 104) in rows 0-7, which the kit's 32 px processor keeps
+unscaled: pixel (0, 0) is the normalised border colour, not red.
+
+Projector: the released run trained LoRA only (its projector was frozen again by the second
+get_peft_model); the preset's `train:` section on the tiny checkpoint gives trainable LoRA weights and
+no projector weight, and `modules_to_save: multi_modal_projector` (our switch) makes the projector train.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from training.csr.config import load_config
+
+CSR = Path(__file__).resolve().parents[2] / "configs" / "csr.yaml"
+BORDER = (-0.011254, -0.011196, -0.001333)   # (122, 116, 104) / 255 normalised by CLIP's mean and std
+
+
+def _preset(tiny_vlm_dir, tiny_clip_dir, tmp_path, *extra):
+    return load_config(CSR, [f"model={tiny_vlm_dir}", f"clip={tiny_clip_dir}", f"image_root={tmp_path}",
+                             f"prompts={tmp_path / 'p.jsonl'}", f"output_dir={tmp_path / 'run'}", "dtype=float32",
+                             "device=cpu", *extra])
+
+
+def test_generation_uses_the_presets_pad(tiny_vlm_dir, tiny_clip_dir, tmp_path):
+    from PIL import Image
+
+    from training.csr.loop import _Models
+
+    cfg = _preset(tiny_vlm_dir, tiny_clip_dir, tmp_path)
+    assert cfg.image_aspect == "pad"
+    vlm = _Models(cfg).vlm(str(tiny_vlm_dir))
+    assert vlm.inputs.config.image_aspect == "pad"
+    red = Image.new("RGB", (32, 16), (255, 0, 0))
+    px = vlm.inputs.encode([vlm.inputs.prompt("what?")], [red])["pixel_values"][0]
+    assert px[:, 0, 0].tolist() == pytest.approx(BORDER, abs=2e-3)
+
+
+@pytest.mark.parametrize("extra, projector_trains", [((), False), (("train.modules_to_save=multi_modal_projector",), True)])
+def test_projector_is_frozen_as_released_unless_switched(tiny_vlm_dir, tiny_clip_dir, tmp_path, extra, projector_trains):
+    from peft import get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    from training.trainers.model import lora_config
+
+    cfg = _preset(tiny_vlm_dir, tiny_clip_dir, tmp_path, *extra)
+    train = cfg.train_config(tiny_vlm_dir, 1, tmp_path / "iter_1", portable=True)
+    model = AutoModelForImageTextToText.from_pretrained(tiny_vlm_dir, local_files_only=True, use_safetensors=True)
+    model = get_peft_model(model, lora_config(train, model))
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert any("lora_" in n for n in trainable)
+    assert any("multi_modal_projector" in n for n in trainable) is projector_trains
+    assert not any("vision_tower" in n for n in trainable)

@@ -1,0 +1,162 @@
+"""Value checks of `training.config.TrainConfig` (one `UserError` line naming the field; no file, model or
+dataset is touched except by `validate_paths`). `validate_numbers` runs before TrainingArguments'
+own `__post_init__` (whose errors name no field), `validate_values` after it."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from evalsuite.errors import UserError
+
+METHODS = ("sft", "dpo", "csr")   # what a TrainConfig trains (csr: the CSR loop's DPO stage)
+# Which dataset formats each method trains on (the loaders live in training/data/).
+SFT_DATASETS = ("vlquery_json",)
+PAIR_DATASETS = ("plain_dpo", "csr_pairs", "vlfeedback_paired", "rlhfv")
+REPORT_TO = ("none", "tensorboard", "wandb")
+
+
+def require(cond: bool, field_name: str, message: str) -> None:
+    if not cond:
+        raise UserError(f"{field_name}: {message}")
+
+
+def has_module(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def validate_values(cfg):
+    """Reject bad values and combinations; no model, dataset, image or file is touched."""
+    require(cfg.method in METHODS, "method", f"{cfg.method!r} is not one of {', '.join(METHODS)}")
+    _validate_data(cfg)
+    _validate_schedule(cfg)
+    _validate_lengths(cfg)
+    _validate_dpo(cfg)
+    _validate_model(cfg)
+    _validate_logging(cfg)
+    cfg.input_config()  # image_aspect value, empty system_prompt
+    return cfg
+
+
+def _strategy(value: Any) -> str:
+    """A TrainingArguments strategy as its word, whether given as text or already an enum."""
+    return str(getattr(value, "value", value))
+
+
+def _steps(cfg, name: str, strategy: str, fallback: str | None = None) -> None:
+    """`name` is used only under `strategy: steps`: then > 0, and a whole number above 1 (below 1 it is a
+    fraction of the training steps). None falls back to `fallback` (eval_steps -> logging_steps)."""
+    if _strategy(getattr(cfg, strategy)) != "steps":
+        return
+    value = getattr(cfg, name)
+    if value is None and fallback:
+        return
+    require(value is not None and value > 0, name, f"must be > 0 with {strategy} steps, got {value}")
+    require(value < 1 or float(value).is_integer(), name, f"must be a whole number of steps (or a fraction "
+                                                           f"< 1 of the training steps), got {value}")
+
+
+def validate_numbers(cfg) -> None:
+    """Batch, schedule and step counts that TrainingArguments accepts or rejects without naming the flag."""
+    for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+        require(getattr(cfg, name) >= 1, name, f"must be >= 1, got {getattr(cfg, name)}")
+    require(cfg.learning_rate > 0, "learning_rate", f"must be > 0, got {cfg.learning_rate}")
+    require(cfg.weight_decay >= 0, "weight_decay", f"must be >= 0, got {cfg.weight_decay}")
+    require(cfg.max_steps == -1 or cfg.max_steps > 0, "max_steps",
+             f"must be -1 (train num_train_epochs) or > 0, got {cfg.max_steps}")
+    require(cfg.max_steps > 0 or cfg.num_train_epochs > 0, "num_train_epochs",
+             f"must be > 0 when max_steps is -1, got {cfg.num_train_epochs}")
+    _steps(cfg, "logging_steps", "logging_strategy")
+    _steps(cfg, "save_steps", "save_strategy")
+    _steps(cfg, "eval_steps", "eval_strategy", fallback="logging_steps")
+    if cfg.warmup_steps is not None:
+        require(cfg.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {cfg.warmup_steps}")
+
+
+def _validate_schedule(cfg) -> None:
+    if cfg.warmup_ratio is not None:
+        require(0.0 <= cfg.warmup_ratio < 1.0, "warmup_ratio", f"must be in [0, 1) (it becomes warmup_steps, "
+                                                               f"where 1.0 would mean one step), got {cfg.warmup_ratio}")
+        require(not cfg.warmup_steps, "warmup_ratio", f"give warmup_ratio or warmup_steps, not both "
+                                                       f"(warmup_steps is {cfg.warmup_steps})")
+
+
+def validate_paths(cfg) -> None:
+    require(bool(cfg.model_name_or_path), "model_name_or_path", "required")
+    model_dir = Path(cfg.model_name_or_path)
+    require(model_dir.is_dir(), "model_name_or_path", f"{str(model_dir)!r} is not a local checkpoint directory")
+    require((model_dir / "config.json").is_file(), "model_name_or_path", f"no config.json in {str(model_dir)!r}")
+    if cfg.method != "csr":  # the CSR loop writes its pair file per iteration
+        require(bool(cfg.data_path), "data_path", "required")
+        require(Path(cfg.data_path).exists(), "data_path", f"no such file or directory {cfg.data_path!r}")
+    if cfg.image_root:
+        require(Path(cfg.image_root).is_dir(), "image_root", f"no such directory {cfg.image_root!r}")
+    if cfg.chat_template:
+        require(Path(cfg.chat_template).is_file(), "chat_template", f"no such file {cfg.chat_template!r}")
+
+
+def _validate_data(cfg) -> None:
+    name = cfg.resolved_dataset
+    allowed = SFT_DATASETS if cfg.method == "sft" else PAIR_DATASETS
+    require(name in allowed, "dataset_name", f"{name!r} is not a {cfg.method} dataset ({', '.join(allowed)})")
+    require(0.0 < cfg.data_ratio <= 1.0, "data_ratio", f"must be in (0, 1], got {cfg.data_ratio}")
+    require(cfg.eval_split is None or 0.0 <= cfg.eval_split < 1.0, "eval_split",
+             f"must be in [0, 1) or null, got {cfg.eval_split}")
+    require(cfg.dataset_num_proc >= 1, "dataset_num_proc", f"must be >= 1, got {cfg.dataset_num_proc}")
+
+
+def _validate_lengths(cfg) -> None:
+    for name in ("max_length", "max_prompt_length", "max_target_length"):
+        require(getattr(cfg, name) > 0, name, f"must be > 0, got {getattr(cfg, name)}")
+    require(cfg.max_prompt_length < cfg.max_length, "max_prompt_length",
+             f"{cfg.max_prompt_length} leaves no room for the target within max_length {cfg.max_length}")
+
+
+def _validate_dpo(cfg) -> None:
+    from training.losses import LOSSES
+
+    require(cfg.rpo_alpha >= 0, "rpo_alpha", f"{cfg.rpo_alpha} must be >= 0")
+    require(cfg.loss_type in LOSSES, "loss_type", f"{cfg.loss_type!r} is not one of {', '.join(LOSSES)}")
+    require(cfg.beta > 0, "beta", f"must be > 0, got {cfg.beta}")
+    require(0.0 <= cfg.label_smoothing < 0.5, "label_smoothing", f"must be in [0, 0.5), got {cfg.label_smoothing}")
+    if cfg.label_smoothing > 0:
+        require(cfg.loss_type in ("sigmoid", "ddpo"), "label_smoothing",
+                 f"only defined for sigmoid/ddpo, not {cfg.loss_type}")
+    # a switch of one loss set under another would be accepted and ignored: its non-default value is refused
+    for name, loss in (("ipo_logps", "ipo"), ("ddpo_mask", "ddpo")):
+        default = type(cfg).__dataclass_fields__[name].default
+        require(getattr(cfg, name) == default or cfg.loss_type == loss, name,
+                 f"{getattr(cfg, name)!r} only applies to loss_type {loss}, but loss_type is {cfg.loss_type!r}")
+
+
+def _validate_model(cfg) -> None:
+    import torch
+
+    if cfg.use_lora:
+        require(cfg.lora_r > 0, "lora_r", f"must be > 0, got {cfg.lora_r}")
+        require(cfg.lora_alpha > 0, "lora_alpha", f"must be > 0, got {cfg.lora_alpha}")
+        require(0.0 <= cfg.lora_dropout < 1.0, "lora_dropout", f"must be in [0, 1), got {cfg.lora_dropout}")
+        require(cfg.lora_bias in ("none", "all", "lora_only"), "lora_bias", f"{cfg.lora_bias!r} is not none|all|lora_only")
+        require(bool(cfg.lora_target_modules.strip(",").strip()), "lora_target_modules", "empty")
+    if cfg.q_lora:
+        require(cfg.use_lora, "q_lora", "needs --use_lora true")
+        require(cfg.bits in (4, 8), "bits", f"must be 4 or 8, got {cfg.bits}")
+        require(torch.cuda.is_available(), "q_lora", "needs a CUDA GPU (bitsandbytes quantisation)")
+        require(has_module("bitsandbytes"), "q_lora", "needs the bitsandbytes package (pip install bitsandbytes)")
+    if cfg.use_flash_attention_2:
+        require(torch.cuda.is_available(), "use_flash_attention_2", "needs a CUDA GPU")
+        require(has_module("flash_attn"), "use_flash_attention_2", "needs the flash-attn package (pip install flash-attn)")
+    if cfg.precompute_ref_log_probs:
+        require(cfg.method in ("dpo", "csr"), "precompute_ref_log_probs", "only for DPO-family training")
+
+
+def _validate_logging(cfg) -> None:
+    targets = [t for t in (cfg.report_to or []) if t != "none"] if isinstance(cfg.report_to, list) else [cfg.report_to]
+    for t in targets:
+        require(t in REPORT_TO, "report_to", f"{t!r} is not one of {', '.join(REPORT_TO)}")
+    if "tensorboard" in targets:
+        require(has_module("tensorboard") or has_module("tensorboardX"), "report_to", "tensorboard needs the tensorboard package")
+    if "wandb" in targets:
+        require(has_module("wandb"), "report_to", "wandb needs the wandb package")
+    require(cfg.wandb_mode in ("offline", "online", "disabled"), "wandb_mode",
+             f"{cfg.wandb_mode!r} is not offline|online|disabled")

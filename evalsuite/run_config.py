@@ -162,7 +162,7 @@ class EvalConfig:
     limit: int | None = None              # at most N documents per task (null = all)
     batch_size: int = 8
     device: str | None = None             # cpu | cuda | cuda:N | mps (null = cuda if available)
-    dtype: Literal["float32", "bfloat16", "float16"] | None = None   # null = bfloat16 on cuda, else float32
+    dtype: Literal["float32", "float16", "bfloat16"] | None = None   # null = bfloat16 on cuda, else float32
     label: str | None = None
     trust_remote_code: bool = False
     seed: int = 0                         # generation seed; chair's image sample seed unless chair.seed; lmms-eval's seeds

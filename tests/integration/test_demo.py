@@ -25,7 +25,7 @@ def _run(tmp, name):
     res = subprocess.run(args, cwd=work, env=env, capture_output=True, text=True, timeout=1500)
     assert res.returncode == 0, res.stderr[-4000:]
     # the closing summary: a row per checkpoint, the range check, the report's path
-    assert "CHAIR_i" in res.stdout and "check against the README's ranges" in res.stdout
+    assert "CHAIR_i" in res.stdout and "check (the preset states no expect: ranges" in res.stdout
     assert "Report: out/report/index.html" in res.stdout
     return out
 

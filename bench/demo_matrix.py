@@ -21,13 +21,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_one(preset: str, seed: int, threads: int, out: Path) -> float:
+def run_one(preset: str, seed: int, threads: int, out: Path, overrides: list[str]) -> float:
     """Run the demo once (unless its summary is already there); the wall time in seconds (0 when skipped)."""
     if (out / "done").exists():
         return 0.0
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     cmd = [sys.executable, str(ROOT / "training" / "train.py"), "--config", preset, f"seed={seed}",
-           f"output_dir={out}", f"report_dir={out / 'report'}", f"store={out / 'results'}"]
+           f"output_dir={out}", f"report_dir={out / 'report'}", f"store={out / 'results'}", *overrides]
     start = time.time()
     with open(out.parent / f"{out.name}.log", "w") as logf:
         subprocess.run(cmd, env=env, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT, check=True)
@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--out", type=Path, required=True, help="one folder per run below it")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a preset override for every run (repeatable), e.g. sft.max_steps=6000")
+    p.add_argument("--tag", default="", help="suffix of the run folders (runs with other --set values)")
     p.add_argument("--pope-min", type=float, default=0.65, help="base POPE accuracy counted as well above chance")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -51,9 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     all_ok = True
     for seed in args.seeds:
         for threads in args.threads:
-            out = args.out / f"seed{seed}_threads{threads}"
+            out = args.out / f"seed{seed}_threads{threads}{args.tag}"
             out.mkdir(parents=True, exist_ok=True)
-            wall = run_one(args.preset, seed, threads, out)
+            wall = run_one(args.preset, seed, threads, out, args.set)
             rows = summary_rows(out / "results")
             base, last = rows[0], rows[-1]
             pope_ok = base.get("POPE acc", (0,))[0] >= args.pope_min

@@ -32,6 +32,7 @@ import json
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -242,9 +243,17 @@ def run_arch(arch: str, tiny: bool, device: str, peak) -> list[dict]:
         root = Path(tmp)
         side = SHAPES[arch]["tiny" if tiny else "full"]["image"]
         images = _images(side, max(s.eval_batch, s.csr_prompts, s.dpo_batch), root)
-        rows += measure_eval(arch, vlm, counter, s, [root / i for i in images], clock, peak)
-        rows += measure_csr(arch, vlm, counter, s, images, root, clock, peak)
-        rows += measure_dpo(arch, vlm, counter, s, images, root, clock, peak)  # last: LoRA is injected in place
+        parts = (("eval", lambda: measure_eval(arch, vlm, counter, s, [root / i for i in images], clock, peak)),
+                 ("csr", lambda: measure_csr(arch, vlm, counter, s, images, root, clock, peak)),
+                 ("dpo", lambda: measure_dpo(arch, vlm, counter, s, images, root, clock, peak)))  # last: LoRA in place
+        for part, measure in parts:
+            # a failing part is reported and the others still measured: a GPU lease is short and one run
+            # should bring back every figure it can
+            try:
+                rows += measure()
+            except Exception as exc:  # noqa: BLE001 - reported as a FAILED row and in the exit status
+                traceback.print_exc()
+                rows.append(_row(arch, f"{part} FAILED: {type(exc).__name__}: {exc}"[:200], None, "", failed=True))
     counter.close()
     del vlm, counter
     gc.collect()
@@ -294,15 +303,16 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     rows: list[dict] = []
     for arch in ARCHS if args.arch == "both" else (args.arch,):
-        rows += run_arch(arch, args.tiny, device, peak)
-    print(table(rows))
-    if args.out:
-        from evalsuite.files import write_text_atomic
+        arch_rows = run_arch(arch, args.tiny, device, peak)
+        rows += arch_rows
+        print(table(arch_rows), flush=True)  # per architecture: a run stopped later keeps these
+        if args.out:
+            from evalsuite.files import write_text_atomic
 
-        meta = {"device": name, "peak_flops": peak, "tiny": args.tiny, "torch": torch.__version__,
-                "transformers": transformers.__version__}
-        write_text_atomic(args.out, json.dumps({**meta, "rows": rows}, indent=1) + "\n")
-    return 0
+            meta = {"device": name, "peak_flops": peak, "tiny": args.tiny, "torch": torch.__version__,
+                    "transformers": transformers.__version__}
+            write_text_atomic(args.out, json.dumps({**meta, "rows": rows}, indent=1) + "\n")
+    return 1 if any(r.get("failed") for r in rows) else 0
 
 
 if __name__ == "__main__":

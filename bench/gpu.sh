@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one prepared GPU script: single-GPU figures, then the multi-GPU checks where 2 GPUs are visible.
 # Not run by `make test` / `make bench` / CI. Nothing is downloaded. Part 1 is sized for under 8 minutes
-# on one H200 (not yet run on a GPU: bench/RESULTS.md).
+# on one H200 (measured: about 4 minutes, figures in bench/RESULTS.md).
 #
 #   bash bench/gpu.sh            # part 1 on 7B shapes (needs CUDA); part 2 with >= 2 GPUs
 #   bash bench/gpu.sh --tiny     # part 1 on tiny shapes: the same code in seconds, CPU or GPU

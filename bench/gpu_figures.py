@@ -115,23 +115,30 @@ def measure_eval(arch, vlm, counter, s: Sizes, images, clock, peak) -> list[dict
             raise RuntimeError(f"plain generate made {out.shape[1] - enc['input_ids'].shape[1]} tokens, not {tokens}")
 
     encoded = [encode_batch(vlm, b) for b in batches]
-    model.generation_config.min_new_tokens = 4  # warm-up (kernels, allocator), untimed
-    generate(vlm, batches[0], GenConfig(max_new_tokens=4), batch_size=s.eval_batch, progress=False)
-    hf(encoded[0], 4)
     model.generation_config.min_new_tokens = n  # EOS masked until token n: both paths make n per row
-    rows, per_s = [], {}
-    for name, run in (("evalsuite", lambda: generate(vlm, reqs, GenConfig(max_new_tokens=n), batch_size=s.eval_batch,
-                                                     progress=False)),
-                      ("plain HF", lambda: [hf(e, n) for e in encoded])):
-        counter.reset()
-        clock.start()
+    runs = {"evalsuite": lambda: generate(vlm, reqs, GenConfig(max_new_tokens=n), batch_size=s.eval_batch,
+                                          progress=False),
+            "plain HF": lambda: [hf(e, n) for e in encoded]}
+    # Warm-up at the timed length (kernels; the caching allocator's blocks for the growing KV cache),
+    # then each side timed twice, alternating, the faster kept: neither side pays for running first.
+    for run in runs.values():
         run()
-        dt = clock.stop()
-        if counter.lm_forwards != len(batches) * n:  # n forwards per batch = n tokens per row
-            raise RuntimeError(f"eval {name}: {counter.lm_forwards} forwards, expected {len(batches) * n}")
+    best: dict[str, tuple[float, float]] = {}
+    for _ in range(2):
+        for name, run in runs.items():
+            counter.reset()
+            clock.start()
+            run()
+            dt = clock.stop()
+            if counter.lm_forwards != len(batches) * n:  # n forwards per batch = n tokens per row
+                raise RuntimeError(f"eval {name}: {counter.lm_forwards} forwards, expected {len(batches) * n}")
+            if name not in best or dt < best[name][0]:
+                best[name] = (dt, counter.flops)
+    rows, per_s = [], {}
+    for name, (dt, flops) in best.items():
         per_s[name] = len(reqs) * n / dt
         rows.append(_row(arch, f"eval {name} generate (batch {s.eval_batch}, {n} new)", per_s[name], "tok/s",
-                         counter.flops, dt, peak, tokens=len(reqs) * n))
+                         flops, dt, peak, tokens=len(reqs) * n))
     model.generation_config.min_new_tokens = None
     rows.append(_row(arch, "eval evalsuite / plain HF", per_s["evalsuite"] / per_s["plain HF"], "x"))
     return rows

@@ -37,7 +37,7 @@ nltk-data: $(VENV)/.installed
 
 # the time is said before the install starts (the first `make demo` installs for ~5 minutes)
 demo:
-	@echo "evalsuite demo: about 10 minutes on a 2-core CPU, plus about 5 minutes of install on the first run"
+	@echo "evalsuite demo: 10 to 20 minutes on a 2-core CPU, plus about 5 minutes of install on the first run"
 	@$(MAKE) --no-print-directory setup
 	NLTK_DATA=$(NLTK) $(BIN)/python training/train.py
 

@@ -121,25 +121,27 @@ def measure_eval(arch, vlm, counter, s: Sizes, images, clock, peak) -> list[dict
             "plain HF": lambda: [hf(e, n) for e in encoded]}
     # Warm-up at the timed length (kernels; the caching allocator's blocks for the growing KV cache),
     # then each side timed twice, alternating, the faster kept: neither side pays for running first.
-    for run in runs.values():
-        run()
     best: dict[str, tuple[float, float]] = {}
-    for _ in range(2):
-        for name, run in runs.items():
-            counter.reset()
-            clock.start()
+    try:
+        for run in runs.values():
             run()
-            dt = clock.stop()
-            if counter.lm_forwards != len(batches) * n:  # n forwards per batch = n tokens per row
-                raise RuntimeError(f"eval {name}: {counter.lm_forwards} forwards, expected {len(batches) * n}")
-            if name not in best or dt < best[name][0]:
-                best[name] = (dt, counter.flops)
+        for _ in range(2):
+            for name, run in runs.items():
+                counter.reset()
+                clock.start()
+                run()
+                dt = clock.stop()
+                if counter.lm_forwards != len(batches) * n:  # n forwards per batch = n tokens per row
+                    raise RuntimeError(f"eval {name}: {counter.lm_forwards} forwards, expected {len(batches) * n}")
+                if name not in best or dt < best[name][0]:
+                    best[name] = (dt, counter.flops)
+    finally:  # the CSR and DPO parts run on this model next, also after a failure here
+        model.generation_config.min_new_tokens = None
     rows, per_s = [], {}
     for name, (dt, flops) in best.items():
         per_s[name] = len(reqs) * n / dt
         rows.append(_row(arch, f"eval {name} generate (batch {s.eval_batch}, {n} new)", per_s[name], "tok/s",
                          flops, dt, peak, tokens=len(reqs) * n))
-    model.generation_config.min_new_tokens = None
     rows.append(_row(arch, "eval evalsuite / plain HF", per_s["evalsuite"] / per_s["plain HF"], "x"))
     return rows
 
@@ -308,16 +310,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gpu_figures: device {name}, bf16 dense peak {_fmt(peak and peak / 1e12, '.0f')} TFLOP/s, "
           f"{'tiny' if args.tiny else '7B'} shapes, torch {torch.__version__}, transformers {transformers.__version__}",
           flush=True)
+    from evalsuite.files import write_text_atomic
+
+    meta = {"device": name, "peak_flops": peak, "tiny": args.tiny, "torch": torch.__version__,
+            "transformers": transformers.__version__}
     rows: list[dict] = []
     for arch in ARCHS if args.arch == "both" else (args.arch,):
         arch_rows = run_arch(arch, args.tiny, device, peak)
         rows += arch_rows
         print(table(arch_rows), flush=True)  # per architecture: a run stopped later keeps these
         if args.out:
-            from evalsuite.files import write_text_atomic
-
-            meta = {"device": name, "peak_flops": peak, "tiny": args.tiny, "torch": torch.__version__,
-                    "transformers": transformers.__version__}
             write_text_atomic(args.out, json.dumps({**meta, "rows": rows}, indent=1) + "\n")
     return 1 if any(r.get("failed") for r in rows) else 0
 

@@ -12,6 +12,8 @@ from training.csr.generate import Node, Tree
 from training.csr.pairs import Pair, build_pairs, llava_record, pair_stats, plain_dpo_record, select_pair
 from training.csr.reward import node_costs, path_rewards, rank_path_score, sibling_ranks
 
+OURS = dict(template="single", post_eos="cut", guards=True)  # our pair rules (configs/csr_tiny.yaml)
+
 
 def _node(i, parent, depth, ids, final=False, status="active", text=None, eos=False):
     return Node(id=i, parent=parent, depth=depth, prefix_ids=[], sentence_ids=ids, text=text or f"sentence {i}",
@@ -87,12 +89,12 @@ def test_chosen_differs_from_rejected_even_on_ties_and_guards():
     from training.csr.reward import PathReward
 
     paths = [PathReward(path=[0, i], sentences=[i], score=0.4, reward=0.6, response_ids=[i]) for i in (1, 2, 3)]
-    chosen, rejected = select_pair(paths, PairConfig())
+    chosen, rejected = select_pair(paths, PairConfig(**OURS))
     assert (chosen.path, rejected.path) == ([0, 1], [0, 3])
-    assert select_pair(paths[:1], PairConfig()) == "too_few_paths"
-    assert select_pair(paths, PairConfig(min_gap=0.01)) == "gap_below_min"
+    assert select_pair(paths[:1], PairConfig(**OURS)) == "too_few_paths"
+    assert select_pair(paths, PairConfig(**OURS, min_gap=0.01)) == "gap_below_min"
     paths[2].reward = 0.5
-    assert select_pair(paths, PairConfig(min_gap=0.05)) != "gap_below_min"
+    assert select_pair(paths, PairConfig(**OURS, min_gap=0.05)) != "gap_below_min"
 
 
 def test_end_node_closes_a_path_without_a_sentence():
@@ -123,7 +125,7 @@ def test_build_pairs_records_and_stats():
             n.status = "dropped:too_short"
     scores = [{"id": "t", "nodes": {str(k): v for k, v in SCORES.items()}},
               {"id": "single", "nodes": {"2": SCORES[2]}}]
-    pairs, skipped = build_pairs([tree, other], scores, _Tok(), RewardConfig(), PairConfig())
+    pairs, skipped = build_pairs([tree, other], scores, _Tok(), RewardConfig(), PairConfig(**OURS))
     assert skipped == Counter({"too_few_paths": 1})
     (p,) = pairs
     assert (p.chosen, p.rejected) == ("w12", "w11 w14")

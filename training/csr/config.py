@@ -27,6 +27,9 @@ STOP_RULES = ("released", "sentence_marks")
 JUNK_FILTERS = ("after_pruning", "before_pruning")
 REWARD_MODES = ("rank", "value")
 LANGUAGE_SCORES = ("beam", "teacher_forced")
+CLIP_TEXTS = ("released", "sentence")
+PAIR_TEMPLATES = ("released", "single")
+POST_EOS = ("keep", "cut")
 
 
 def _check(cond: bool, where: str, msg: str) -> None:
@@ -160,11 +163,17 @@ class RewardConfig:
         `sequences_scores`: mean token log-prob including the diversity-penalty deductions).
       `teacher_forced` (ours): the mean token log-prob of the same ids from a second, penalty-free
         forward pass over every node (`lm_batch` rows per pass).
+    clip_text: the text CLIP scores for a sentence.
+      `released`: the released score.py's: the node's decoded text (prompt included) cut at
+        len(parent's text) + 3 characters, stripped, then passed through its character whitelist
+        (`training.csr.reward.released_clip_text`); the root's text is the prompt string.
+      `sentence` (ours): the node's own decoded sentence.
     """
 
     mode: Literal["rank", "value"] = "rank"
     lam: float = 0.9
     language_score: Literal["beam", "teacher_forced"] = "beam"
+    clip_text: Literal["released", "sentence"] = "released"
     lm_batch: int = 32
     clip_batch: int = 64
 
@@ -173,21 +182,41 @@ class RewardConfig:
         _check(0.0 <= self.lam <= 1.0, "reward.lam", "must be in [0, 1]")
         _check(self.language_score in LANGUAGE_SCORES, "reward.language_score",
                f"{self.language_score!r} is not one of {LANGUAGE_SCORES}")
+        _check(self.clip_text in CLIP_TEXTS, "reward.clip_text", f"{self.clip_text!r} is not one of {CLIP_TEXTS}")
         _check(self.lm_batch >= 1 and self.clip_batch >= 1, "reward.lm_batch", "batch sizes must be >= 1")
         _unused(self, "reward", "language_score", {"teacher_forced": ("lm_batch",)})
 
 
 @dataclass
 class PairConfig:
-    """One pair per prompt; prompts with fewer than `min_paths` distinct complete responses are skipped,
-    and so are pairs whose reward gap is below `min_gap` (None = no gap filter, as released)."""
+    """One pair per prompt (the best and the worst complete response) and what DPO sees of it.
 
+    template: the human turn of the pair file.
+      `released`: the whole templated prompt the candidates were generated from (construct.py stores it,
+        and its DPO wraps it in the conversation template again: system prompt twice, "ASSISTANT:
+        ASSISTANT:"); the record carries "template": "released" so the `csr_pairs` reader takes it as is.
+      `single` (ours): "<image>\n{question}", templated once by DPO.
+    post_eos: `keep` (released: a response is the decoded leaf with what the search generated after an
+      EOS, up to its "."), `cut` (ours: the response ends before its first EOS).
+    guards: False (released): every complete path counts, duplicates included; one path gives chosen ==
+      rejected; a prompt without a complete path (the released construct.py crashes there) is skipped
+      and counted as "no_paths". True (ours): one path per distinct response, a prompt with fewer than
+      `min_paths` of them is skipped, so is a pair whose two sides decode the same or whose reward gap is
+      below `min_gap` (None = no gap filter). min_paths / min_gap need guards: true."""
+
+    template: Literal["released", "single"] = "released"
+    post_eos: Literal["keep", "cut"] = "keep"
+    guards: bool = False
     min_paths: int = 2
     min_gap: float | None = None
 
     def __post_init__(self) -> None:
+        _check(self.template in PAIR_TEMPLATES, "pairs.template", f"{self.template!r} is not one of {PAIR_TEMPLATES}")
+        _check(self.post_eos in POST_EOS, "pairs.post_eos", f"{self.post_eos!r} is not one of {POST_EOS}")
+        _check(isinstance(self.guards, bool), "pairs.guards", "must be true or false")
         _check(self.min_paths >= 2, "pairs.min_paths", "must be >= 2 (chosen and rejected must differ)")
         _check(self.min_gap is None or self.min_gap >= 0, "pairs.min_gap", "must be >= 0 or null")
+        _unused(self, "pairs", "guards", {True: ("min_paths", "min_gap")})
 
 
 @dataclass

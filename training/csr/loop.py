@@ -180,7 +180,11 @@ def stage_pairs(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> 
     trees = read_trees(d / "trees.jsonl")
     with open(d / "scores.jsonl") as fh:
         scores = [json.loads(x) for x in fh if x.strip()]
-    pairs, skipped = build_pairs(trees, scores, models.vlm(ckpt).tokenizer, cfg.reward, cfg.pairs)
+    from evalsuite.models.vlm import build_prompt
+
+    vlm = models.vlm(ckpt)
+    prompts = [build_prompt(vlm, t.question) for t in trees] if cfg.pairs.template == "released" else None
+    pairs, skipped = build_pairs(trees, scores, vlm.tokenizer, cfg.reward, cfg.pairs, prompts)
     add_relevance(pairs, models.scorer(), cfg.image_root)
     pairs_path = write_pair_files(d, pairs)
     result = pair_stats(pairs, skipped, cfg.reward, config={"iteration": t, "generator": str(ckpt)})

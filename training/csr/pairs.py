@@ -1,14 +1,17 @@
 """Chosen/rejected pairs from scored trees, their training files and per-iteration statistics.
 
 One pair per prompt (docs/csr-method.md §3.2(g)): the complete response with the highest reward is
-chosen, the lowest rejected (rank mode: lowest / highest mean cost). Unlike the released code a
-prompt is skipped, and counted, when it has fewer than `min_paths` distinct complete responses, when
-the two sides decode to the same text, or when the reward gap is below `min_gap`.
+chosen, the lowest rejected (rank mode: lowest / highest mean cost). `PairConfig` says what DPO then
+sees: the human turn (`template`), whether text generated after an EOS stays (`post_eos`) and whether
+prompts are skipped, and counted, when they have fewer than `min_paths` distinct complete responses,
+when the two sides decode to the same text, or when the reward gap is below `min_gap` (`guards`; the
+released code has none).
 
 Files (written atomically):
   * `pairs.json`       LLaVA style, read by the trainer as dataset `csr_pairs`:
-        {"id", "image" (relative to image_root), "conversations": [{"from": "human", "value":
-        "<image>\\n{question}"}, {"from": "gpt", "value": chosen}], "rejected_conversations": [...]}
+        {"id", "image" (relative to image_root), "conversations": [{"from": "human", "value": human},
+        {"from": "gpt", "value": chosen}], "rejected_conversations": [...]}, human = "<image>\\n{question}"
+        (template: single) or the templated generation prompt, with "template": "released"
   * `plain_dpo.json`   VL-RLHF/TRL `plain_dpo`: {"id", "image", "prompt", "chosen", "rejected"}
 Statistics: a `TaskResult(task="csr_pairs")` with the chosen/rejected reward and relevance means, the
 gap, #pairs and #skipped, plus one sample record per pair, written to the results store.
@@ -43,38 +46,58 @@ class Pair:
     num_paths: int
     chosen_relevance: float | None = None
     rejected_relevance: float | None = None
+    human: str | None = None  # template: released: the templated generation prompt (None = "<image>\n{question}")
 
 
 def select_pair(paths: Sequence[PathReward], cfg: PairConfig) -> tuple[PathReward, PathReward] | str:
     """(chosen, rejected), or the reason the prompt is skipped. Ties keep path order, so with equal
-    rewards chosen is the first path and rejected the last: never the same path."""
-    if len(paths) < cfg.min_paths:
+    rewards chosen is the first path and rejected the last. Without guards one path is both sides."""
+    if not cfg.guards:
+        if not paths:
+            return "no_paths"
+    elif len(paths) < cfg.min_paths:
         return "too_few_paths"
     order = sorted(range(len(paths)), key=lambda i: (-paths[i].reward, i))
     chosen, rejected = paths[order[0]], paths[order[-1]]
-    if cfg.min_gap is not None and chosen.reward - rejected.reward < cfg.min_gap:
+    if cfg.guards and cfg.min_gap is not None and chosen.reward - rejected.reward < cfg.min_gap:
         return "gap_below_min"
     return chosen, rejected
 
 
+def response_text(tokenizer, tree: Tree, path: PathReward, post_eos: str) -> str:
+    """The decoded response of a path: cut before its first EOS, or (`keep`) every generated token of
+    its last sentence, what followed the EOS included, special tokens out (the released leaf text)."""
+    if post_eos == "cut":
+        ids = path.response_ids
+    else:
+        leaf = tree.nodes[path.path[-1]]
+        ids = leaf.prefix_ids + leaf.sentence_ids
+    return tokenizer.decode(ids, skip_special_tokens=True).strip()
+
+
 def build_pairs(trees: Sequence[Tree], scores: Sequence[dict], tokenizer, reward: RewardConfig,
-                cfg: PairConfig) -> tuple[list[Pair], Counter]:
-    """Pairs in tree order and a Counter of skip reasons."""
+                cfg: PairConfig, prompts: Sequence[str] | None = None) -> tuple[list[Pair], Counter]:
+    """Pairs in tree order and a Counter of skip reasons. prompts: each tree's generation prompt string
+    (`evalsuite.models.vlm.build_prompt`), required by `template: released`."""
+    if cfg.template == "released" and (prompts is None or len(prompts) != len(trees)):
+        raise ValueError("pairs.template released needs each tree's generation prompt")
     pairs: list[Pair] = []
     skipped: Counter = Counter()
-    for tree, sc in zip(trees, scores):
+    for i, (tree, sc) in enumerate(zip(trees, scores)):
         node_scores = {int(k): v for k, v in sc["nodes"].items()}
-        paths = path_rewards(tree, node_scores, reward)
+        paths = path_rewards(tree, node_scores, reward, distinct=cfg.guards)
         picked = select_pair(paths, cfg)
         if isinstance(picked, str):
             skipped[picked] += 1
             continue
-        chosen, rejected = (tokenizer.decode(p.response_ids, skip_special_tokens=True).strip() for p in picked)
-        if chosen == rejected:
+        chosen, rejected = (response_text(tokenizer, tree, p, cfg.post_eos) for p in picked)
+        if cfg.guards and chosen == rejected:
             skipped["same_text"] += 1
             continue
+        human = prompts[i].strip() if cfg.template == "released" else None
         pairs.append(Pair(id=tree.id, image=tree.image, question=tree.question, chosen=chosen, rejected=rejected,
-                          chosen_reward=picked[0].reward, rejected_reward=picked[1].reward, num_paths=len(paths)))
+                          chosen_reward=picked[0].reward, rejected_reward=picked[1].reward, num_paths=len(paths),
+                          human=human))
     return pairs, skipped
 
 
@@ -92,14 +115,18 @@ def add_relevance(pairs: Sequence[Pair], scorer, image_root: str | Path) -> None
 
 
 def llava_record(p: Pair) -> dict:
-    human = {"from": "human", "value": f"<image>\n{p.question}"}
-    return {"id": p.id, "image": p.image,
-            "conversations": [human, {"from": "gpt", "value": p.chosen}],
-            "rejected_conversations": [human, {"from": "gpt", "value": p.rejected}]}
+    human = {"from": "human", "value": p.human if p.human is not None else f"<image>\n{p.question}"}
+    rec = {"id": p.id, "image": p.image,
+           "conversations": [human, {"from": "gpt", "value": p.chosen}],
+           "rejected_conversations": [human, {"from": "gpt", "value": p.rejected}]}
+    if p.human is not None:  # the `csr_pairs` reader takes this templated human turn as is
+        rec["template"] = "released"
+    return rec
 
 
 def plain_dpo_record(p: Pair) -> dict:
-    return {"id": p.id, "image": p.image, "prompt": p.question, "chosen": p.chosen, "rejected": p.rejected}
+    prompt = p.human.replace("<image>", "").strip() if p.human is not None else p.question
+    return {"id": p.id, "image": p.image, "prompt": prompt, "chosen": p.chosen, "rejected": p.rejected}
 
 
 def write_pair_files(out_dir: str | Path, pairs: Sequence[Pair]) -> Path:

@@ -7,6 +7,9 @@ Per scorable node (a usable, non-empty sentence):
           `teacher_forced` is the mean token log-prob of the same ids from one penalty-free pass.
   * `clip` visual reward R_I = max(s * cos, 0) of (image, sentence) from the shared
           `evalsuite.metrics.relevance.RelevanceScorer` (s = exp(logit_scale), ~100); `cos` is kept.
+          The text it scores follows `RewardConfig.clip_text`: `released` cuts the node's decoded text
+          (prompt included) at len(parent's text) + 3 characters and keeps only whitelisted characters
+          (`released_clip_text`, the released score.py's extraction); `sentence` is the decoded sentence.
 
 Aggregation (`path_rewards`), lambda = `RewardConfig.lam`:
   * `rank` (default, the released code): among the n scorable children of one parent,
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -29,6 +33,53 @@ from training.csr.config import RewardConfig
 from training.csr.generate import Tree
 
 log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------- what CLIP reads (clip_text: released)
+# The released whitelist (docs/csr-fidelity.md, "What CLIP scores"): word characters, whitespace and the
+# characters below survive, everything else is deleted. "-", "@", "~", "`", "|" and "\\" are not among
+# them (the released character class spans '"' to '(' where a literal "-" was probably meant).
+CLIP_KEEP = " !\"#$%&'()*+,./:;<=>?[]^{}\u20ac\u00a3\u00b0\u2122\u00a9\u00ae\u266b\u266a\u03c0\u221a"
+_CLIP_DROP = re.compile("[^\\w\\s" + re.escape(CLIP_KEEP) + "]+")
+
+
+def released_whitelist(text: str) -> str:
+    return _CLIP_DROP.sub("", text)
+
+
+def released_clip_text(text: str, parent_text: str) -> str:
+    """The sentence the released scorer gives CLIP: `text` (the node's whole decoded sequence) past the
+    first len(parent_text) + 3 characters, stripped, whitelisted. No 77-token handling there."""
+    return released_whitelist(text[len(parent_text) + 3:].strip())
+
+
+def released_node_texts(tokenizer, tree: Tree, prompt_text: str, image_id: int | None) -> dict[int, str]:
+    """Every node's text as the released sampler holds it: the root's is the prompt string; any other
+    node's is its whole sequence (prompt, earlier sentences, this sentence with whatever followed an EOS)
+    decoded without special tokens, except the image placeholder, kept once (an added, not a special,
+    token for the released tokenizer: construct.py finds "USER: <image>" in the decoded leaf text)."""
+    special = set(tokenizer.all_special_ids) - {image_id}
+    head, prev = [], None
+    for t in tree.prompt_ids:
+        if t not in special and not (t == image_id and prev == image_id):
+            head.append(t)
+        prev = t
+    out = {0: prompt_text}
+    for node in tree.nodes[1:]:
+        ids = head + [t for t in node.prefix_ids + node.sentence_ids if t not in special]
+        out[node.id] = tokenizer.decode(ids, skip_special_tokens=False)
+    return out
+
+
+def clip_texts(vlm, tree: Tree, nids: Sequence[int], mode: str) -> list[str]:
+    """The text CLIP scores for each node id (RewardConfig.clip_text)."""
+    if mode == "sentence":
+        return [tree.nodes[n].text for n in nids]
+    from evalsuite.models.vlm import build_prompt
+
+    image_id = vlm.tokenizer.convert_tokens_to_ids(getattr(vlm.processor, "image_token", "<image>"))
+    texts = released_node_texts(vlm.tokenizer, tree, build_prompt(vlm, tree.question), image_id)
+    return [released_clip_text(texts[n], texts[tree.nodes[n].parent]) for n in nids]
 
 
 # ---------------------------------------------------------------- pure aggregation (hand-checkable)
@@ -79,8 +130,9 @@ def node_costs(tree: Tree, lm: dict[int, float], cos: dict[int, float], lam: flo
     return costs
 
 
-def path_rewards(tree: Tree, scores: dict[int, dict], cfg: RewardConfig) -> list[PathReward]:
-    """Every complete path of `tree` with its aggregated score, one entry per distinct response."""
+def path_rewards(tree: Tree, scores: dict[int, dict], cfg: RewardConfig, distinct: bool = True) -> list[PathReward]:
+    """Every complete path of `tree` with its aggregated score: one entry per distinct response (the first
+    path giving it), or with `distinct=False` every path, as the released construct.py ranks them."""
     ok = set(scorable(tree))
     if cfg.mode == "rank":
         costs = node_costs(tree, {k: v["lm"] for k, v in scores.items()},
@@ -92,7 +144,7 @@ def path_rewards(tree: Tree, scores: dict[int, dict], cfg: RewardConfig) -> list
         if not sents:
             continue  # a response with no usable sentence (a bare EOS at the root) has nothing to judge
         response = tree.nodes[path[-1]].response_ids
-        if tuple(response) in seen:
+        if distinct and tuple(response) in seen:
             continue
         seen.add(tuple(response))
         if cfg.mode == "rank":
@@ -174,8 +226,10 @@ def score_trees(vlm, scorer, trees: Sequence[Tree], image_root: str | Path, cfg:
     else:  # the released ranking: the score the search gave the sentence
         lm = [{nid: t.nodes[nid].sentence_score for nid in scorable(t)} for t in trees]
     items = [(ti, nid) for ti, t in enumerate(trees) for nid in scorable(t)]
+    texts = [clip_texts(vlm, t, scorable(t), cfg.clip_text) for t in trees]
+    flat = [x for per_tree in texts for x in per_tree]
     # PIL images are hashed by content in the scorer's cache, so each image is encoded once.
-    clip, cos = scorer.score_texts([(images[ti], trees[ti].nodes[nid].text) for ti, nid in items])
+    clip, cos = scorer.score_texts([(images[ti], text) for (ti, _), text in zip(items, flat)])
     out = [{"id": t.id, "nodes": {}} for t in trees]
     for (ti, nid), r, c in zip(items, clip, cos):
         out[ti]["nodes"][nid] = {"lm": lm[ti][nid], "clip": float(r), "cos": float(c)}

@@ -77,14 +77,16 @@ TEMPLATED = re.compile(r"(^|\s)USER:.*ASSISTANT:\s*$", re.DOTALL)
 def csr_pairs(row: dict, where: str, **_) -> list[dict]:
     """CSR's LLaVA-style pair: conversations / rejected_conversations, one human + one gpt turn each.
     The human turn is the bare question (as the loop writes it); the released construct.py output,
-    whose human turn is the whole templated prompt, is refused: `evalsuite csr-convert pairs` converts it."""
+    whose human turn is the whole templated prompt, is refused: `evalsuite csr-convert pairs` converts it.
+    A record the loop wrote with `pairs.template: released` says "template": "released": its templated
+    human turn is taken as the question, as the released DPO takes it (templated again)."""
     chosen = _turns(row.get("conversations"), where, "conversations")
     rejected = _turns(row.get("rejected_conversations"), where, "rejected_conversations")
     if len(chosen) != 2 or len(rejected) != 2:
         raise UserError(f"{where}: CSR pairs have exactly one question and one answer per side")
     if chosen[0]["content"] != rejected[0]["content"]:
         raise UserError(f"{where}: conversations and rejected_conversations ask different questions")
-    if TEMPLATED.search(chosen[0]["content"]):
+    if TEMPLATED.search(chosen[0]["content"]) and row.get("template") != "released":
         raise UserError(f"{where}: the question is a templated prompt (USER: ... ASSISTANT:), as in CSR's released "
                         "json; convert the file first: evalsuite csr-convert pairs FILE --out OUT")
     return [{**_image(row, where), "prompt": chosen[0]["content"],

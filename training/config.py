@@ -44,6 +44,7 @@ from training.config_checks import require as _require
 log = logging.getLogger(__name__)
 
 DEFAULT_DATASET = {"sft": "vlquery_json", "dpo": "plain_dpo", "csr": "csr_pairs"}
+VLRLHF_LLAVA_TEMPLATE = Path(__file__).resolve().parent / "templates" / "vlrlhf_llava.jinja"
 
 
 def _f(default: Any, help: str, **kw) -> Any:
@@ -132,6 +133,10 @@ class TrainConfig(TrainingArguments):
     chat_template: str | None = _f(None, "Jinja chat template file used instead of the checkpoint's.", path="file")
     image_aspect: Literal["crop", "pad"] = _f("crop", "crop = the processor's own resizing; pad = pad to a square "
                                               "with the image mean colour first (LLaVA-1.5's image_aspect_ratio=pad).")
+    chat_format: Literal["template", "vlrlhf_llava"] = _f(
+        "template", "template = the checkpoint's chat template (or chat_template), EOS after every answer; "
+        "vlrlhf_llava = VL-RLHF's LLaVA conversation: 'USER: <image>\\n{q}ASSISTANT: {a}' with no separator "
+        "between turns and one EOS after the last answer (training/templates/vlrlhf_llava.jinja).")
     project_name: str | None = _f(None, "wandb project.")
     group_name: str | None = _f(None, "wandb group.")
     wandb_mode: str = _f("offline", "offline | online | disabled (WANDB_MODE when unset).")
@@ -172,8 +177,13 @@ class TrainConfig(TrainingArguments):
         """The prompt/image settings shared with evaluation and CSR (evalsuite.models.inputs)."""
         from evalsuite.models.inputs import InputConfig
 
-        return InputConfig(system_prompt=self.system_prompt, chat_template=self.chat_template,
-                           image_aspect=self.image_aspect)
+        template = self.chat_template
+        if self.chat_format == "vlrlhf_llava":
+            _require(self.chat_template is None, "chat_template", "not with chat_format vlrlhf_llava (it is that format)")
+            _require(self.system_prompt is None, "system_prompt", "not with chat_format vlrlhf_llava (VL-RLHF's "
+                     "LLaVA conversation has no system turn)")
+            template = str(VLRLHF_LLAVA_TEMPLATE)
+        return InputConfig(system_prompt=self.system_prompt, chat_template=template, image_aspect=self.image_aspect)
 
     def resolved(self) -> dict[str, Any]:
         """JSON-able resolved config (for manifests and logs)."""

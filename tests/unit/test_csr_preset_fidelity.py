@@ -1,9 +1,11 @@
 """configs/csr.yaml's image and projector settings reach the stages that use them (docs/csr-fidelity.md).
 
-Pad at generation: the preset's one `image_aspect: pad` is what the loop's generator loads its inputs with,
-so candidates are generated from the padded square image DPO later trains on. A 32x16 red image padded
-to 32x32 has the CLIP-mean border (122, 116, 104) in rows 0-7, which the kit's 32 px processor keeps
-unscaled: pixel (0, 0) is the normalised border colour, not red.
+Images: the released sampler hands the raw image to the HF processor (sample.py: resize + centre crop),
+its DPO pads to a square with the CLIP mean colour (run_train.sh --image_aspect_ratio pad, LLaVA's
+expand2square with tuple(int(x * 255) for x in image_mean) = (122, 116, 104)). The preset's
+`tree.image_aspect: crop` is what the loop's generator loads its inputs with, its `train.image_aspect:
+pad` what the DPO collator gets. A 32x16 red image: cropped, pixel (0, 0) is red; padded to 32x32, rows
+0-7 are the border colour, which the kit's 32 px processor keeps unscaled.
 
 Projector: the released run trained LoRA only (its projector was frozen again by the second
 get_peft_model); the preset's `train:` section on the tiny checkpoint gives trainable LoRA weights and
@@ -27,18 +29,31 @@ def _preset(tiny_vlm_dir, tiny_clip_dir, tmp_path, *extra):
                              "device=cpu", *extra])
 
 
-def test_generation_uses_the_presets_pad(tiny_vlm_dir, tiny_clip_dir, tmp_path):
+RED = (1.930336, -1.752097, -1.480220)      # (255, 0, 0) normalised
+
+
+def test_generation_crops_and_dpo_pads_as_released(tiny_vlm_dir, tiny_clip_dir, tmp_path):
     from PIL import Image
 
+    from evalsuite.models.inputs import ModelInputs
     from training.csr.loop import _Models
 
     cfg = _preset(tiny_vlm_dir, tiny_clip_dir, tmp_path)
-    assert cfg.image_aspect == "pad"
-    vlm = _Models(cfg).vlm(str(tiny_vlm_dir))
-    assert vlm.inputs.config.image_aspect == "pad"
+    assert (cfg.tree.image_aspect, cfg.train["image_aspect"]) == ("crop", "pad")
     red = Image.new("RGB", (32, 16), (255, 0, 0))
+    vlm = _Models(cfg).vlm(str(tiny_vlm_dir))
+    assert vlm.inputs.config.image_aspect == "crop"
     px = vlm.inputs.encode([vlm.inputs.prompt("what?")], [red])["pixel_values"][0]
+    assert px[:, 0, 0].tolist() == pytest.approx(RED, abs=2e-3)
+    train = cfg.train_config(tiny_vlm_dir, 1, tmp_path / "iter_1", portable=True)
+    dpo = ModelInputs(vlm.processor, train.input_config())
+    px = dpo.encode([dpo.prompt("what?")], [red])["pixel_values"][0]
     assert px[:, 0, 0].tolist() == pytest.approx(BORDER, abs=2e-3)
+    # one setting for all (tree / train unset): the top-level value everywhere
+    cfg = _preset(tiny_vlm_dir, tiny_clip_dir, tmp_path, "tree.image_aspect=null", "image_aspect=crop")
+    cfg.train.pop("image_aspect")
+    assert cfg.generation_input_config().image_aspect == "crop"
+    assert cfg.train_config(tiny_vlm_dir, 1, tmp_path / "iter_1", portable=True).image_aspect == "crop"
 
 
 @pytest.mark.parametrize("extra, projector_trains", [((), False), (("train.modules_to_save=multi_modal_projector",), True)])

@@ -80,12 +80,14 @@ def test_kit_template_renders_the_system_prompt_as_vicuna_v1(processor):
 
 
 def test_the_csr_preset_sets_the_released_system_prompt_and_pad(repo_root):
+    """CSR: Vicuna v1's system prompt; DPO pads (run_train.sh), the sampler crops (sample.py). VL-RLHF's LLaVA
+    collators call the HF image processor on the raw image (models/Llava/__init__.py): crop."""
     import yaml
 
     csr = yaml.safe_load((repo_root / "configs" / "csr.yaml").read_text())
-    assert (csr["system_prompt"], csr["image_aspect"]) == (VICUNA, "pad")
+    assert (csr["system_prompt"], csr["train"]["image_aspect"], csr["tree"]["image_aspect"]) == (VICUNA, "pad", "crop")
     dpo = yaml.safe_load((repo_root / "configs" / "train" / "llava15_7b_dpo.yaml").read_text())
-    assert dpo["image_aspect"] == "pad"
+    assert dpo["image_aspect"] == "crop"
 
 
 def test_no_chat_template_is_an_error_unless_a_file_is_given(processor, tmp_path):

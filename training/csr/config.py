@@ -80,6 +80,8 @@ class TreeConfig:
     min_sentence_chars: shorter new sentences are dropped with their subtree (docs/csr-method.md §3.2(b)).
     batch_nodes: nodes expanded in one batched forward (rows = nodes x beams); 1 = one-at-a-time.
     prompt_batch: prompts whose trees grow together (bounds memory and sets the unit of progress).
+    image_aspect: the image preparation the candidates are generated (and LM-scored) from: `crop` (the
+      released sampler's HF processor), `pad`, or null = the top-level `image_aspect`.
     A field only the other expander (or stop rule) reads must keep its default: set, it is an error
     naming both fields, since it would otherwise be accepted and ignored.
     """
@@ -108,6 +110,7 @@ class TreeConfig:
     batch_nodes: int = 32
     prompt_batch: int = 16
     seed: int = 0
+    image_aspect: Literal["crop", "pad"] | None = None
 
     def __post_init__(self) -> None:
         w = "tree"
@@ -130,6 +133,7 @@ class TreeConfig:
                "at least one of max_chars, max_response_tokens, max_depth must be set (else a tree may never end)")
         _check(self.period_id is None or self.period_id >= 0, f"{w}.period_id", "must be a token id or null")
         _check(self.batch_nodes >= 1 and self.prompt_batch >= 1, f"{w}.batch_nodes", "must be >= 1")
+        _check(self.image_aspect in (None, "crop", "pad"), f"{w}.image_aspect", "must be crop, pad or null")
         for name in ("keep_top", "keep_bottom", "prune_threshold"):
             v = getattr(self, name)
             _check(v is None or v >= 0, f"{w}.{name}", "must be >= 0 or null")
@@ -236,7 +240,9 @@ class CSRConfig:
     device / dtype: where generation and scoring run (None = cuda if available, else cpu).
     system_prompt / chat_template / image_aspect: the prompt and image settings used identically by
       candidate generation, reward scoring, DPO collation and the coupled evaluation
-      (`evalsuite.models.inputs.InputConfig`; configs/csr.yaml sets the released code's).
+      (`evalsuite.models.inputs.InputConfig`; configs/csr.yaml sets the released code's), except that
+      `tree.image_aspect` and `train.image_aspect`, when set, replace `image_aspect` for generation (and
+      LM scoring) and for DPO: the released sampler centre-crops, its DPO pads.
     """
 
     method: Literal["csr"] = "csr"
@@ -282,6 +288,12 @@ class CSRConfig:
         return InputConfig(system_prompt=self.system_prompt, chat_template=self.chat_template,
                            image_aspect=self.image_aspect)
 
+    def generation_input_config(self):
+        """The inputs candidates are generated and LM-scored from (`tree.image_aspect` over `image_aspect`)."""
+        import dataclasses
+
+        return dataclasses.replace(self.input_config(), image_aspect=self.tree.image_aspect or self.image_aspect)
+
     def check_ready(self) -> None:
         """Before the loop starts: the inputs exist and the train section fits this machine."""
         from evalsuite.config import missing_paths
@@ -315,9 +327,12 @@ class CSRConfig:
         owned = {"method": "csr", "model_name_or_path": str(ckpt), "output_dir": str(d / "train"),
                  "merged_dir": str(d / "merged"), "data_path": str(d / "pairs.json"), "dataset_name": "csr_pairs",
                  "image_root": str(self.image_root), "iteration": t, "parent": str(ckpt), "save_merged": True,
-                 # the prompt and images DPO trains on are the ones the candidates were generated from
-                 "system_prompt": self.system_prompt, "chat_template": self.chat_template,
-                 "image_aspect": self.image_aspect}
+                 # the prompt DPO trains on is the one the candidates were generated from; its images
+                 # are prepared as `train.image_aspect` says when set (the released DPO pads what its
+                 # sampler centre-cropped), else as the top-level `image_aspect`
+                 "system_prompt": self.system_prompt, "chat_template": self.chat_template}
+        if "image_aspect" not in self.train:
+            owned["image_aspect"] = self.image_aspect
         clash = sorted(set(owned) & set(self.train))
         if clash:
             raise UserError(f"train: {', '.join(clash)} are set by the loop, remove them from the preset")

@@ -119,7 +119,8 @@ class _Models:
             from evalsuite.models.vlm import load_vlm
 
             self.release()
-            self._vlm = load_vlm(path, device=_device(self.cfg), dtype=self.cfg.dtype, inputs=self.cfg.input_config())
+            self._vlm = load_vlm(path, device=_device(self.cfg), dtype=self.cfg.dtype,
+                                 inputs=self.cfg.generation_input_config())
             self._vlm_path = str(path)
         return self._vlm
 
@@ -250,6 +251,7 @@ def stage_train(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> 
         write_json_atomic(d / "manifest.json", {
             "iteration": t, "parent": str(ckpt), "merged": merged, "pairs_hash": info["pairs_hash"],
             "num_pairs": info["pairs"], "config": cfg.to_dict(), "inputs": cfg.input_config().to_dict(),
+            "generation_inputs": cfg.generation_input_config().to_dict(),
             "train_config": tcfg.resolved()})
         _mark(d, "train", merged=merged)
     _barrier()

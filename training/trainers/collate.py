@@ -267,6 +267,7 @@ class SFTCollator:
     label_pad_token_id: int = -100
     truncation: str = "vlrlhf"  # per_field: prompt and answers capped too (module docstring)
     inputs: Any = None  # evalsuite.models.inputs.InputConfig
+    eos_every_turn: bool = True  # False: EOS after the last answer only (VL-RLHF's SFT tokenize_row)
 
     def __post_init__(self):
         self._t = _Tok(self.processor, self.inputs)
@@ -305,12 +306,14 @@ class SFTCollator:
             ids = list(first.ids)
             lab = [self.label_pad_token_id] * len(ids)
             rendered = pieces[0][0]
-            for text, is_answer in pieces[1:]:
+            last = max(k for k, (_, is_answer) in enumerate(pieces) if is_answer)
+            for k, (text, is_answer) in enumerate(pieces[1:], 1):
                 piece = t.encode_text(text, rendered)
                 rendered += text
-                if is_answer:
+                if is_answer and (self.eos_every_turn or k == last):
                     if not piece or piece[-1] != t.eos_id:
                         piece = piece + [t.eos_id]
+                if is_answer:
                     piece = piece[: self.max_target_length] if per_field else piece
                 ids += piece
                 lab += piece if is_answer else [self.label_pad_token_id] * len(piece)

@@ -26,7 +26,8 @@ def build_sft_trainer(cfg, model, processor, train_ds, eval_ds=None) -> SFTTrain
                      dataset_kwargs={"skip_prepare_dataset": True})  # SFTCollator tokenises on the fly
     collator = SFTCollator(processor, max_length=cfg.max_length, max_prompt_length=cfg.max_prompt_length,
                            max_target_length=cfg.max_target_length, label_pad_token_id=cfg.label_pad_token_id,
-                           truncation=cfg.truncation, inputs=cfg.input_config())
+                           truncation=cfg.truncation, inputs=cfg.input_config(),
+                           eos_every_turn=cfg.chat_format != "vlrlhf_llava")
     return SFTTrainer(model=model, args=args, data_collator=collator, train_dataset=train_ds, eval_dataset=eval_ds,
                       processing_class=processor, peft_config=lora_config(cfg, model),
                       callbacks=[JsonLogCallback(Path(cfg.output_dir) / "metrics.jsonl")])

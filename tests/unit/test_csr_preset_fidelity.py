@@ -71,3 +71,46 @@ def test_projector_is_frozen_as_released_unless_switched(tiny_vlm_dir, tiny_clip
     assert any("lora_" in n for n in trainable)
     assert any("multi_modal_projector" in n for n in trainable) is projector_trains
     assert not any("vision_tower" in n for n in trainable)
+
+
+def test_generation_loads_the_model_in_fp16_as_released(tiny_vlm_dir, tiny_clip_dir, tmp_path):
+    """sample.py loads LlavaForConditionalGeneration with torch_dtype=torch.float16: the preset's generator
+    is loaded in float16 (the tiny checkpoint is saved in float32, so the dtype comes from the preset)."""
+    import torch
+
+    from training.csr.loop import _Models
+
+    cfg = load_config(CSR, [f"model={tiny_vlm_dir}", f"clip={tiny_clip_dir}", f"image_root={tmp_path}",
+                            f"prompts={tmp_path / 'p.jsonl'}", f"output_dir={tmp_path / 'run'}", "device=cpu"])
+    vlm = _Models(cfg).vlm(str(tiny_vlm_dir))
+    assert next(vlm.model.parameters()).dtype == torch.float16
+
+
+def test_released_second_get_peft_model_under_the_pinned_peft(repo_root, tiny_vlm_dir):
+    """The released trainer wraps the model with LoRA (train_dpo_lora.py:878-886), re-enables the projector
+    (initialize_vision_modules, :924-927) and wraps it again in its DPO trainer (dpo_trainer.py:214). Under
+    peft <= 0.11 the second wrap marks only adapters trainable: the projector is frozen again, so the
+    released run trained LoRA only. Under peft >= 0.12, and the version constraints.txt pins, the projector
+    stays trainable: our frozen projector comes from the preset (no modules_to_save), not from peft."""
+    import re
+
+    import peft
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    pin = re.search(r"^peft==(\S+)$", (repo_root / "constraints.txt").read_text(), re.M).group(1)
+    assert peft.__version__ == pin
+    model = AutoModelForImageTextToText.from_pretrained(tiny_vlm_dir, local_files_only=True, use_safetensors=True)
+    names = sorted({n.split(".")[-1] for n, m in model.named_modules()
+                    if isinstance(m, torch.nn.Linear) and "projector" not in n and "lm_head" not in n})
+    lora = lambda: LoraConfig(r=4, lora_alpha=8, target_modules=names, task_type="CAUSAL_LM")  # noqa: E731
+    model = get_peft_model(model, lora())
+    projector = [p for n, p in model.named_parameters() if "multi_modal_projector" in n]
+    assert projector and not any(p.requires_grad for p in projector)
+    for p in projector:
+        p.requires_grad_(True)
+    with pytest.warns(UserWarning):  # peft warns about modifying a PEFT model a second time
+        model = get_peft_model(model, lora())
+    projector = [p for n, p in model.named_parameters() if "multi_modal_projector" in n]
+    assert all(p.requires_grad for p in projector)  # not re-frozen under the pinned peft

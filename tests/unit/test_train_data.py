@@ -113,6 +113,18 @@ def test_vlfeedback_na_drops_every_pair_of_that_completion(root):
     assert [(e["chosen"], e["rejected"]) for e in ex3] == [("r1", "r3")]
 
 
+def test_vlfeedback_missing_rating_is_an_error(root):
+    """VL-RLHF reads float(anno[aspect]["Rating"]) and catches ValueError only: a missing "Rating" key
+    (KeyError) or a null one (TypeError) stops it. Ours: an error naming the row, completion and aspect.
+    "N/A" (ValueError) still only drops that completion's pairs."""
+    for bad in ({"Rationale": "x"}, {"Rating": None}, "5"):
+        row = {"prompt": "Q?", "img_path": "img/a.png", "completions": [
+            {"annotations": {"h": {"Rating": "5"}}, "response": "good"},
+            {"annotations": {"h": {"Rating": "1"}, "v": bad}, "response": "bad"}]}
+        with pytest.raises(UserError, match=r"vm.json\[0\]: completions\[1\]: aspect 'v' has no rating"):
+            read_examples("vlfeedback_paired", write(root / "vm.json", [row]))
+
+
 def test_vlfeedback_image_is_img_path_and_never_silently_dropped(root):
     """VLFeedback rows carry the image under `img_path`: it is joined under image_root. A row with no
     image at all is an error naming the row; a missing image file is an error naming the row too."""

@@ -95,15 +95,20 @@ def csr_pairs(row: dict, where: str, **_) -> list[dict]:
 
 def _mean_rating(annotation: Any, where: str) -> float | None:
     """VL-RLHF: the mean of every aspect's rating; None (the completion is unusable, every pair with it
-    is dropped) when any rating is not a number ("N/A"), as its float() raises and skips the pair."""
+    is dropped) when a rating is text that is not a number ("N/A"), as its float() raises ValueError and
+    the pair is skipped. A missing rating (no "Rating" key, null, not text or a number) stops VL-RLHF
+    with a KeyError / TypeError (utils/data.py catches ValueError only): here it is an error naming the
+    row, the completion and the aspect."""
     if not isinstance(annotation, dict):
         raise UserError(f"{where}: each completion annotation must be an object of aspect -> {{'Rating': ...}}")
     scores = []
-    for value in annotation.values():
+    for aspect, value in annotation.items():
         rating = value.get("Rating") if isinstance(value, dict) else None
+        if isinstance(rating, bool) or not isinstance(rating, (str, int, float)):
+            raise UserError(f"{where}: aspect {aspect!r} has no rating ({rating!r}); VL-RLHF stops on it too")
         try:
             scores.append(float(rating))
-        except (TypeError, ValueError):
+        except ValueError:
             return None
     return sum(scores) / len(scores) if scores else None
 

@@ -114,3 +114,16 @@ def test_released_second_get_peft_model_under_the_pinned_peft(repo_root, tiny_vl
         model = get_peft_model(model, lora())
     projector = [p for n, p in model.named_parameters() if "multi_modal_projector" in n]
     assert all(p.requires_grad for p in projector)  # not re-frozen under the pinned peft
+
+
+def test_generation_prompt_is_csr_get_prompts(tiny_vlm_dir, tiny_clip_dir, tmp_path):
+    """CSR's get_prompts (inference_csr/utils.py): conv_vicuna_v1 (SeparatorStyle.TWO, sep " ") with the user
+    message "<image>\\n" + q and an empty assistant turn renders system + " " + "USER: <image>\\nq" + " " +
+    "ASSISTANT:". The preset's generator prompt is that string."""
+    from evalsuite.models.vlm import build_prompt
+    from training.csr.loop import _Models
+
+    system = ("A chat between a curious user and an artificial intelligence assistant. "
+              "The assistant gives helpful, detailed, and polite answers to the user's questions.")
+    vlm = _Models(_preset(tiny_vlm_dir, tiny_clip_dir, tmp_path)).vlm(str(tiny_vlm_dir))
+    assert build_prompt(vlm, "Describe the image.") == system + " " + "USER: <image>\nDescribe the image." + " " + "ASSISTANT:"

@@ -170,6 +170,11 @@ def test_warmup_ratio_maps_to_warmup_steps(paths):
     """VL-RLHF scripts pass --warmup_ratio 0.03; transformers 5 reads a float < 1 in warmup_steps as the ratio."""
     cfg = load_config([*argv(paths), "--warmup_ratio", "0.03"])
     assert cfg.trainer_kwargs()["warmup_steps"] == 0.03
+    # transformers 4.37 (VL-RLHF's): warmup = ceil(num_training_steps * warmup_ratio): 1000 -> 30, 101 -> 4
+    from transformers import TrainingArguments
+
+    args = TrainingArguments(output_dir=paths["output_dir"], warmup_steps=cfg.trainer_kwargs()["warmup_steps"])
+    assert (args.get_warmup_steps(1000), args.get_warmup_steps(101)) == (30, 4)
     with pytest.raises(UserError, match="warmup_ratio: give warmup_ratio or warmup_steps"):
         load_config([*argv(paths), "--warmup_ratio", "0.03", "--warmup_steps", "10"])
     with pytest.raises(UserError, match="warmup_ratio: must be in"):

@@ -83,3 +83,30 @@ def test_the_vlrlhf_preset_selects_it(repo_root, tmp_path):
     assert cfg.input_config().chat_template == str(VLRLHF_LLAVA_TEMPLATE)
     with pytest.raises(UserError, match="system_prompt"):
         build_train_config({**base, "system_prompt": "Be brief."}, "t", portable=True)
+
+
+def test_the_vlrlhf_preset_batch_crops_and_uses_the_vlrlhf_prompt(repo_root, tiny_vlm_dir, tmp_path):
+    """The preset's DPO batch on the tiny processor: the raw 32x16 red image through the image processor
+    (resize to 64x32, centre crop to 32x32: all red, as VL-RLHF's LlavaDPODataCollatorWithPadding gives
+    it), and the prompt "USER: <image>\\n{q}ASSISTANT:"."""
+    import io
+
+    import yaml
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    from training.config import build_train_config
+    from training.trainers.collate import PreferenceCollator
+
+    preset = yaml.safe_load((repo_root / "configs" / "train" / "llava15_7b_dpo.yaml").read_text())
+    cfg = build_train_config({**preset, "output_dir": str(tmp_path), "use_flash_attention_2": False, "bf16": False,
+                              "tf32": False, "report_to": "none"}, "preset", portable=True)
+    processor = AutoProcessor.from_pretrained(tiny_vlm_dir, local_files_only=True)
+    inputs = cfg.input_config()
+    assert ModelInputs(processor, inputs).prompt("describe the image.") == "USER: <image>\ndescribe the image.ASSISTANT:"
+    buf = io.BytesIO()
+    Image.new("RGB", (32, 16), (255, 0, 0)).save(buf, format="PNG")
+    batch = PreferenceCollator(processor, inputs=inputs)([{"image_bytes": buf.getvalue(), "prompt": "q?",
+                                                          "chosen": "a", "rejected": "b"}])
+    red = (1.930336, -1.752097, -1.480220)  # (255, 0, 0) normalised by CLIP's mean and std
+    assert batch["pixel_values"][0, :, 0, 0].tolist() == pytest.approx(red, abs=2e-3)

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------- what CLIP reads (clip_text: released)
-# The released whitelist (docs/csr-fidelity.md, "What CLIP scores"): word characters, whitespace and the
+# The released whitelist (docs/csr-fidelity.md, "Sentence text CLIP scores"): word characters, whitespace and the
 # characters below survive, everything else is deleted. "-", "@", "~", "`", "|" and "\\" are not among
 # them (the released character class spans '"' to '(' where a literal "-" was probably meant).
 CLIP_KEEP = " !\"#$%&'()*+,./:;<=>?[]^{}\u20ac\u00a3\u00b0\u2122\u00a9\u00ae\u266b\u266a\u03c0\u221a"

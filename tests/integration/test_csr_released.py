@@ -48,6 +48,17 @@ def test_released_preset_one_iteration(tmp_path, tiny_vlm_dir, tiny_clip_dir, wo
     for tree, sc in zip(trees, scores):
         for nid, s in sc["nodes"].items():
             assert s["lm"] == tree.nodes[int(nid)].sentence_score  # the beam's own score
+    # construct.py's pair file: the templated generation prompt as the human turn (Vicuna v1, system
+    # prompt included), trained through the csr_pairs reader; candidates generated from the cropped image
+    from evalsuite.models.inputs import InputConfig
+
+    pairs = json.loads((tmp_path / "run" / "iter_1" / "pairs.json").read_text())
+    base = load_vlm(cfg.model, device="cpu", inputs=InputConfig(system_prompt=cfg.system_prompt))
+    for rec in pairs:
+        assert rec["template"] == "released"
+        assert rec["conversations"][0]["value"] == base.inputs.prompt("Describe the image.").strip()
+    loop_man = json.loads((tmp_path / "run" / "iter_1" / "manifest.json").read_text())
+    assert (loop_man["generation_inputs"]["image_aspect"], loop_man["train_config"]["image_aspect"]) == ("crop", "pad")
     man = read_manifest(merged)
     assert man["extra"]["merge"]["dtype"] == "float32" and man["extra"]["merge"]["delta_kept"] == pytest.approx(1.0, abs=1e-3)
     assert tok.decode([period]) == "."

@@ -19,7 +19,7 @@ from training.csr.search import Hyp
 
 VICUNA = ("A chat between a curious user and an artificial intelligence assistant. The assistant gives "
           "helpful, detailed, and polite answers to the user's questions.")
-OURS = dict(template="single", post_eos="cut", guards=True)
+OURS = {"template": "single", "post_eos": "cut", "guards": True}
 
 
 def _leaf(i, ids):

@@ -99,12 +99,14 @@ def test_released_second_get_peft_model_under_the_pinned_peft(repo_root, tiny_vl
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForImageTextToText
 
-    pin = re.search(r"^peft==(\S+)$", (repo_root / "constraints.txt").read_text(), re.M).group(1)
+    pin = re.search(r"^peft==(\S+)$", (repo_root / "constraints.txt").read_text(), re.MULTILINE).group(1)
     assert peft.__version__ == pin
     model = AutoModelForImageTextToText.from_pretrained(tiny_vlm_dir, local_files_only=True, use_safetensors=True)
     names = sorted({n.split(".")[-1] for n, m in model.named_modules()
                     if isinstance(m, torch.nn.Linear) and "projector" not in n and "lm_head" not in n})
-    lora = lambda: LoraConfig(r=4, lora_alpha=8, target_modules=names, task_type="CAUSAL_LM")  # noqa: E731
+    def lora():
+        return LoraConfig(r=4, lora_alpha=8, target_modules=names, task_type="CAUSAL_LM")
+
     model = get_peft_model(model, lora())
     projector = [p for n, p in model.named_parameters() if "multi_modal_projector" in n]
     assert projector and not any(p.requires_grad for p in projector)

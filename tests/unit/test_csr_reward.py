@@ -12,7 +12,7 @@ from training.csr.generate import Node, Tree
 from training.csr.pairs import Pair, build_pairs, llava_record, pair_stats, plain_dpo_record, select_pair
 from training.csr.reward import node_costs, path_rewards, rank_path_score, sibling_ranks
 
-OURS = dict(template="single", post_eos="cut", guards=True)  # our pair rules (configs/csr_tiny.yaml)
+OURS = {"template": "single", "post_eos": "cut", "guards": True}  # our pair rules (configs/csr_tiny.yaml)
 
 
 def _node(i, parent, depth, ids, final=False, status="active", text=None, eos=False):

@@ -101,12 +101,12 @@ def test_the_vlrlhf_preset_batch_crops_and_uses_the_vlrlhf_prompt(repo_root, tin
     preset = yaml.safe_load((repo_root / "configs" / "train" / "llava15_7b_dpo.yaml").read_text())
     cfg = build_train_config({**preset, "output_dir": str(tmp_path), "use_flash_attention_2": False, "bf16": False,
                               "tf32": False, "report_to": "none"}, "preset", portable=True)
-    processor = AutoProcessor.from_pretrained(tiny_vlm_dir, local_files_only=True)
+    tiny = AutoProcessor.from_pretrained(tiny_vlm_dir, local_files_only=True)
     inputs = cfg.input_config()
-    assert ModelInputs(processor, inputs).prompt("describe the image.") == "USER: <image>\ndescribe the image.ASSISTANT:"
+    assert ModelInputs(tiny, inputs).prompt("describe the image.") == "USER: <image>\ndescribe the image.ASSISTANT:"
     buf = io.BytesIO()
     Image.new("RGB", (32, 16), (255, 0, 0)).save(buf, format="PNG")
-    batch = PreferenceCollator(processor, inputs=inputs)([{"image_bytes": buf.getvalue(), "prompt": "q?",
+    batch = PreferenceCollator(tiny, inputs=inputs)([{"image_bytes": buf.getvalue(), "prompt": "q?",
                                                           "chosen": "a", "rejected": "b"}])
     red = (1.930336, -1.752097, -1.480220)  # (255, 0, 0) normalised by CLIP's mean and std
     assert batch["pixel_values"][0, :, 0, 0].tolist() == pytest.approx(red, abs=2e-3)

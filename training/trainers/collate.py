@@ -310,9 +310,9 @@ class SFTCollator:
             for k, (text, is_answer) in enumerate(pieces[1:], 1):
                 piece = t.encode_text(text, rendered)
                 rendered += text
-                if is_answer and (self.eos_every_turn or k == last):
-                    if not piece or piece[-1] != t.eos_id:
-                        piece = piece + [t.eos_id]
+                ends = is_answer and (self.eos_every_turn or k == last)
+                if ends and (not piece or piece[-1] != t.eos_id):
+                    piece = piece + [t.eos_id]
                 if is_answer:
                     piece = piece[: self.max_target_length] if per_field else piece
                 ids += piece

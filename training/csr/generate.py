@@ -150,6 +150,14 @@ class TreeGenerator:
     def generate(self, records: Sequence[dict], progress: bool = True) -> list[Tree]:
         from tqdm.auto import tqdm
 
+        if self.cfg.engine == "pool" and self.cfg.expander == "group_beam":
+            from training.csr.pool import PoolEngine
+
+            pooled = PoolEngine(self).generate(records)
+            if pooled is not None:
+                return pooled
+        elif self.cfg.engine == "pool":
+            log.info("tree.engine pool: the %s expander runs the reference path", self.cfg.expander)
         trees: list[Tree] = []
         step = self.cfg.prompt_batch
         batches = range(0, len(records), step)

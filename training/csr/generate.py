@@ -150,10 +150,13 @@ class TreeGenerator:
     def generate(self, records: Sequence[dict], progress: bool = True) -> list[Tree]:
         from tqdm.auto import tqdm
 
-        if self.cfg.engine == "pool" and self.cfg.expander == "group_beam":
+        # A subclass that replaces `_expand` (scripted searches in tests) grows its trees level by level.
+        if self.cfg.engine == "pool" and self.cfg.expander == "group_beam" and type(self)._expand is TreeGenerator._expand:
             from training.csr.pool import PoolEngine
 
-            pooled = PoolEngine(self).generate(records)
+            engine = PoolEngine(self)
+            pooled = engine.generate(records)
+            self.pool_stats = engine.stats  # bench/csr_generate.py reports them
             if pooled is not None:
                 return pooled
         elif self.cfg.engine == "pool":

@@ -96,9 +96,17 @@ class Rows:
         return Rows(kv, self.mask[i:i + 1, cols], self.next_pos.narrow(-2, i, 1))
 
     def cache(self):
+        """A DynamicCache over these tensors without copying them (its `update` appends by `torch.cat`)."""
         from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
 
-        return DynamicCache(ddp_cache_data=[(k, v) for k, v in self.kv])
+        cache = DynamicCache()
+        for k, v in self.kv:
+            layer = DynamicLayer()
+            layer.lazy_initialization(k, v)
+            layer.keys, layer.values = k, v
+            cache.layers.append(layer)
+        return cache
 
 
 def _pad_left(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
@@ -350,6 +358,17 @@ class _Tree:
     ctx: dict[int, Rows] = field(default_factory=dict)  # context rows of nodes whose children may still need them
 
 
+def _config_bytes_per_token(model) -> int | None:
+    """Bytes one cached token takes (keys + values of every layer), from the text config; None if unsure."""
+    try:
+        c = model.config.get_text_config(decoder=True)
+        head = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+        return int(c.num_hidden_layers * 2 * kv_heads * head * model.dtype.itemsize)
+    except (AttributeError, TypeError, ZeroDivisionError):
+        return None
+
+
 def kv_budget_tokens(value, model, bytes_per_token: int) -> int:
     """`tree.kv_budget` in cached tokens: an int as given; `auto` = half the free device memory (CUDA),
     else no bound (2**40)."""
@@ -383,21 +402,30 @@ class PoolEngine:
         pool: Rows | None = None
         logits: torch.Tensor | None = None
         ready: list[tuple[int, int, int]] = []  # (record, node, parent) whose context needs its sentence
-        budget = None
+        # `auto` needs the bytes of one cached token: from the text config, else known after the first
+        # prefill (which then takes one prompt alone)
+        bpt = _config_bytes_per_token(self.model)
+        budget = kv_budget_tokens(cfg.kv_budget, self.model, bpt) if bpt or cfg.kv_budget != "auto" else None
+        if budget is not None:
+            log.info("tree.engine pool: KV budget %d tokens (kv_budget %s)", budget, cfg.kv_budget)
         starts: dict[int, Any] = {}
         while waiting or ready or len(search):
             new_rows, new_logits, new_keys = [], [], []
-            used = self._tokens(pool, trees)
+            # The budget is checked against a bound of what the pool will hold: every row padded to the
+            # widest and grown by max_new_tokens, plus the kept context rows.
+            held = sum(c.width for t in trees.values() for c in t.ctx.values())
+            n_rows, width = (pool.n, pool.width) if pool is not None else (0, 0)
+            bound = lambda rows, w, kept: rows * (w + self.spec.max_new_tokens) + kept  # noqa: E731
             # 1. nodes whose parent's level was pruned: one forward over their sentences
             if ready:
                 batch = []
                 for item in ready[:max(cfg.batch_nodes - len(search), 1)]:
                     r, nid, par = item
-                    need = (B + 1) * (trees[r].ctx[par].width + len(self._tail(trees[r].prompt.tree, nid, par)))
-                    if used + need > budget and (batch or len(search)):
+                    w = trees[r].ctx[par].width + len(self._tail(trees[r].prompt.tree, nid, par))
+                    if bound(n_rows + B, max(width, w), held + w) > budget and (batch or len(search)):
                         break  # wait for rows to leave (one node always goes when nothing else runs)
                     batch.append(item)
-                    used += need
+                    n_rows, width, held = n_rows + B, max(width, w), held + w
                 ready = ready[len(batch):]
                 if batch:
                     parents = [trees[r].ctx[par] for r, _, par in batch]
@@ -413,15 +441,15 @@ class PoolEngine:
             # 2. prompts: while fewer than prompt_batch are resident, nodes fit batch_nodes and tokens the budget
             room = min(cfg.prompt_batch - len(trees), cfg.batch_nodes - len(search) - len(new_keys) - len(ready))
             take = []
-            while waiting and len(take) < room:
+            while waiting and len(take) < (room if budget is not None else 1):
                 r = waiting[0]
                 if r not in starts:
                     starts[r] = self.gen._start(records[r])
-                need = (B + 1) * len(starts[r].tree.prompt_ids)
-                if budget is not None and (take or len(search) or new_keys) and used + need > budget:
+                w = len(starts[r].tree.prompt_ids)
+                if budget is not None and (take or len(search) or new_keys) and bound(n_rows + B, max(width, w), held + w) > budget:
                     break
                 take.append(waiting.pop(0))
-                used += need
+                n_rows, width, held = n_rows + B, max(width, w), held + w
             if take:
                 ps = [starts.pop(r) for r in take]
                 ctx, lg, why = self.runner.prompts([p.tree.prompt_ids for p in ps], [p.features for p in ps])
@@ -429,7 +457,7 @@ class PoolEngine:
                     log.warning("tree.engine pool: %s cannot be cut and stacked (%s); falling back to the "
                                 "reference path", type(self.model).__name__, why)
                     return None
-                if budget is None:
+                if budget is None:  # `auto`
                     bpt = sum(k.shape[1] * k.shape[3] * k.element_size() * 2 for k, _ in ctx[0].kv)
                     budget = kv_budget_tokens(cfg.kv_budget, self.model, bpt)
                     log.info("tree.engine pool: KV budget %d tokens (%d bytes per token)", budget, bpt)
@@ -449,6 +477,7 @@ class PoolEngine:
                 self._ended(trees, done, ready, r, nid, hyps)
             if len(search):
                 pool, logits = self.runner.step(pool.select(rows), toks)
+                self.stats.peak_tokens = max(self.stats.peak_tokens, self._tokens(pool, trees))
             else:
                 pool, logits = None, None
         return [done[i] for i in range(len(records))]
@@ -490,3 +519,37 @@ class PoolEngine:
         need = {par for rr, _, par in ready if rr == r} | set(st.level)
         for n in [n for n in st.ctx if n not in need]:
             del st.ctx[n]
+
+
+# ------------------------------------------------------------------ comparing two engines' trees
+@dataclass(frozen=True)
+class Difference:
+    """Where two trees of one prompt first part: `gap` is the score distance of the candidates that
+    swapped there (sentence scores for a different sentence, cumulative scores for a different pruning)."""
+
+    tree: str
+    node: int
+    what: str
+    gap: float
+
+    def near_tie(self, tol: float = 1e-5) -> bool:
+        return self.gap <= tol
+
+
+def first_difference(a, b, score_tol: float = 1e-5) -> Difference | None:
+    """None when trees `a` and `b` agree (structure, token ids, statuses; scores within `score_tol`)."""
+    for x, y in zip(a.nodes, b.nodes):
+        if (x.parent, x.sentence_ids) != (y.parent, y.sentence_ids):
+            sibs = [a.nodes[c].sentence_score for c in a.nodes[x.parent].children] if x.parent is not None else []
+            gaps = [abs(s - t) for i, s in enumerate(sibs) for t in sibs[i + 1:]]
+            gap = min([abs(x.sentence_score - y.sentence_score), *gaps])
+            return Difference(a.id, x.id, "sentence", gap)
+        if x.status != y.status:
+            live = [a.nodes[c].lm_score for c in a.nodes[x.parent].children if c != x.id] if x.parent is not None else []
+            gap = min((abs(x.lm_score - s) for s in live), default=float("inf"))
+            return Difference(a.id, x.id, f"status {x.status} vs {y.status}", gap)
+        if abs(x.sentence_score - y.sentence_score) > score_tol:
+            return Difference(a.id, x.id, "score", abs(x.sentence_score - y.sentence_score))
+    if len(a.nodes) != len(b.nodes):
+        return Difference(a.id, min(len(a.nodes), len(b.nodes)), "node count", float("inf"))
+    return None

@@ -47,12 +47,13 @@ def _grow(vlm, root, records, engine, **kw):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_pool_trees_equal_the_reference_on_every_family(arch, image_root, tmp_path, caplog):
+def test_pool_trees_equal_the_reference_on_every_family(arch, image_root, tmp_path, caplog, tiny_vlm_dir):
     """3 prompts, released rules, depth 3, 8 new tokens: the same node ids, token ids, statuses, scores."""
     from evalsuite.kit.families import build_tiny_family
     from evalsuite.models.vlm import load_vlm
 
-    vlm = load_vlm(str(build_tiny_family(arch, tmp_path / arch, seed=0)), device="cpu")
+    ckpt = tiny_vlm_dir if arch == "llava" else build_tiny_family(arch, tmp_path / arch, seed=0)  # llava: the kit's
+    vlm = load_vlm(str(ckpt), device="cpu")
     kw = {"max_new_tokens": 8, "max_depth": 3}
     ref, _ = _grow(vlm, image_root, _records(3), "reference", **kw)
     with caplog.at_level(logging.WARNING, logger="training.csr.pool"):
@@ -115,3 +116,21 @@ def test_engine_and_kv_budget_are_checked():
         TreeConfig(kv_budget="lots")
     with pytest.raises(UserError, match="tree.kv_budget: 1000 has no effect with tree.engine: reference"):
         TreeConfig(engine="reference", kv_budget=1000)
+
+
+def test_our_rules_too(tiny_vlm_dir, image_root, caplog):
+    """`stop: sentence_marks` (EOS ends a response, empty "end" nodes), dedupe, junk before pruning and a
+    response token cap: the same trees; the sampling expander runs the reference path and says so."""
+    from evalsuite.models.vlm import load_vlm
+
+    vlm = load_vlm(tiny_vlm_dir, device="cpu")
+    kw = {"max_new_tokens": 12, "max_depth": 5, "stop": "sentence_marks", "max_chars": None,
+          "max_response_tokens": 30, "dedupe_siblings": True, "junk_filter": "before_pruning"}
+    ref, _ = _grow(vlm, image_root, _records(5), "reference", **kw)
+    new, _ = _grow(vlm, image_root, _records(5), "pool", **kw)
+    assert not _compare(ref, new)
+    assert any(x.status == "end" or x.has_eos for t in new for x in t.nodes)
+    with caplog.at_level(logging.INFO, logger="training.csr.generate"):
+        _grow(vlm, image_root, _records(1), "pool", expander="sample", max_new_tokens=4, max_depth=2,
+              num_beams=5, num_beam_groups=5, diversity_penalty=3.0)
+    assert "the sample expander runs the reference path" in caplog.text

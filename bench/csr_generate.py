@@ -80,11 +80,12 @@ def tree_config(engine: str, max_new: int, depth: int):
     return TreeConfig(max_new_tokens=max_new, max_depth=depth, engine=engine, **bounds)
 
 
-def run_engine(vlm, root, records, engine: str, max_new: int, depth: int) -> tuple[dict, list]:
+def run_engine(vlm, root, records, engine: str, max_new: int, depth: int, warm: bool = True) -> tuple[dict, list]:
     from training.csr.generate import TreeGenerator
 
     cfg = tree_config(engine, max_new, depth)
-    TreeGenerator(vlm, cfg, root).generate(records[:1], progress=False)  # warm-up (allocations, kernels)
+    if warm:  # allocations, kernels
+        TreeGenerator(vlm, cfg, root).generate(records[:1], progress=False)
     gen = TreeGenerator(vlm, cfg, root)
     hooks = Hooks(vlm.model)
     t0 = time.perf_counter()

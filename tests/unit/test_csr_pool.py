@@ -79,8 +79,8 @@ def test_released_rules_counters_16_prompts(tiny_vlm_dir, image_root):
 
     vlm = load_vlm(tiny_vlm_dir, device="cpu")
     recs = _records(16)
-    ref, ref_trees = run_engine(vlm, image_root, recs, "reference", 20, 4)
-    new, new_trees = run_engine(vlm, image_root, recs, "pool", 20, 4)
+    ref, ref_trees = run_engine(vlm, image_root, recs, "reference", 20, 4, warm=False)
+    new, new_trees = run_engine(vlm, image_root, recs, "pool", 20, 4, warm=False)
     print({k: (ref[k], new[k]) for k in ref if k in new})
     assert len(_compare(ref_trees, new_trees)) <= 1
     assert new["sentences"] == ref["sentences"]
@@ -134,3 +134,24 @@ def test_our_rules_too(tiny_vlm_dir, image_root, caplog):
         _grow(vlm, image_root, _records(1), "pool", expander="sample", max_new_tokens=4, max_depth=2,
               num_beams=5, num_beam_groups=5, diversity_penalty=3.0)
     assert "the sample expander runs the reference path" in caplog.text
+
+
+def test_first_difference_reports_the_gap_where_trees_part():
+    """The detector the identity tests rely on: a swapped sibling at a near-tie is a near-tie, a
+    different sentence far from any tie is not, and agreeing trees give None."""
+    from training.csr.generate import Node, Tree
+
+    def tree(second_ids, second_score, status="active"):
+        root = Node(0, None, 0, [], [], "", 0.0, 0.0, children=[1, 2], status="expanded")
+        a = Node(1, 0, 1, [], [5, 7], "a.", -1.0, -1.0)
+        b = Node(2, 0, 1, [], second_ids, "b.", second_score, second_score, status=status)
+        return Tree("t", "0.png", "q", [1, 2], [root, a, b])
+
+    same = first_difference(tree([6, 7], -1.000004), tree([6, 7], -1.000004))
+    assert same is None
+    tie = first_difference(tree([6, 7], -1.000004), tree([8, 7], -1.000001))
+    assert tie.node == 2 and tie.what == "sentence" and tie.near_tie()
+    far = first_difference(tree([6, 7], -3.0), tree([8, 7], -2.0))
+    assert far.gap == pytest.approx(1.0) and not far.near_tie()
+    pruned = first_difference(tree([6, 7], -1.000002), tree([6, 7], -1.000002, status="pruned"))
+    assert pruned.what == "status active vs pruned" and pruned.near_tie()

@@ -72,8 +72,12 @@ class Rows:
         return self.mask.shape[1]
 
     def select(self, idx: torch.Tensor) -> "Rows":
-        kv = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in self.kv]
-        return Rows(kv, self.mask.index_select(0, idx), self.next_pos.index_select(-2, idx)).trim()
+        """Keep rows `idx`, in place, layer by layer (each layer's old tensors go before the next is
+        copied, as `Cache.reorder_cache` does: the pool never exists twice)."""
+        for i, (k, v) in enumerate(self.kv):
+            self.kv[i] = (k.index_select(0, idx), v.index_select(0, idx))
+        self.mask, self.next_pos = self.mask.index_select(0, idx), self.next_pos.index_select(-2, idx)
+        return self.trim()
 
     def repeat(self, r: int) -> "Rows":
         kv = [(k.repeat_interleave(r, 0), v.repeat_interleave(r, 0)) for k, v in self.kv]
@@ -87,7 +91,9 @@ class Rows:
         first = int(used.int().argmax()) if bool(used.any()) else self.width
         if first == 0:
             return self
-        return Rows([(k[:, :, first:], v[:, :, first:]) for k, v in self.kv], self.mask[:, first:], self.next_pos)
+        self.kv = [(k[:, :, first:], v[:, :, first:]) for k, v in self.kv]
+        self.mask = self.mask[:, first:]
+        return self
 
     def compact(self, i: int) -> "Rows":
         """Row i alone, its masked columns (padding, holes) dropped."""
@@ -118,8 +124,10 @@ def _pad_left(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
     return torch.cat([t.new_zeros(shape), t], dim)
 
 
-def stack(parts: Sequence[Rows]) -> Rows:
-    """Rows of several groups in one batch, left-padded to the widest."""
+def stack(parts: Sequence[Rows], consume: bool = False) -> Rows:
+    """Rows of several groups in one batch, left-padded to the widest. consume=True: the parts' tensors
+    are dropped layer by layer as the batch is built (the pool is never held twice); the parts are
+    unusable afterwards."""
     parts = [p for p in parts if p.n]
     if len(parts) == 1:
         return parts[0]
@@ -128,6 +136,9 @@ def stack(parts: Sequence[Rows]) -> Rows:
     for layer in range(len(parts[0].kv)):
         kv.append((torch.cat([_pad_left(p.kv[layer][0], w, 2) for p in parts], 0),
                    torch.cat([_pad_left(p.kv[layer][1], w, 2) for p in parts], 0)))
+        if consume:
+            for p in parts:
+                p.kv[layer] = None
     return Rows(kv, torch.cat([_pad_left(p.mask, w, 1) for p in parts], 0),
                 torch.cat([p.next_pos for p in parts], -2))
 
@@ -215,7 +226,10 @@ class Runner:
         batch = {"input_ids": tokens.view(-1, 1), "attention_mask": mask,
                  **{k: torch.full((n, 1), self.fill.get(k, 0), dtype=torch.long, device=self.device)
                     for k in self.seq_keys}}
-        kw, _ = model_kwargs(self.model, batch, first=False, cache=rows.cache(), position_ids=rows.next_pos)
+        cache = rows.cache()
+        rows.kv = []  # the cache alone holds the tensors: each layer's update frees its old ones
+        kw, _ = model_kwargs(self.model, batch, first=False, cache=cache, position_ids=rows.next_pos)
+        del cache
         cache, logits = self._out(self.model(**kw))
         return Rows(_cache_rows(cache), mask, rows.next_pos + 1), logits
 
@@ -467,7 +481,7 @@ class PoolEngine:
                     new_logits.append(lg[j:j + 1].repeat_interleave(B, 0))
                     new_keys.append((r, 0))
             if new_keys:
-                pool = stack(([pool] if pool is not None else []) + new_rows)
+                pool = stack(([pool] if pool is not None else []) + new_rows, consume=True)
                 logits = torch.cat(([logits] if logits is not None else []) + new_logits)
                 search.add(new_keys)
             self.stats.peak_tokens = max(self.stats.peak_tokens, self._tokens(pool, trees))

@@ -127,8 +127,10 @@ def run(ckpt: str | None, sizes: list[int], max_new: int, depth: int, device: st
         Image.new("RGB", (64, 64), ((37 * i) % 256, (91 * i) % 256, (53 * i) % 256)).save(tmp / f"{i}.png")
     records = [{"id": str(i), "image": f"{i}.png", "question": "Describe the image."} for i in range(n_max)]
     vlm = load_vlm(ckpt, device=device, dtype=dtype)
+    import os
+
     out: dict = {"ckpt": ckpt, "max_new_tokens": max_new, "max_depth": depth, "device": device,
-                 "threads": torch.get_num_threads(), "sizes": {}}
+                 "threads": torch.get_num_threads(), "sizes": {}, "load": os.getloadavg()[0], "cpus": os.cpu_count()}
     for n in sizes:
         res, trees = {}, {}
         for engine in ("reference", "pool"):
@@ -154,7 +156,9 @@ ROWS = (("wall seconds", "seconds", ".2f"), ("candidate sentences", "sentences",
 
 def to_markdown(r: dict) -> str:
     lines = ["## CSR tree generation (`bench/csr_generate.py`)", "",
-             f"Machine: {platform.processor() or platform.machine()}, device {r['device']}, torch threads {r['threads']}. "
+             f"Machine: {platform.processor() or platform.machine()}, {r.get('cpus')} CPUs, load average "
+             f"{r.get('load', float('nan')):.1f} at the start (a shared machine: wall times are noisy), device "
+             f"{r['device']}, torch threads {r['threads']}. "
              f"Tiny kit checkpoint, released rules (5 beams in 5 groups, penalty 3.0, stop at \".\", max_chars 1024, "
              f"pruning 1 best + 2 worst), max_new_tokens {r['max_new_tokens']}, max_depth {r['max_depth']}. "
              "`reference` = `tree.engine: reference` at configs/csr.yaml's bounds (prompt_batch 8, batch_nodes 24); "

@@ -421,7 +421,8 @@ class PoolEngine:
         bpt = _config_bytes_per_token(self.model)
         budget = kv_budget_tokens(cfg.kv_budget, self.model, bpt) if bpt or cfg.kv_budget != "auto" else None
         if budget is not None:
-            log.info("tree.engine pool: KV budget %d tokens (kv_budget %s)", budget, cfg.kv_budget)
+            log.info("tree.engine pool: KV budget %s (kv_budget %s)",
+                     "unbounded" if budget >= 2 ** 40 else f"{budget} tokens", cfg.kv_budget)
         starts: dict[int, Any] = {}
         while waiting or ready or len(search):
             new_rows, new_logits, new_keys = [], [], []

@@ -10,7 +10,11 @@ on the GPU in bf16 by bench/gpu_models.py; nothing is downloaded or read from di
     (`min_new_tokens = max_new_tokens`) so both sides generate exactly the same tokens. New tokens/s
     each and their ratio;
   * csr: `training.csr.generate.TreeGenerator` (5 beams in 5 groups, pruning 1 best + 2 worst) on a
-    few prompts: candidate sentences (nodes)/s and candidate tokens/s;
+    few prompts with `tree.engine: reference`, and on 64 prompts with `tree.engine: pool` (continuous
+    refill, prefix reuse, `kv_budget: auto`): candidate sentences (nodes)/s, candidate tokens/s,
+    forwards per 1,000 sentences, and the hours one 12,856-prompt CSR iteration would take at that rate
+    (released prompt set, ~100 candidate sentences per tree: 5 at depth 1, then 3 kept x 5 per depth
+    over ~6 sentences a caption; docs/multi-gpu.md scales it to 4 and 8 GPUs);
   * dpo: `training.trainers.dpo.build_dpo_trainer` with LoRA (r 128, alpha 256, every language-model
     Linear), gradient checkpointing, reference = adapter off, on random same-length pairs: seconds
     per step after warm-up steps (step end to step end: data, forward, backward, optimizer), peak
@@ -39,6 +43,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 QUESTION = "Describe the image in detail."
+# One CSR iteration on the released prompt set: 12,856 prompts x ~100 candidate sentences per tree.
+ITERATION_SENTENCES = 12_856 * 100
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,7 @@ class Sizes:
     csr_prompts: int = 4
     csr_new_tokens: int = 70
     csr_depth: int = 3
+    csr_pool_prompts: int = 64
     dpo_batch: int = 8
     dpo_warmup: int = 2
     dpo_steps: int = 5
@@ -57,7 +64,7 @@ class Sizes:
     lora_alpha: int = 256
 
 
-TINY = Sizes(eval_batch=2, eval_batches=1, new_tokens=8, csr_prompts=2, csr_new_tokens=6, csr_depth=2,
+TINY = Sizes(eval_batch=2, eval_batches=1, new_tokens=8, csr_prompts=2, csr_new_tokens=6, csr_depth=2, csr_pool_prompts=4,
              dpo_batch=2, dpo_warmup=1, dpo_steps=2, answer_words=8, lora_r=8, lora_alpha=16)
 
 
@@ -154,18 +161,33 @@ def measure_csr(arch, vlm, counter, s: Sizes, images, root, clock, peak) -> list
     # junk filtered after growth (the released rule) and no sibling dedupe: the work done does not
     # depend on what the random weights happen to say
     cfg = TreeConfig(max_new_tokens=s.csr_new_tokens, max_depth=s.csr_depth, stop="sentence_marks", max_chars=None,
-                     batch_nodes=64, prompt_batch=s.csr_prompts, dedupe_siblings=False, junk_filter="after_pruning")
+                     batch_nodes=64, prompt_batch=s.csr_prompts, dedupe_siblings=False, junk_filter="after_pruning",
+                     engine="reference")
     TreeGenerator(vlm, replace(cfg, max_new_tokens=2, max_depth=1), root).generate(records[:1], progress=False)
-    gen = TreeGenerator(vlm, cfg, root)
-    counter.reset()
-    clock.start()
-    trees = gen.generate(records, progress=False)
-    dt = clock.stop()
-    nodes = gen.sentences_generated
-    tokens = sum(len(node.sentence_ids) for t in trees for node in t.nodes[1:])
-    what = f"{s.csr_prompts} prompts, 5 beams, depth {s.csr_depth}, {s.csr_new_tokens} max new"
-    return [_row(arch, f"csr tree nodes ({what})", nodes / dt, "nodes/s", counter.flops, dt, peak, nodes=nodes),
-            _row(arch, "csr tree candidate tokens", tokens / dt, "tok/s", tokens=tokens)]
+    rows = []
+    pool_records = [{"id": str(i), "image": images[i % len(images)], "question": QUESTION} for i in range(s.csr_pool_prompts)]
+    pool_cfg = replace(cfg, engine="pool", batch_nodes=1 << 20, prompt_batch=1 << 20)
+    TreeGenerator(vlm, replace(pool_cfg, max_new_tokens=2, max_depth=1), root).generate(records[:1], progress=False)
+    for label, c, recs in (("csr tree", cfg, records), ("csr pool tree", pool_cfg, pool_records)):
+        gen = TreeGenerator(vlm, c, root)
+        forwards = [0]
+        hook = vlm.model.register_forward_pre_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
+        counter.reset()
+        clock.start()
+        try:
+            trees = gen.generate(recs, progress=False)
+            dt = clock.stop()
+        finally:
+            hook.remove()
+        nodes = gen.sentences_generated
+        tokens = sum(len(node.sentence_ids) for t in trees for node in t.nodes[1:])
+        what = f"{len(recs)} prompts, 5 beams, depth {s.csr_depth}, {s.csr_new_tokens} max new, engine {c.engine}"
+        rows += [_row(arch, f"{label} nodes ({what})", nodes / dt, "nodes/s", counter.flops, dt, peak, nodes=nodes),
+                 _row(arch, f"{label} candidate tokens", tokens / dt, "tok/s", tokens=tokens),
+                 _row(arch, f"{label} forwards per 1,000 sentences", 1000 * forwards[0] / nodes, "fwd", forwards=forwards[0]),
+                 _row(arch, f"{label} est. hours per 12,856-prompt iteration (100 sentences a tree)",
+                      ITERATION_SENTENCES / (nodes / dt) / 3600, "h")]
+    return rows
 
 
 def _pairs(vlm, s: Sizes, images, root: Path) -> Path:

@@ -29,6 +29,10 @@ def test_gpu_sh_tiny_on_cpu(tmp_path):
         mine = {r["figure"].split(" (")[0]: r for r in rows if r["arch"] == arch}
         assert set(mine) == {"model build", "eval evalsuite generate", "eval plain HF generate",
                              "eval evalsuite / plain HF", "csr tree nodes", "csr tree candidate tokens",
+                             "csr tree forwards per 1,000 sentences", "csr tree est. hours per 12,856-prompt iteration",
+                             "csr pool tree nodes", "csr pool tree candidate tokens",
+                             "csr pool tree forwards per 1,000 sentences",
+                             "csr pool tree est. hours per 12,856-prompt iteration",
                              "dpo step", "dpo peak memory allocated"}
         for name in ("eval evalsuite generate", "eval plain HF generate", "csr tree nodes", "dpo step"):
             r = mine[name]
@@ -38,6 +42,8 @@ def test_gpu_sh_tiny_on_cpu(tmp_path):
         assert mine["eval evalsuite generate"]["tokens"] == mine["eval plain HF generate"]["tokens"] == 16
         assert mine["eval evalsuite generate"]["flops"] == mine["eval plain HF generate"]["flops"]
         assert mine["csr tree nodes"]["nodes"] == 40
+        assert mine["csr pool tree nodes"]["nodes"] == 80  # 4 prompts, the same trees' sizes
+        assert mine["csr pool tree forwards per 1,000 sentences"]["value"] < mine["csr tree forwards per 1,000 sentences"]["value"]
         assert mine["dpo peak memory allocated"]["value"] is None  # CPU: not measured, printed n/a
     # LLaVA by hand (tests/unit/test_gpu_figures.py: N_body 74,048, N_head 32,768, N_vis 125,056, 14 prompt
     # positions, 5 patches per image). Eval, 2 rows x 8 tokens: 2*74,048*(2*14 + 2*7) + 2*32,768*16

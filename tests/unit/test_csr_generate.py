@@ -108,7 +108,8 @@ def _tree_signature(trees):
 
 @pytest.mark.parametrize("expander", ["group_beam", "sample"])
 def test_batched_equals_one_at_a_time(vlm, image_root, expander):
-    cfg = dict(expander=expander, max_new_tokens=8, max_depth=3, **({"num_samples": 4} if expander == "sample" else {}))
+    cfg = dict(expander=expander, max_new_tokens=8, max_depth=3, engine="reference",  # pool: test_csr_pool.py
+               **({"num_samples": 4} if expander == "sample" else {}))
     batched = TreeGenerator(vlm, TreeConfig(**cfg, batch_nodes=64, prompt_batch=4), image_root).generate(_records(4))
     single = TreeGenerator(vlm, TreeConfig(**cfg, batch_nodes=1, prompt_batch=1), image_root).generate(_records(4))
     assert _tree_signature(batched) == _tree_signature(single)

@@ -24,6 +24,7 @@ from evalsuite.run_config import EvalConfig
 
 EXPANDERS = ("group_beam", "sample")
 STOP_RULES = ("released", "sentence_marks")
+ENGINES = ("pool", "reference")
 JUNK_FILTERS = ("after_pruning", "before_pruning")
 REWARD_MODES = ("rank", "value")
 LANGUAGE_SCORES = ("beam", "teacher_forced")
@@ -82,6 +83,15 @@ class TreeConfig:
     prompt_batch: prompts whose trees grow together (bounds memory and sets the unit of progress).
     image_aspect: the image preparation the candidates are generated (and LM-scored) from: `crop` (the
       released sampler's HF processor), `pad`, or null = the top-level `image_aspect`.
+    engine: how the group beam search runs; both give the same trees (docs/csr-engine.md).
+      `pool` (default): a continuously refilled pool of rows with prefix reuse and the search on the
+        device (training/csr/pool.py); `prompt_batch` bounds the prompts resident in the pool,
+        `batch_nodes` the nodes searching at once. The sampling expander and families whose cache
+        cannot be cut and stacked run the reference path (said in the log).
+      `reference`: levels in lockstep over `prompt_batch` prompts, chunks of `batch_nodes` nodes, every
+        node prefilled from its prompt (training/csr/search.py).
+    kv_budget: `pool` only: cached tokens the pool may hold (rows x width + kept contexts), or `auto`
+      (half the free CUDA memory; unbounded on CPU).
     A field only the other expander (or stop rule) reads must keep its default: set, it is an error
     naming both fields, since it would otherwise be accepted and ignored.
     """
@@ -109,6 +119,8 @@ class TreeConfig:
     junk_filter: Literal["after_pruning", "before_pruning"] = "after_pruning"
     batch_nodes: int = 32
     prompt_batch: int = 16
+    engine: Literal["pool", "reference"] = "pool"
+    kv_budget: int | str = "auto"
     seed: int = 0
     image_aspect: Literal["crop", "pad"] | None = None
 
@@ -134,6 +146,9 @@ class TreeConfig:
         _check(self.period_id is None or self.period_id >= 0, f"{w}.period_id", "must be a token id or null")
         _check(self.batch_nodes >= 1 and self.prompt_batch >= 1, f"{w}.batch_nodes", "must be >= 1")
         _check(self.image_aspect in (None, "crop", "pad"), f"{w}.image_aspect", "must be crop, pad or null")
+        _check(self.engine in ENGINES, f"{w}.engine", f"{self.engine!r} is not one of {ENGINES}")
+        _check(self.kv_budget == "auto" or (isinstance(self.kv_budget, int) and not isinstance(self.kv_budget, bool)
+                                            and self.kv_budget >= 1), f"{w}.kv_budget", "must be a token count >= 1 or 'auto'")
         for name in ("keep_top", "keep_bottom", "prune_threshold"):
             v = getattr(self, name)
             _check(v is None or v >= 0, f"{w}.{name}", "must be >= 0 or null")
@@ -141,6 +156,7 @@ class TreeConfig:
                                                      "length_penalty"),
                                       "sample": ("num_samples", "temperature", "top_p")})
         _unused(self, w, "stop", {"released": ("period_id",), "sentence_marks": ("sentence_end",)})
+        _unused(self, w, "engine", {"pool": ("kv_budget",)})
 
     @property
     def width(self) -> int:

@@ -150,6 +150,17 @@ class TreeGenerator:
     def generate(self, records: Sequence[dict], progress: bool = True) -> list[Tree]:
         from tqdm.auto import tqdm
 
+        # A subclass that replaces `_expand` (scripted searches in tests) grows its trees level by level.
+        if self.cfg.engine == "pool" and self.cfg.expander == "group_beam" and type(self)._expand is TreeGenerator._expand:
+            from training.csr.pool import PoolEngine
+
+            engine = PoolEngine(self)
+            pooled = engine.generate(records)
+            self.pool_stats = engine.stats  # bench/csr_generate.py reports them
+            if pooled is not None:
+                return pooled
+        elif self.cfg.engine == "pool":
+            log.info("tree.engine pool: the %s expander runs the reference path", self.cfg.expander)
         trees: list[Tree] = []
         step = self.cfg.prompt_batch
         batches = range(0, len(records), step)

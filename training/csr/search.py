@@ -143,17 +143,22 @@ def group_beam_search(model, contexts: Sequence[Sequence[int]], features, spec: 
             acc = (scores + run_score[alive, g, :, None]).reshape(m, S * V)
             top_s, top_i = acc.topk(K, dim=-1)
             beam, token = top_i // V, top_i % V
-            hit = torch.isin(token, stop) | (t + 1 >= T)
+            stopped = torch.isin(token, stop)
+            hit = stopped | (t + 1 >= T)
             seqs = torch.take_along_dim(run_tok[alive, g], beam[..., None], dim=1)
             seqs[:, :, t] = token
             _finish(fin_score, fin_tok, fin_len, fin_set, alive, g, top_s, seqs, hit, open_[alive, g],
                     S, t + 1, spec.length_penalty)
-            keep = (top_s + hit.float() * NEG).topk(S, dim=-1).indices
+            # HF's next beams are the best non-stop candidates, at the last step too (they are what
+            # later groups' diversity penalty sees); on earlier steps `stopped` == `hit`.
+            keep = (top_s + stopped.float() * NEG).topk(S, dim=-1).indices
             run_score[alive, g] = torch.take_along_dim(top_s + hit.float() * NEG, keep, 1)
             src[:, g] = g * S + torch.take_along_dim(beam, keep, 1)
             tok[:, g] = torch.take_along_dim(token, keep, 1)
             run_tok[alive, g] = torch.take_along_dim(seqs, keep[..., None], 1)
-            chosen.scatter_add_(1, tok[:, g], torch.ones((m, S)))
+            # A finished group (HF: beam_hyp done) feeds only the pad token to the penalty.
+            fed = torch.where(open_[alive, g, None], tok[:, g], torch.full_like(tok[:, g], spec.pad_id))
+            chosen.scatter_add_(1, fed, torch.ones((m, S)))
         best_running = run_score[alive, :, 0] / float(t + 1) ** spec.length_penalty
         worst = torch.where(fin_set[alive].all(-1), fin_score[alive].min(-1).values, torch.full((m, G), NEG))
         open_[alive] &= best_running > worst

@@ -1,4 +1,4 @@
-"""CHAIR against the reference scripts' own outputs (../shared/golden/chair/expected/).
+"""CHAIR against the reference scripts' own outputs (tests/data/golden/chair/expected/).
 
 Every per-caption record (mentions, hallucinated, GT, recalled, n_tokens, CHAIRs, CHAIRi) and every
 aggregate count of every variant and caption file must match exactly; the 80-image GT built with

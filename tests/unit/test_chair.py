@@ -228,3 +228,15 @@ def test_scorer_equals_the_reference_pipeline(punkt_dir):
         want = {"index": index, "image_id": image_id, **chair.score_caption(hits, gt[image_id], n_tokens)}
         assert list(rec.items()) == list(want.items()), caption
     assert sum(r["CHAIRs"] for r in records) > 300 and any(r["mentions"] == [] for r in records)
+
+
+def test_run_config_chair_tokenizer_field():
+    """`chair.tokenizer` in a run config: nltk38 by default, nltk310 accepted, anything else one error
+    naming the field (before any model loads)."""
+    from evalsuite.run_config import load_eval_config
+
+    base = ["--ckpt", "/nonexistent/ckpt", "--tasks", "chair", "--data-root", "/nonexistent/data"]
+    assert load_eval_config(base)[0].chair.tokenizer == "nltk38"
+    assert load_eval_config([*base, "chair.tokenizer=nltk310"])[0].chair.tokenizer == "nltk310"
+    with pytest.raises(UserError, match="chair.tokenizer: unknown CHAIR tokenizer 'nltk39'"):
+        load_eval_config([*base, "chair.tokenizer=nltk39"])

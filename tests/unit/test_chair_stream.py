@@ -1,7 +1,7 @@
 """`evalsuite chair` on large inputs: memory does not grow with the number of captions, one huge caption
 is one line (exit 2) without being read whole, NLTK's regex time guard never reaches the user as a
 traceback, and --output never overwrites files the command did not write
-(../shared/docs/findings-reliability-2.md H26-H29, X2; issue 27)."""
+(issue 27; probes H26-H29 and X2 of the second reliability findings)."""
 from __future__ import annotations
 
 import json

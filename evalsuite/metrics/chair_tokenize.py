@@ -2,26 +2,30 @@
 the rules of NLTK <= 3.8 ("nltk38", the default) or of the installed NLTK 3.10 ("nltk310").
 
 Why two: the reference CHAIR scripts and the published tables ran on NLTK <= 3.8 (OPERA pins 3.8.1).
-NLTK 3.9 changed three rules of its Treebank word tokenizer (nltk/tokenize/destructive.py) and two of
-its English Punkt sentence splitter, which changes token counts (Len) on some captions:
+NLTK 3.9 changed three rules of its Treebank word tokenizer (nltk/tokenize/destructive.py), two of its
+Punkt sentence splitter (nltk/tokenize/punkt.py) and the regex engine, which changes token counts (Len)
+on some captions:
 * a stray apostrophe inside a word before a final one-letter part: 3.8 splits it off ("there'a" ->
   there ' a), 3.9+ only splits an apostrophe that starts a word;
 * 3.9+ turns every whitespace run into one space before the clitic rules, so "'s", "n't", "'ll" and a
-  closing "'" followed by a tab or newline are split; 3.8 splits them only before a space;
+  closing "'" followed by a tab or newline are split; 3.8 splits them only before a space (and its
+  apostrophe rule leaves "'t" + "is" to the 'tis rule: "'tis" -> 't is, where 3.9+ gives ' tis);
 * 3.9+ pads figure/en/em dashes and the horizontal bar (U+2012-U+2015) as tokens; 3.8 leaves them inside;
 * 3.9+ Punkt treats the typographic quotes and guillemets as closing punctuation next to a sentence end;
 * 3.9+ runs all these expressions with the `regex` engine under a time limit; 3.8 with the stdlib `re`
   (their Unicode classes differ at the edges).
 "nltk38" is written here from that understanding: NLTK's Punkt algorithm with 3.8's language
 variables and stdlib `re` (`_Punkt38Vars`, `_Punkt38Token`), and our own table of 3.8's Treebank rules
-(`_TREEBANK38`). Checked against NLTK 3.8.1 and 3.10.4 themselves on constructed captions with quotes and
+(`_TREEBANK38_*`). Checked against NLTK 3.8.1 and 3.10.4 themselves on constructed captions with quotes and
 apostrophes in every position: tests/data/chair_tokenizer/ (expected outputs and the script that made
 them), tests/unit/test_chair_tokenize.py.
 
 `word_tokenize(text)` is NLTK's Punkt sentence splitter, then `NLTKWordTokenizer.tokenize` (the
 improved Treebank tokenizer, about 80% of the time: some 25 regex substitutions per sentence) on
-each sentence. Here Punkt is NLTK's own (`sent_tokenize`), and so is the Treebank tokenizer for
-every sentence but the *plain* ones, which are split with `str.replace` and `str.split` instead.
+each sentence. Here Punkt is NLTK's own (`sent_tokenize` for nltk310, NLTK's algorithm with 3.8's
+variables for nltk38), and so is the Treebank tokenizer (`treebank38` for nltk38) for every sentence
+but the *plain* ones, which are split with `str.replace` and `str.split` instead (the same under both
+rule sets: none of the rules that differ can fire on a plain sentence).
 
 A sentence is plain when it is made only of ASCII lowercase letters, digits, the whitespace
 characters " \\t\\n\\r\\f\\v", hyphens, commas and periods, with no "--", every comma followed by
@@ -39,7 +43,7 @@ whitespace, and none of the substrings cannot, gimme, gonna, gotta, lemme, wanna
   whitespace and the regexes' `\\s` agree on the six whitespace characters allowed.
 So the tokens are those of `sentence.replace(",", " , ").replace(".", " . ").split()`. Any other
 sentence (an apostrophe, a quote, a mid-sentence period such as "mr." or "3.5", a capital letter,
-a non-ASCII or control character, ...) goes to NLTK's `NLTKWordTokenizer`. Checked against
+a non-ASCII or control character, ...) goes to the Treebank rules. Checked against
 `nltk.word_tokenize` itself on adversarial and generated text: tests/unit/test_chair_tokenize.py.
 """
 from __future__ import annotations

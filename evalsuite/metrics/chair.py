@@ -182,7 +182,11 @@ class ChairScorer:
     def __init__(self, variant: str = DEFAULT_VARIANT, vocab: ChairVocab | None = None,
                  tokenizer: str | None = None) -> None:
         from evalsuite.metrics import chair_normalize as cn
-        from evalsuite.metrics.chair_tokenize import DEFAULT_TOKENIZER, Tokenizer, get_tokenizer
+        from evalsuite.metrics.chair_tokenize import (
+            DEFAULT_TOKENIZER,
+            Tokenizer,
+            get_tokenizer,
+        )
 
         self.variant = get_variant(variant)
         self.tokenizer = get_tokenizer(tokenizer or DEFAULT_TOKENIZER)

@@ -40,7 +40,7 @@ def iter_caption_lines(path: str | os.PathLike, max_bytes: int = MAX_RECORD_BYTE
 
     path = Path(path)
     try:
-        fh = open(path, "rb")
+        fh = open(path, "rb")  # noqa: SIM115 (closed by the `with` below; opening errors are the user's)
     except FileNotFoundError:
         raise UserError(f"{path}: captions file not found") from None
     except IsADirectoryError:
@@ -176,7 +176,7 @@ class JsonlSink:
         self._fh = None
         self._tmp = None
 
-    def __enter__(self) -> "JsonlSink":
+    def __enter__(self):
         import tempfile
 
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -133,7 +133,12 @@ def treebank38(sentence: str) -> list[str]:
 def _punkt38():
     """NLTK's Punkt sentence splitter with the English tables (punkt_tab) and NLTK <= 3.8's language
     variables: only ASCII quotes and brackets close a sentence, and the stdlib `re` engine."""
-    from nltk.tokenize.punkt import PunktLanguageVars, PunktSentenceTokenizer, PunktToken, PunktTokenizer
+    from nltk.tokenize.punkt import (
+        PunktLanguageVars,
+        PunktSentenceTokenizer,
+        PunktToken,
+        PunktTokenizer,
+    )
 
     class _Punkt38Vars(PunktLanguageVars):
         re_boundary_realignment = re.compile(r"""["')\]}]+?(?:\s+|(?=--)|$)""", re.MULTILINE)

@@ -19,8 +19,7 @@ CAPTIONS = ["A man riding a horse on a beach.", "Two dogs, a cat and a couch in 
 
 def _write(path, n):
     with open(path, "w", encoding="utf-8") as fh:
-        for i in range(n):
-            fh.write(json.dumps({"image_id": 1 + i % 3, "caption": CAPTIONS[i % len(CAPTIONS)]}) + "\n")
+        fh.writelines(json.dumps({"image_id": 1 + i % 3, "caption": CAPTIONS[i % len(CAPTIONS)]}) + "\n" for i in range(n))
     return path
 
 

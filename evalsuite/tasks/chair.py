@@ -2,8 +2,10 @@
 
 Options (`chair:` section of the eval config, `ChairOptions`): split ("val"), prompt ("Please describe
 this image in detail."), n_images (500), seed (the image sample's; null = the run's seed), variant
-("original"), max_new_tokens (null = the run's gen.max_new_tokens; decoding is the run's, greedy by
-default), cache_dir (GT cache; null = ~/.cache/evalsuite/chair_gt), nltk_data, n_boot (1000).
+("original"), tokenizer ("nltk38": NLTK <= 3.8's word rules, as the published numbers were made;
+"nltk310": NLTK 3.9+'s, docs/chair.md), max_new_tokens (null = the run's gen.max_new_tokens; decoding is
+the run's, greedy by default), cache_dir (GT cache; null = ~/.cache/evalsuite/chair_gt), nltk_data,
+n_boot (1000).
 
 GT is built from the split's own COCO annotations (instances + reference captions) with the
 variant's GT normaliser, and cached by the annotation files' content.
@@ -31,6 +33,7 @@ class ChairOptions:
     n_images: int = 500
     seed: int | None = None                 # image sample seed; null = the run's `seed`
     variant: str = "original"               # original | opera | opera_lemma (evalsuite/metrics/chair.py)
+    tokenizer: str = "nltk38"               # nltk38 (reference) | nltk310 (evalsuite/metrics/chair_tokenize.py)
     max_new_tokens: int | None = None       # null = the run's gen.max_new_tokens
     cache_dir: str | None = None            # GT cache dir; null = ~/.cache/evalsuite/chair_gt
     nltk_data: str | None = field(default=None, metadata={"path": "dir"})
@@ -52,6 +55,9 @@ class ChairOptions:
             chair.get_variant(self.variant)
         except UserError as e:
             raise UserError(f"chair.variant: {str(e).split(': ', 1)[-1]}") from None
+        from evalsuite.metrics.chair_tokenize import get_tokenizer
+
+        get_tokenizer(self.tokenizer, "chair.tokenizer")
 
 
 def sample_images(images: list[dict], n: int, seed: int) -> list[dict]:
@@ -92,7 +98,7 @@ class ChairTask:
 
         variant = chair.get_variant(opts.variant)
         nltk_resources.add_data_dir(opts.nltk_data, "chair.nltk_data")
-        scorer = chair.ChairScorer(variant.name)
+        scorer = chair.ChairScorer(variant.name, tokenizer=opts.tokenizer)
         layout = CocoLayout(ctx.data_root, opts.split)
         files = [layout.instances_json, layout.captions_json]
         seed = ctx.gen.seed if opts.seed is None else opts.seed
@@ -100,18 +106,20 @@ class ChairTask:
         if not images:
             raise UserError(f"chair: split {opts.split!r} of {ctx.data_root} has no images")
         gt, gt_meta = chair_io.gt_from_coco(files[:1], files[1:], variant.gt,
-                                            Path(opts.cache_dir) if opts.cache_dir else None)
+                                            Path(opts.cache_dir) if opts.cache_dir else None, opts.tokenizer)
         gen = ctx.gen if opts.max_new_tokens is None else dataclasses.replace(ctx.gen, max_new_tokens=opts.max_new_tokens)
         data = file_fingerprint(files)
         resources = nltk_resources.resource_checksums(scorer.resources)
         identity = {**answer_identity(ctx, data, opts.split, [im["id"] for im in images], opts.prompt, gen),
                     "n_images": opts.n_images, "seed": seed, "variant": variant.name, "n_boot": opts.n_boot,
-                    "nltk": resources}
+                    "tokenizer": opts.tokenizer, "nltk": resources}
         config = {"split": opts.split, "prompt": opts.prompt, "n_images": opts.n_images, "seed": seed,
-                  "limit": ctx.limit, "variant": variant.name, "n_boot": opts.n_boot, "gen": gen.to_dict()}
+                  "limit": ctx.limit, "variant": variant.name, "tokenizer": opts.tokenizer, "n_boot": opts.n_boot,
+                  "gen": gen.to_dict()}
         # answers are keyed by the images' own data (instances), so caption's answers serve chair too
         state = {"images": images, "gen": gen, "data_id": digest(file_fingerprint(files[:1])), "scorer": scorer, "gt": gt,
-                 "extra": {"variant": variant.name, "normalizer": variant.normalizer, "gt_normalizer": variant.gt,
+                 "extra": {"variant": variant.name, "tokenizer": opts.tokenizer, "normalizer": variant.normalizer,
+                           "gt_normalizer": variant.gt,
                            "gt": gt_meta, "nltk_resources": resources},
                  "source": str(layout.captions_json)}
         return Plan(self.name, self.version, identity, config, state)

@@ -1,7 +1,7 @@
 """Golden-test fixtures: an offline NLTK data folder built by evalsuite's own nltk_setup.
 
 It combines the Debian WordNet 3.0 files (`apt-get install -y wordnet-base wordnet-sense-index`)
-with the official tagger + punkt tables in ../shared/golden/nltk_data, exactly as CI does.
+with the official tagger + punkt tables committed in tests/data/golden/nltk_data, exactly as CI does.
 """
 from __future__ import annotations
 
@@ -10,15 +10,12 @@ from pathlib import Path
 
 import pytest
 
-GOLDEN = Path(__file__).resolve().parents[2].parent / "shared" / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 
 
 @pytest.fixture(scope="session")
 def chair_golden() -> Path:
-    path = GOLDEN / "chair"
-    if not path.is_dir():
-        pytest.skip(f"CHAIR reference data {path} not present")
-    return path
+    return GOLDEN / "chair"
 
 
 @pytest.fixture(scope="session")
@@ -31,8 +28,6 @@ def chair_nltk_data(tmp_path_factory) -> Path:
         pytest.skip(f"Debian WordNet files absent in {nltk_setup.DEBIAN_WORDNET} "
                     "(apt-get install -y wordnet-base wordnet-sense-index)")
     src = GOLDEN / "nltk_data"
-    if not src.is_dir():
-        pytest.skip(f"official NLTK tagger/punkt data {src} not present")
     out = nltk_setup.build_nltk_data(tmp_path_factory.mktemp("nltk_data"), tagger_from=src)
     os.environ["NLTK_DATA"] = str(out)  # for subprocesses the tests start
     nltk_resources.add_data_dir(out)

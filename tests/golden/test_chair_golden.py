@@ -1,4 +1,4 @@
-"""CHAIR against the reference scripts' own outputs (../shared/golden/chair/expected/).
+"""CHAIR against the reference scripts' own outputs (tests/data/golden/chair/expected/).
 
 Every per-caption record (mentions, hallucinated, GT, recalled, n_tokens, CHAIRs, CHAIRi) and every
 aggregate count of every variant and caption file must match exactly; the 80-image GT built with
@@ -114,13 +114,15 @@ TRICKY = ['"Hello," she said. "It\'s a dog\'s life."', "They cannot go; gonna wa
 
 
 def test_tokenizer_equals_nltk_word_tokenize(chair_golden, chair_nltk_data):
-    """Every golden caption and reference caption, plus edge cases, token for token (with the
-    official punkt tables; tests/unit/test_chair_tokenize.py runs adversarial text on PyPI's)."""
+    """`chair.tokenizer=nltk310` against the installed NLTK 3.10: every golden caption and reference
+    caption, plus edge cases, token for token (with the official punkt tables; the default nltk38 rules
+    meet NLTK 3.8.1 through the reference outputs above, whose n_tokens 3.8.1 made, and
+    tests/unit/test_chair_tokenize.py)."""
     from nltk import word_tokenize
 
     from evalsuite.metrics.chair_tokenize import Tokenizer
 
     texts = [d["caption"] for p in sorted((chair_golden / "captions").rglob("*.jsonl")) for d in _read_jsonl(p)]
     texts += [a["caption"] for a in json.loads((chair_golden / "coco_val2014_80/captions.json").read_text())["annotations"]]
-    tok = Tokenizer()
+    tok = Tokenizer("nltk310")
     assert [t for t in texts + TRICKY if tok(t) != word_tokenize(t.lower())] == []

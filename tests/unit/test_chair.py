@@ -209,7 +209,9 @@ ODD_CAPTIONS = ["A toilet seat. The seat.", '"hot dog".', "A \u212a dog.", "two 
 def test_scorer_equals_the_reference_pipeline(punkt_dir):
     """`score_captions` equals the reference `caption_to_words` (written out above, on
     `nltk.word_tokenize` itself) through `score_caption`, on 1,500 generated captions full of pairs,
-    toilet/seat and GT hits/misses and on odd ones (quotes, apostrophes, control characters, Unicode)."""
+    toilet/seat and GT hits/misses and on odd ones (quotes, apostrophes, control characters, Unicode).
+    The installed NLTK is 3.10, so the scorer runs with `tokenizer="nltk310"` here; the default nltk38
+    rules are checked against NLTK 3.8.1's output in tests/unit/test_chair_tokenize.py."""
     import random
 
     v = load_vocab()
@@ -220,9 +222,21 @@ def test_scorer_equals_the_reference_pipeline(punkt_dir):
              for _ in range(1500)]
     items += [(i % 5 + 1, c) for i, c in enumerate(ODD_CAPTIONS)]
     gt = {i: frozenset(rng.sample(["person", "dog", "cat", "chair", "toilet", "teddy bear"], i % 4)) for i in range(1, 6)}
-    records = chair.score_captions(chair.ChairScorer("original"), items, gt)
+    records = chair.score_captions(chair.ChairScorer("original", tokenizer="nltk310"), items, gt)
     for index, ((image_id, caption), rec) in enumerate(zip(items, records)):
         hits, n_tokens = _reference_words(caption, v)
         want = {"index": index, "image_id": image_id, **chair.score_caption(hits, gt[image_id], n_tokens)}
         assert list(rec.items()) == list(want.items()), caption
     assert sum(r["CHAIRs"] for r in records) > 300 and any(r["mentions"] == [] for r in records)
+
+
+def test_run_config_chair_tokenizer_field():
+    """`chair.tokenizer` in a run config: nltk38 by default, nltk310 accepted, anything else one error
+    naming the field (before any model loads)."""
+    from evalsuite.run_config import load_eval_config
+
+    base = ["--ckpt", "/nonexistent/ckpt", "--tasks", "chair", "--data-root", "/nonexistent/data"]
+    assert load_eval_config(base)[0].chair.tokenizer == "nltk38"
+    assert load_eval_config([*base, "chair.tokenizer=nltk310"])[0].chair.tokenizer == "nltk310"
+    with pytest.raises(UserError, match="chair.tokenizer: unknown CHAIR tokenizer 'nltk39'"):
+        load_eval_config([*base, "chair.tokenizer=nltk39"])

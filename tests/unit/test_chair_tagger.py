@@ -1,6 +1,6 @@
 """`FastPerceptronTagger` gives exactly `nltk.tag.perceptron.PerceptronTagger.tag`'s tags.
 
-On the official English model (skipped when ../shared/golden/nltk_data is absent): every golden
+On the official English model (tests/data/golden/nltk_data): every golden
 caption, whole and sentence by sentence, the COCO reference captions, seeded shuffles of the
 golden captions' tokens (contexts no caption has) and hand-picked edge cases. On hand-made
 models: a clear win worked out by hand, an exact tie and a case where float order decides.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-GOLDEN = Path(__file__).resolve().parents[2].parent / "shared" / "golden" / "chair"
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden" / "chair"
 
 EDGE_CASES = [
     [],
@@ -50,8 +50,6 @@ def taggers(nltk_models_dir):
 
 
 def _golden_texts() -> list[str]:
-    if not GOLDEN.is_dir():
-        pytest.skip(f"CHAIR reference data {GOLDEN} not present")
     texts = []
     for path in sorted((GOLDEN / "captions").rglob("*.jsonl")):
         texts += [json.loads(line)["caption"] for line in path.read_text().splitlines() if line.strip()]

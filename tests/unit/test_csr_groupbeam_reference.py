@@ -1,0 +1,68 @@
+"""The CSR diverse group beam search (training/csr/search.py) against transformers 4.37.2's own
+`generate(num_beams=5, num_beam_groups=5, diversity_penalty=3.0, num_return_sequences=5, eos_token_id=stop)`,
+the search the released sampler ran (inference_csr/sample.py). The expected ids and `sequences_scores`
+were produced by running 4.37.2 (tests/data/csr_groupbeam/make_reference.py, which also builds the tiny
+random Llamas from seeds, identically under transformers 5: the recorded probe logits check that first)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "csr_groupbeam"
+
+
+def _maker():
+    name = "csr_groupbeam_make_reference"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, DATA / "make_reference.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+def _search_spec(m: dict):
+    from training.csr.search import SearchSpec
+
+    # generate() with pad_token_id None pads (and feeds the Hamming penalty) with the first eos id
+    pad = m["pad"] if m["pad"] is not None else m["stop"]
+    return SearchSpec(num_beams=5, num_groups=5, diversity_penalty=3.0, length_penalty=m["length_penalty"],
+                      max_new_tokens=m["max_new_tokens"], stop_ids=(m["stop"],), pad_id=pad)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return json.loads((DATA / "lms.json").read_text())
+
+
+def test_reference_data_is_broad(reference):
+    """>= 300 prompt x model cases from 4.37.2, groups finishing at many different steps and at the limit."""
+    assert reference["transformers"] == "4.37.2" and len(reference["cases"]) >= 300
+    ends = {len(ids) for c in reference["cases"] for ids in c["ids"]
+            if reference["models"][c["model"]]["stop"] in ids}
+    assert len(ends) >= 15
+    assert any(reference["models"][c["model"]]["stop"] not in ids for c in reference["cases"] for ids in c["ids"])
+
+
+@pytest.mark.parametrize("mi", range(5))
+def test_group_beam_search_equals_transformers_4_37_2(reference, mi):
+    """All prompts of one model in one batched call: every case's 5 candidates equal HF's, in HF's order,
+    scores within 1e-4."""
+    import torch
+
+    from training.csr.search import group_beam_search
+
+    torch.manual_seed(0)
+    mk = _maker()
+    m = reference["models"][mi]
+    model = mk.build_lm(m)
+    assert mk.probe(model, m) == pytest.approx(m["probe_logits"], abs=1e-5), "tiny Llama weights differ from 4.37.2's"
+    cases = [c for c in reference["cases"] if c["model"] == mi]
+    outs = group_beam_search(model, [c["prompt"] for c in cases], [{} for _ in cases], _search_spec(m))
+    bad = [i for i, (c, o) in enumerate(zip(cases, outs))
+           if [list(h.ids) for h in o] != c["ids"] or any(abs(h.score - s) > 1e-4 for h, s in zip(o, c["scores"]))]
+    assert not bad, f"{len(bad)} of {len(cases)} cases differ from transformers 4.37.2, first: {cases[bad[0]]}"

@@ -184,12 +184,12 @@ def generate(vlm: VLM, requests: list[GenRequest], gen: GenConfig, batch_size: i
     answers: list[str] = []
     batches = [b for start in range(0, len(requests), batch_size)
                for b in _same_modality(requests[start:start + batch_size])]
+    suppress = {"suppress_tokens": suppressed_token_ids(vlm)} if gen.suppress_special_tokens else {}
     for batch in tqdm(batches, desc="generate", unit="batch", disable=not progress or len(batches) < 2):
         inputs = encode_batch(vlm, batch)
         with torch.inference_mode():
             out = vlm.model.generate(
-                **inputs, **gen.as_kwargs(), suppress_tokens=suppressed_token_ids(vlm),
-                pad_token_id=vlm.tokenizer.pad_token_id,
+                **inputs, **gen.as_kwargs(), **suppress, pad_token_id=vlm.tokenizer.pad_token_id,
             )
         new = out[:, inputs["input_ids"].shape[1]:]
         answers.extend(t.strip() for t in vlm.tokenizer.batch_decode(new, skip_special_tokens=True))

@@ -137,7 +137,8 @@ class TreeGenerator:
             stops = [period_id(tok, cfg.period_id)]
         else:
             stops = sentence_end_ids(tok, cfg.sentence_end) + [self.eos_id]
-        suppress = [i for i in suppressed_token_ids(vlm) if i != self.eos_id]
+        # Released: nothing suppressed (sample.py's plain generate); ours bans <image>, pad and BOS.
+        suppress = [i for i in suppressed_token_ids(vlm) if i != self.eos_id] if cfg.suppress_special_tokens else []
         pad = tok.pad_token_id if tok.pad_token_id is not None else self.eos_id
         self.pad_id = tok.pad_token_id
         self.image_id = tok.convert_tokens_to_ids(getattr(vlm.processor, "image_token", "<image>"))

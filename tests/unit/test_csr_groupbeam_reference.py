@@ -66,3 +66,48 @@ def test_group_beam_search_equals_transformers_4_37_2(reference, mi):
     bad = [i for i, (c, o) in enumerate(zip(cases, outs))
            if [list(h.ids) for h in o] != c["ids"] or any(abs(h.score - s) > 1e-4 for h, s in zip(o, c["scores"]))]
     assert not bad, f"{len(bad)} of {len(cases)} cases differ from transformers 4.37.2, first: {cases[bad[0]]}"
+
+
+def _by_path(nodes, children, fields):
+    """{path of child positions from the root: fields(node)}: compares trees whatever their node numbering."""
+    out, todo = {}, [((), 0)]
+    while todo:
+        path, i = todo.pop()
+        out[path] = fields(nodes[i])
+        todo.extend((path + (j,), c) for j, c in enumerate(children(i)))
+    return out
+
+
+def test_csr_tree_equals_transformers_4_37_2_driven_node_by_node(tiny_vlm_dir, tmp_path):
+    """The kit's tiny LLaVA, released tree rules (one stop token: a frequent token stands in for ".", which
+    the random model hardly says; EOS final, 5 children kept, 1 best + 2 worst per depth, nothing
+    suppressed; a depth cap of 4 instead of 1024 characters): every node's sentence,
+    beam score, cumulative score, finality and expansion equal those of the tree grown by calling 4.37.2's
+    group beam search once per node (tree.json; its language model driven with the LLaVA's input embeddings)."""
+    from evalsuite.models.vlm import load_vlm
+    from training.csr.config import TreeConfig
+    from training.csr.generate import TreeGenerator
+
+    mk = _maker()
+    ref = json.loads((DATA / "tree.json").read_text())
+    vlm = load_vlm(tiny_vlm_dir, device="cpu")
+    t = ref["tree"]
+    gen = TreeGenerator(vlm, TreeConfig(max_new_tokens=t["max_new_tokens"], max_depth=t["max_depth"], max_chars=None,
+                                        period_id=t["period_id"]), mk.make_images(tmp_path / "images"))
+    assert gen.spec.stop_ids == (t["period_id"],) and gen.spec.pad_id == ref["pad_id"] and gen.spec.suppress_ids == ()
+    trees = gen.generate(ref["records"], progress=False)
+    for tree, want in zip(trees, ref["trees"]):
+        assert tree.prompt_ids == want["prompt_ids"], "the kit's tiny LLaVA or its prompt changed: rerun make_reference.py"
+        ours = _by_path(tree.nodes, lambda i: tree.nodes[i].children,
+                        lambda n: (n.sentence_ids, n.sentence_score, n.lm_score, n.is_final, bool(n.children)))
+        kids = {}
+        for i, n in enumerate(want["nodes"]):
+            if n["parent"] is not None:
+                kids.setdefault(n["parent"], []).append(i)
+        theirs = _by_path(want["nodes"], lambda i: kids.get(i, []),
+                          lambda n: (n["ids"], n.get("sentence_score", 0.0), n["score"], n["final"], n["expanded"]))
+        assert sorted(ours) == sorted(theirs), tree.id
+        for path, (ids, s, lm, final, expanded) in theirs.items():
+            o = ours[path]
+            assert (o[0], o[3], o[4]) == (ids, final, expanded), (tree.id, path)
+            assert o[1] == pytest.approx(s, abs=1e-4) and o[2] == pytest.approx(lm, abs=1e-4), (tree.id, path)

@@ -139,7 +139,9 @@ class TreeGenerator:
             stops = sentence_end_ids(tok, cfg.sentence_end) + [self.eos_id]
         # Released: nothing suppressed (sample.py's plain generate); ours bans <image>, pad and BOS.
         suppress = [i for i in suppressed_token_ids(vlm) if i != self.eos_id] if cfg.suppress_special_tokens else []
-        pad = tok.pad_token_id if tok.pad_token_id is not None else self.eos_id
+        # sample.py passes the tokenizer's pad; generate() falls back to the first eos id (the stop).
+        # The search feeds it to the diversity penalty for groups that are done, so it matters.
+        pad = tok.pad_token_id if tok.pad_token_id is not None else stops[0]
         self.pad_id = tok.pad_token_id
         self.image_id = tok.convert_tokens_to_ids(getattr(vlm.processor, "image_token", "<image>"))
         self.spec = SearchSpec(num_beams=cfg.num_beams, num_groups=cfg.num_beam_groups,

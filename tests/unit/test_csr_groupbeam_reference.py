@@ -25,13 +25,23 @@ def _maker():
     return sys.modules[name]
 
 
-def _search_spec(m: dict):
+def _search_spec(m: dict, search: dict | None = None):
     from training.csr.search import SearchSpec
 
+    search = search or {"num_beams": 5, "num_beam_groups": 5, "diversity_penalty": 3.0}
     # generate() with pad_token_id None pads (and feeds the Hamming penalty) with the first eos id
     pad = m["pad"] if m["pad"] is not None else m["stop"]
-    return SearchSpec(num_beams=5, num_groups=5, diversity_penalty=3.0, length_penalty=m["length_penalty"],
+    return SearchSpec(num_beams=search["num_beams"], num_groups=search["num_beam_groups"],
+                      diversity_penalty=search["diversity_penalty"], length_penalty=m["length_penalty"],
                       max_new_tokens=m["max_new_tokens"], stop_ids=(m["stop"],), pad_id=pad)
+
+
+def _differing(model, m, cases, search=None):
+    from training.csr.search import group_beam_search
+
+    outs = group_beam_search(model, [c["prompt"] for c in cases], [{} for _ in cases], _search_spec(m, search))
+    return [c for c, o in zip(cases, outs)
+            if [list(h.ids) for h in o] != c["ids"] or any(abs(h.score - s) > 1e-4 for h, s in zip(o, c["scores"]))]
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +51,7 @@ def reference():
 
 def test_reference_data_is_broad(reference):
     """>= 300 prompt x model cases from 4.37.2, groups finishing at many different steps and at the limit."""
-    assert reference["transformers"] == "4.37.2" and len(reference["cases"]) >= 300
+    assert reference["transformers"] == "4.37.2" and sum("search" not in c for c in reference["cases"]) >= 300
     ends = {len(ids) for c in reference["cases"] for ids in c["ids"]
             if reference["models"][c["model"]]["stop"] in ids}
     assert len(ends) >= 15
@@ -52,20 +62,28 @@ def test_reference_data_is_broad(reference):
 def test_group_beam_search_equals_transformers_4_37_2(reference, mi):
     """All prompts of one model in one batched call: every case's 5 candidates equal HF's, in HF's order,
     scores within 1e-4."""
-    import torch
-
-    from training.csr.search import group_beam_search
-
-    torch.manual_seed(0)
     mk = _maker()
     m = reference["models"][mi]
     model = mk.build_lm(m)
     assert mk.probe(model, m) == pytest.approx(m["probe_logits"], abs=1e-5), "tiny Llama weights differ from 4.37.2's"
-    cases = [c for c in reference["cases"] if c["model"] == mi]
-    outs = group_beam_search(model, [c["prompt"] for c in cases], [{} for _ in cases], _search_spec(m))
-    bad = [i for i, (c, o) in enumerate(zip(cases, outs))
-           if [list(h.ids) for h in o] != c["ids"] or any(abs(h.score - s) > 1e-4 for h, s in zip(o, c["scores"]))]
-    assert not bad, f"{len(bad)} of {len(cases)} cases differ from transformers 4.37.2, first: {cases[bad[0]]}"
+    cases = [c for c in reference["cases"] if c["model"] == mi and "search" not in c]
+    assert len(cases) == 64
+    bad = _differing(model, m, cases)
+    assert not bad, f"{len(bad)} of {len(cases)} cases differ from transformers 4.37.2, first: {bad[0]}"
+
+
+def test_other_beam_layouts_equal_transformers_4_37_2(reference):
+    """One group of 5 beams (4.37.2's beam_search) and 5 groups of 2 beams: the same scorer with S > 1
+    (its finished-hypothesis heap, done test and output order)."""
+    mk = _maker()
+    other = [c for c in reference["cases"] if "search" in c]
+    assert len(other) >= 96
+    layouts = {(c["model"], json.dumps(c["search"], sort_keys=True)) for c in other}
+    for mi, key in sorted(layouts):
+        m = reference["models"][mi]
+        cases = [c for c in other if c["model"] == mi and json.dumps(c["search"], sort_keys=True) == key]
+        bad = _differing(mk.build_lm(m), m, cases, cases[0]["search"])
+        assert not bad, f"model {mi}, {key}: {len(bad)} of {len(cases)} differ, first: {bad[0]}"
 
 
 def _by_path(nodes, children, fields):

@@ -5,16 +5,20 @@ available), so it lives here. One call expands MANY contexts at once: rows are l
 attention mask and the model's own position ids, and each row carries its prompt's full processor
 output (pixels, image sizes or grids, sequence-aligned type ids: `evalsuite.models.inputs`).
 
-Group beam search follows the released CSR settings on top of HF semantics (the old
-`_group_beam_search` + the current vectorised `_beam_search`), so that with one group it returns
-exactly what `model.generate(num_beams=B, num_return_sequences=B)` returns:
+Group beam search is transformers 4.37.2's (`group_beam_search` + `BeamSearchScorer`, what the released
+sampler ran; tests/unit/test_csr_groupbeam_reference.py compares against it), and with one group it
+returns what `model.generate(num_beams=B, num_return_sequences=B)` returns:
   * per step, groups are processed in order; group g's log-probs are lowered by
-    `diversity_penalty * (how often each token was just chosen by groups < g)` (Hamming diversity);
-  * each group keeps `S = B / G` running beams and `S` finished hypotheses; the top
-    `max(2, 1 + #stop ids) * S` continuations are considered, finished ones score
-    `sum(log p) / len ** length_penalty` (HF `sequences_scores`, penalty deductions included);
-  * a group stops adding hypotheses when no running beam can beat its worst finished one (HF's
-    `early_stopping=False` heuristic); a context stops at that point or at `max_new_tokens`.
+    `diversity_penalty * (how often each token was just fed by groups < g)` (Hamming diversity). A group
+    feeds the tokens its new running beams end in, or the pad token once it is done;
+  * each group keeps `S = B / G` running beams (the S best candidates that are not stops, also at the
+    last step) and `S` finished hypotheses; the top `max(2, 1 + #stop ids) * S` continuations are
+    considered, a stop among the S best finishes one with score `sum(log p) / len ** length_penalty`
+    (HF `sequences_scores`, penalty deductions included);
+  * a group is done when S hypotheses are finished and the best candidate of the step (stops included)
+    cannot beat the worst of them (HF's `early_stopping=False` heuristic); a context stops when all its
+    groups are done, or at `max_new_tokens`, where the running beams of groups not done are offered as
+    hypotheses too. Hypotheses come out best first, equal scores later group first (HF's finalize).
 Finished contexts are dropped from the batch (their cache rows too), so long sentences of one node do
 not keep the others' rows alive.
 """

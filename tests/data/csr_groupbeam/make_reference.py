@@ -39,6 +39,11 @@ MODELS = [
 ]
 PROMPTS_PER_MODEL = 64
 SEARCH = {"num_beams": 5, "num_beam_groups": 5, "diversity_penalty": 3.0}
+# Other beam layouts through the same scorer (S = beams per group > 1: its heap, done test and order),
+# on the first prompts of the first two models.
+OTHER_SEARCHES = [{"num_beams": 5, "num_beam_groups": 1, "diversity_penalty": 0.0},
+                  {"num_beams": 10, "num_beam_groups": 5, "diversity_penalty": 3.0}]
+OTHER_PROMPTS = 24
 
 
 def build_lm(spec: dict):
@@ -87,15 +92,17 @@ def strip(gen_ids: list[int], stop: int) -> list[int]:
     return gen_ids[:gen_ids.index(stop) + 1] if stop in gen_ids else gen_ids
 
 
-def hf_group_beam(model, input_ids=None, inputs_embeds=None, *, stop, pad, max_new_tokens, length_penalty=1.0):
+def hf_group_beam(model, input_ids=None, inputs_embeds=None, *, stop, pad, max_new_tokens, length_penalty=1.0,
+                  search=None):
     import torch
 
     # with inputs_embeds, generate() starts from an empty id tensor that it builds with a bos id (any id)
+    search = search or SEARCH
     kw = {"input_ids": input_ids} if input_ids is not None else {"inputs_embeds": inputs_embeds, "bos_token_id": 0}
     n = (input_ids if input_ids is not None else inputs_embeds).shape[1]
     with torch.no_grad():
         out = model.generate(**kw, attention_mask=torch.ones((1, n), dtype=torch.long), do_sample=False,
-                             **SEARCH, num_return_sequences=5, eos_token_id=stop, pad_token_id=pad,
+                             **search, num_return_sequences=search["num_beams"], eos_token_id=stop, pad_token_id=pad,
                              max_new_tokens=max_new_tokens, length_penalty=length_penalty,
                              output_scores=True, return_dict_in_generate=True)
     skip = n if input_ids is not None else 1  # with inputs_embeds, sequences are that bos id + the new ids
@@ -117,6 +124,13 @@ def cmd_lms(out: Path) -> None:
             seqs, scores = hf_group_beam(model, torch.tensor([ids]), stop=spec["stop"], pad=spec["pad"],
                                          max_new_tokens=spec["max_new_tokens"], length_penalty=spec["length_penalty"])
             cases.append({"model": mi, "prompt": ids, "ids": seqs, "scores": [round(s, 7) for s in scores]})
+        for search in OTHER_SEARCHES if mi < 2 else []:
+            for ids in prompts(spec)[:OTHER_PROMPTS]:
+                seqs, scores = hf_group_beam(model, torch.tensor([ids]), stop=spec["stop"], pad=spec["pad"],
+                                             max_new_tokens=spec["max_new_tokens"],
+                                             length_penalty=spec["length_penalty"], search=search)
+                cases.append({"model": mi, "search": search, "prompt": ids, "ids": seqs,
+                              "scores": [round(s, 7) for s in scores]})
     doc = {"made_by": "tests/data/csr_groupbeam/make_reference.py lms", "transformers": transformers.__version__,
            "torch": torch.__version__, "search": SEARCH, "models": models, "cases": cases}
     out.write_text(json.dumps(doc, separators=(",", ":")) + "\n")

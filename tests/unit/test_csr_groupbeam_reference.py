@@ -60,8 +60,8 @@ def test_reference_data_is_broad(reference):
 
 @pytest.mark.parametrize("mi", range(5))
 def test_group_beam_search_equals_transformers_4_37_2(reference, mi):
-    """All prompts of one model in one batched call: every case's 5 candidates equal HF's, in HF's order,
-    scores within 1e-4."""
+    """All prompts of one model in one batched call (and a few one per call): every case's 5 candidates
+    equal HF's, in HF's order, scores within 1e-4."""
     mk = _maker()
     m = reference["models"][mi]
     model = mk.build_lm(m)
@@ -70,6 +70,8 @@ def test_group_beam_search_equals_transformers_4_37_2(reference, mi):
     assert len(cases) == 64
     bad = _differing(model, m, cases)
     assert not bad, f"{len(bad)} of {len(cases)} cases differ from transformers 4.37.2, first: {bad[0]}"
+    alone = [c for c in cases[:6] if _differing(model, m, [c])]  # one context per call, no left padding
+    assert not alone, alone[0]
 
 
 def test_other_beam_layouts_equal_transformers_4_37_2(reference):

@@ -118,13 +118,13 @@ def test_csr_tree_equals_transformers_4_37_2_driven_node_by_node(tiny_vlm_dir, t
     trees = gen.generate(ref["records"], progress=False)
     for tree, want in zip(trees, ref["trees"]):
         assert tree.prompt_ids == want["prompt_ids"], "the kit's tiny LLaVA or its prompt changed: rerun make_reference.py"
-        ours = _by_path(tree.nodes, lambda i: tree.nodes[i].children,
+        ours = _by_path(tree.nodes, lambda i, nodes=tree.nodes: nodes[i].children,
                         lambda n: (n.sentence_ids, n.sentence_score, n.lm_score, n.is_final, bool(n.children)))
         kids = {}
         for i, n in enumerate(want["nodes"]):
             if n["parent"] is not None:
                 kids.setdefault(n["parent"], []).append(i)
-        theirs = _by_path(want["nodes"], lambda i: kids.get(i, []),
+        theirs = _by_path(want["nodes"], lambda i, kids=kids: kids.get(i, []),
                           lambda n: (n["ids"], n.get("sentence_score", 0.0), n["score"], n["final"], n["expanded"]))
         assert sorted(ours) == sorted(theirs), tree.id
         for path, (ids, s, lm, final, expanded) in theirs.items():

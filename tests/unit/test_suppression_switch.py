@@ -44,12 +44,12 @@ def test_eval_generation_is_plain_generate_unless_switched(vlm, image_root):
     plain = vlm.model.generate(**inputs, max_new_tokens=12, do_sample=False, num_beams=1, pad_token_id=pad)[:, L:]
     banned_out = vlm.model.generate(**inputs, max_new_tokens=12, do_sample=False, num_beams=1, pad_token_id=pad,
                                     suppress_tokens=sorted(banned))[:, L:]
-    text = lambda ids: [t.strip() for t in vlm.tokenizer.batch_decode(ids, skip_special_tokens=True)]  # noqa: E731
+    text = lambda ids: [t.strip() for t in vlm.tokenizer.batch_decode(ids, skip_special_tokens=True)]
     assert generate(vlm, reqs, GenConfig(max_new_tokens=12), batch_size=16, progress=False) == text(plain)
     on = GenConfig(max_new_tokens=12, suppress_special_tokens=True)
     assert generate(vlm, reqs, on, batch_size=16, progress=False) == text(banned_out)
     eos = vlm.tokenizer.eos_token_id
-    before_eos = lambda rows: [set(r[: r.index(eos)] if eos in r else r) & banned for r in rows.tolist()]  # noqa: E731
+    before_eos = lambda rows: [set(r[: r.index(eos)] if eos in r else r) & banned for r in rows.tolist()]
     assert any(before_eos(plain)), "the test needs plain generate to emit a banned token somewhere"
     assert not any(before_eos(banned_out))
 
@@ -60,12 +60,13 @@ def test_eval_switch_is_in_the_identity_and_lmms_kwargs(tmp_path):
     from evalsuite.tasks.caption import answer_identity
 
     class Ctx:
-        inputs = {}
+        def __init__(self):
+            self.inputs = {}
 
         def model_setup(self):
             return {}
 
-    ident = lambda g: answer_identity(Ctx(), {}, "val", [1], "p", g.config(0))  # noqa: E731
+    ident = lambda g: answer_identity(Ctx(), {}, "val", [1], "p", g.config(0))
     assert GenOptions().suppress_special_tokens is False
     assert ident(GenOptions())["gen"]["suppress_special_tokens"] is False
     assert ident(GenOptions(suppress_special_tokens=True))["gen"]["suppress_special_tokens"] is True
@@ -82,7 +83,7 @@ def test_presets_released_off_demo_on():
     import yaml
 
     root = Path(__file__).resolve().parents[2] / "configs"
-    read = lambda name: yaml.safe_load((root / name).read_text())  # noqa: E731
+    read = lambda name: yaml.safe_load((root / name).read_text())
     assert read("csr.yaml")["tree"]["suppress_special_tokens"] is False
     assert read("eval/coco.yaml")["gen"]["suppress_special_tokens"] is False
     for name in ("demo.yaml", "demo_tiny.yaml"):
@@ -102,11 +103,11 @@ def test_tree_search_bans_nothing_unless_switched(vlm, image_root):
 
     banned = set(suppressed_token_ids(vlm)) - {vlm.tokenizer.eos_token_id}
     recs = [{"id": f"p{i}", "image": f"{i}.png", "question": "Describe the image."} for i in range(4)]
-    cfg = dict(max_new_tokens=8, max_depth=1, max_chars=None)
+    cfg = {"max_new_tokens": 8, "max_depth": 1, "max_chars": None}
     released = TreeGenerator(vlm, TreeConfig(**cfg), image_root)
     assert released.spec.suppress_ids == ()
     ours = TreeGenerator(vlm, TreeConfig(**cfg, suppress_special_tokens=True), image_root)
     assert set(ours.spec.suppress_ids) == banned
-    hit = lambda trees: [n.id for t in trees for n in t.nodes if set(n.sentence_ids) & banned]  # noqa: E731
+    hit = lambda trees: [n.id for t in trees for n in t.nodes if set(n.sentence_ids) & banned]
     assert hit(released.generate(recs, progress=False))
     assert not hit(ours.generate(recs, progress=False))

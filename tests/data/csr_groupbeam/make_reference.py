@@ -162,7 +162,6 @@ def cmd_tree_inputs(out: Path) -> None:
     """Project venv: the kit's tiny LLaVA (seed 0, as tests/conftest.py builds it), its language model's
     weights under LlamaForCausalLM names, and per record the prompt ids and the input embeddings the
     LLaVA gives its language model at the prefill (text embeddings with the image features placed)."""
-    import torch
     from safetensors.torch import save_file
 
     from evalsuite.kit.tiny import build_tiny_vlm
@@ -210,7 +209,7 @@ def _check_embeds_path() -> None:
     model = build_lm(spec)
     for ids in prompts(spec)[:8]:
         x = torch.tensor([ids])
-        kw = dict(stop=spec["stop"], pad=spec["pad"], max_new_tokens=spec["max_new_tokens"])
+        kw = {"stop": spec["stop"], "pad": spec["pad"], "max_new_tokens": spec["max_new_tokens"]}
         by_ids = hf_group_beam(model, x, **kw)
         by_emb = hf_group_beam(model, inputs_embeds=model.get_input_embeddings()(x), **kw)
         assert by_ids[0] == by_emb[0] and all(abs(a - b) < 1e-5 for a, b in zip(by_ids[1], by_emb[1])), (ids, by_ids, by_emb)

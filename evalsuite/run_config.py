@@ -44,7 +44,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
 }
 # lmms-eval generation kwargs evalsuite's model understands (evalsuite/adapters/lmms_model.py), with their types
 GEN_KWARGS: dict[str, type] = {"max_new_tokens": int, "temperature": float, "top_p": float, "num_beams": int,
-                               "do_sample": bool, "seed": int, "until": str}
+                               "do_sample": bool, "seed": int, "until": str, "suppress_special_tokens": bool}
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
@@ -62,6 +62,7 @@ class GenOptions:
     temperature: float = 1.0
     top_p: float = 1.0
     num_beams: int = 1
+    suppress_special_tokens: bool = False   # true = ours: no <image>/pad/BOS in answers (false = plain generate)
 
     def __post_init__(self) -> None:
         _at_least("gen.", "max_new_tokens", self.max_new_tokens, 1)
@@ -72,7 +73,8 @@ class GenOptions:
             raise UserError(f"gen.top_p: must be in (0, 1], got {self.top_p}")
 
     def config(self, seed: int) -> GenConfig:
-        return GenConfig(self.max_new_tokens, self.do_sample, self.temperature, self.top_p, self.num_beams, seed)
+        return GenConfig(self.max_new_tokens, self.do_sample, self.temperature, self.top_p, self.num_beams, seed,
+                         suppress_special_tokens=self.suppress_special_tokens)
 
 
 def parse_gen_kwargs(value: str | dict | None, where: str = "lmms.gen_kwargs") -> dict[str, Any]:

@@ -28,6 +28,9 @@ class GenConfig:
     top_p: float = 1.0
     num_beams: int = 1
     seed: int = 0
+    # False = plain `generate` (what lmms-eval's backends and the released code run); True = never
+    # generate the image placeholder, pad or BOS (evalsuite.models.vlm.suppressed_token_ids)
+    suppress_special_tokens: bool = False
 
     def as_kwargs(self) -> dict:
         kw: dict = {"max_new_tokens": self.max_new_tokens, "do_sample": self.do_sample, "num_beams": self.num_beams}

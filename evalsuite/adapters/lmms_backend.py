@@ -184,7 +184,7 @@ def utc_stamp() -> str:
 
 # ------------------------------------------------------------------------------------ the model
 
-GEN_KEYS = {"max_new_tokens", "temperature", "top_p", "num_beams", "do_sample", "seed", "until"}
+GEN_KEYS = {"max_new_tokens", "temperature", "top_p", "num_beams", "do_sample", "seed", "until", "suppress_special_tokens"}
 MODEL_ARGS = ("pretrained", "batch_size", "device", "dtype", "trust_remote_code")
 
 
@@ -200,6 +200,7 @@ def gen_config(gen_kwargs: dict) -> tuple[GenConfig, tuple[str, ...]]:
         max_new_tokens=int(gen_kwargs.get("max_new_tokens", GenConfig.max_new_tokens)),
         do_sample=do_sample, temperature=temperature if do_sample else 1.0, top_p=top_p if do_sample else 1.0,
         num_beams=int(gen_kwargs.get("num_beams", 1) or 1), seed=int(gen_kwargs.get("seed", 0) or 0),
+        suppress_special_tokens=_as_bool(gen_kwargs.get("suppress_special_tokens", False)),
     )
     until = gen_kwargs.get("until") or ()
     return gen, (until,) if isinstance(until, str) else tuple(until)

@@ -156,11 +156,20 @@ def build_prompt(vlm: VLM, question: str, with_image: bool = True) -> str:
     return vlm.inputs.prompt(question, with_image)
 
 
+def placeholder_token_ids(vlm: VLM) -> list[int]:
+    """The image / video placeholder tokens: text that holds one cannot be fed back to the model (its
+    count must equal the features'), so a context that is re-encoded (the CSR tree) never contains one."""
+    cfg, proc = vlm.model.config, vlm.processor
+    ids = {getattr(cfg, "image_token_id", None), getattr(cfg, "image_token_index", None),
+           getattr(cfg, "video_token_id", None), getattr(proc, "image_token_id", None),
+           getattr(proc, "video_token_id", None)}
+    return sorted(i for i in ids if isinstance(i, int))
+
+
 def suppressed_token_ids(vlm: VLM) -> list[int]:
     """Tokens a generated answer must never contain: the image placeholder, pad and bos (never an EOS)."""
-    tok, cfg = vlm.tokenizer, vlm.model.config
-    ids = {getattr(cfg, "image_token_id", None), getattr(cfg, "image_token_index", None),
-           getattr(vlm.processor, "image_token_id", None), tok.pad_token_id, tok.bos_token_id}
+    tok = vlm.tokenizer
+    ids = set(placeholder_token_ids(vlm)) | {tok.pad_token_id, tok.bos_token_id}
     eos = getattr(vlm.model.generation_config, "eos_token_id", None)
     eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) | {tok.eos_token_id}
     return sorted(i for i in ids if i is not None and i not in eos)
@@ -184,12 +193,12 @@ def generate(vlm: VLM, requests: list[GenRequest], gen: GenConfig, batch_size: i
     answers: list[str] = []
     batches = [b for start in range(0, len(requests), batch_size)
                for b in _same_modality(requests[start:start + batch_size])]
+    suppress = {"suppress_tokens": suppressed_token_ids(vlm)} if gen.suppress_special_tokens else {}
     for batch in tqdm(batches, desc="generate", unit="batch", disable=not progress or len(batches) < 2):
         inputs = encode_batch(vlm, batch)
         with torch.inference_mode():
             out = vlm.model.generate(
-                **inputs, **gen.as_kwargs(), suppress_tokens=suppressed_token_ids(vlm),
-                pad_token_id=vlm.tokenizer.pad_token_id,
+                **inputs, **gen.as_kwargs(), **suppress, pad_token_id=vlm.tokenizer.pad_token_id,
             )
         new = out[:, inputs["input_ids"].shape[1]:]
         answers.extend(t.strip() for t in vlm.tokenizer.batch_decode(new, skip_special_tokens=True))

@@ -119,9 +119,9 @@ def test_batched_equals_one_at_a_time(vlm, image_root, expander):
 
 @pytest.fixture(scope="module")
 def trees(vlm, image_root):
-    """Our rule (`stop: sentence_marks`, token/depth caps, dedupe, filter before pruning)."""
+    """Our rule (`stop: sentence_marks`, token/depth caps, dedupe, filter before pruning, suppression)."""
     cfg = TreeConfig(max_new_tokens=10, max_depth=4, max_response_tokens=30, max_chars=None, stop="sentence_marks",
-                     dedupe_siblings=True, junk_filter="before_pruning")
+                     dedupe_siblings=True, junk_filter="before_pruning", suppress_special_tokens=True)
     return TreeGenerator(vlm, cfg, image_root).generate(_records(6), progress=False)
 
 

@@ -78,6 +78,10 @@ class TreeConfig:
     dedupe_siblings: drop exact-duplicate sibling sentences (released: kept, always `num_beams` children).
     junk_filter: `after_pruning` (released: junk and too-short sentences are dropped, with their
       subtrees, once the tree is grown, so they can hold a pruning slot) or `before_pruning` (ours).
+    suppress_special_tokens: false (released: the search may emit any token of the released vocabulary;
+      an HF checkpoint's image/video placeholder is still never generated, since a context holding one
+      cannot be fed back and the released LLaVA's image index lies outside its vocabulary) or true (ours:
+      pad and BOS are banned too; `evalsuite.models.vlm.suppressed_token_ids`).
     min_sentence_chars: shorter new sentences are dropped with their subtree (docs/csr-method.md §3.2(b)).
     batch_nodes: nodes expanded in one batched forward (rows = nodes x beams); 1 = one-at-a-time.
     prompt_batch: prompts whose trees grow together (bounds memory and sets the unit of progress).
@@ -117,6 +121,7 @@ class TreeConfig:
     min_sentence_chars: int = 4
     dedupe_siblings: bool = False
     junk_filter: Literal["after_pruning", "before_pruning"] = "after_pruning"
+    suppress_special_tokens: bool = False
     batch_nodes: int = 32
     prompt_batch: int = 16
     engine: Literal["pool", "reference"] = "pool"

@@ -127,7 +127,7 @@ class TreeGenerator:
     """Grows trees for prompt records {id, image, question} with one loaded `evalsuite` VLM."""
 
     def __init__(self, vlm, cfg: TreeConfig, image_root: str | Path):
-        from evalsuite.models.vlm import suppressed_token_ids
+        from evalsuite.models.vlm import placeholder_token_ids, suppressed_token_ids
         from training.csr.search import SearchSpec
 
         self.vlm, self.cfg, self.image_root = vlm, cfg, Path(image_root)
@@ -137,8 +137,15 @@ class TreeGenerator:
             stops = [period_id(tok, cfg.period_id)]
         else:
             stops = sentence_end_ids(tok, cfg.sentence_end) + [self.eos_id]
-        suppress = [i for i in suppressed_token_ids(vlm) if i != self.eos_id]
-        pad = tok.pad_token_id if tok.pad_token_id is not None else self.eos_id
+        # Released: nothing suppressed (sample.py's plain generate); ours bans <image>, pad and BOS. The
+        # image/video placeholders are banned either way: a child's context is fed back to the model, which
+        # refuses a placeholder without its features, and the released LLaVA cannot emit one (its image
+        # index -200 lies outside the vocabulary; HF checkpoints add it as a token).
+        banned = suppressed_token_ids(vlm) if cfg.suppress_special_tokens else placeholder_token_ids(vlm)
+        suppress = [i for i in banned if i != self.eos_id]
+        # sample.py passes the tokenizer's pad; generate() falls back to the first eos id (the stop).
+        # The search feeds it to the diversity penalty for groups that are done, so it matters.
+        pad = tok.pad_token_id if tok.pad_token_id is not None else stops[0]
         self.pad_id = tok.pad_token_id
         self.image_id = tok.convert_tokens_to_ids(getattr(vlm.processor, "image_token", "<image>"))
         self.spec = SearchSpec(num_beams=cfg.num_beams, num_groups=cfg.num_beam_groups,

@@ -33,6 +33,7 @@ from typing import Any, Sequence
 import torch
 
 from training.csr.search import NEG, Hyp, SearchSpec
+from training.csr.search import _collect as search_collect
 
 log = logging.getLogger(__name__)
 
@@ -254,6 +255,7 @@ class Search:
         self.run_score, self.run_tok = z(0, G, S), z(0, G, S, T, dtype=torch.long)
         self.fin_score, self.fin_tok = z(0, G, S), z(0, G, S, T, dtype=torch.long)
         self.fin_len, self.fin_set = z(0, G, S, dtype=torch.long), z(0, G, S, dtype=torch.bool)
+        self.fin_ord = z(0, G, S, dtype=torch.long)
         self.open_ = z(0, G, dtype=torch.bool)
 
     def __len__(self) -> int:
@@ -271,10 +273,11 @@ class Search:
         self.fin_tok = torch.cat([self.fin_tok, torch.zeros((m, G, S, T), dtype=torch.long, device=d)])
         self.fin_len = torch.cat([self.fin_len, torch.zeros((m, G, S), dtype=torch.long, device=d)])
         self.fin_set = torch.cat([self.fin_set, torch.zeros((m, G, S), dtype=torch.bool, device=d)])
+        self.fin_ord = torch.cat([self.fin_ord, torch.zeros((m, G, S), dtype=torch.long, device=d)])
         self.open_ = torch.cat([self.open_, torch.ones((m, G), dtype=torch.bool, device=d)])
 
     def _keep(self, idx: torch.Tensor) -> None:
-        for name in ("t", "run_score", "run_tok", "fin_score", "fin_tok", "fin_len", "fin_set", "open_"):
+        for name in ("t", "run_score", "run_tok", "fin_score", "fin_tok", "fin_len", "fin_set", "fin_ord", "open_"):
             setattr(self, name, getattr(self, name).index_select(0, idx))
 
     def step(self, logits: torch.Tensor) -> tuple[list[tuple[Any, list[Hyp]]], torch.Tensor, torch.Tensor]:
@@ -293,6 +296,7 @@ class Search:
         chosen = torch.zeros((m, V), device=self.device)
         src = torch.zeros((m, G, S), dtype=torch.long, device=self.device)
         tok = torch.zeros((m, G, S), dtype=torch.long, device=self.device)
+        order0 = t * K
         for g in range(G):
             scores = lp[:, g]
             if spec.diversity_penalty and g:
@@ -300,22 +304,29 @@ class Search:
             acc = (scores + self.run_score[:, g, :, None]).reshape(m, S * V)
             top_s, top_i = acc.topk(K, dim=-1)
             beam, token = top_i // V, top_i % V
-            stopped = torch.isin(token, self.stop)
-            hit = stopped | last[:, None]
+            is_stop = torch.isin(token, self.stop)
             seqs = torch.take_along_dim(self.run_tok[:, g], beam[..., None], dim=1)
             seqs[ar, :, t] = token
-            self._finish(g, top_s, seqs, hit, length)
-            keep = (top_s + stopped.float() * NEG).topk(S, dim=-1).indices
-            self.run_score[:, g] = torch.take_along_dim(top_s + hit.float() * NEG, keep, 1)
+            open_g = self.open_[:, g].clone()
+            # the rules of search.group_beam_search, step for step (its comments say why)
+            self._finish(g, top_s, seqs, is_stop & (torch.arange(K, device=self.device) < S), open_g,
+                         length, order0)
+            keep = torch.argsort(is_stop.to(torch.int8), dim=1, stable=True)[:, :S]
+            self.run_score[:, g] = torch.take_along_dim(top_s, keep, 1)
             src[:, g] = g * S + torch.take_along_dim(beam, keep, 1)
             tok[:, g] = torch.take_along_dim(token, keep, 1)
             self.run_tok[:, g] = torch.take_along_dim(seqs, keep[..., None], 1)
-            fed = torch.where(self.open_[:, g, None], tok[:, g], torch.full_like(tok[:, g], spec.pad_id))
+            fed = torch.where(open_g[:, None], tok[:, g], torch.full_like(tok[:, g], spec.pad_id))
             chosen.scatter_add_(1, fed, torch.ones((m, S), device=self.device))
-        denom = (length ** spec.length_penalty).float()
-        best_running = self.run_score[:, :, 0] / denom[:, None]
-        worst = torch.where(self.fin_set.all(-1), self.fin_score.min(-1).values, torch.full((m, G), NEG, device=self.device))
-        self.open_ &= best_running > worst
+            full = self.fin_set[:, g].all(-1)
+            best = top_s[:, 0] / (length ** spec.length_penalty).float()
+            self.open_[:, g] = open_g & ~(full & (self.fin_score[:, g].min(-1).values >= best))
+        if bool(self.stats.host(last.any())):
+            # the length limit: the running beams of open groups become hypotheses too (nodes at T only)
+            every = last[:, None].expand(m, S)
+            for g in range(G):
+                self._finish(g, self.run_score[:, g], self.run_tok[:, g], every, self.open_[:, g].clone(),
+                             length, torch.full_like(t, T * K))
         still = self.open_.any(-1) & ~last
         self.t = t + 1
         still_h = self.stats.host(still)
@@ -325,8 +336,9 @@ class Search:
             sc = self.stats.host(self.fin_score[done])
             ln = self.stats.host(self.fin_len[done])
             tk = self.stats.host(self.fin_tok[done])
+            od = self.stats.host(self.fin_ord[done])
             for j, i in enumerate((~still_h).nonzero().squeeze(1).tolist()):
-                ended.append((self.keys[i], _collect(sc[j], tk[j], ln[j])))
+                ended.append((self.keys[i], search_collect(sc[j], tk[j], ln[j], od[j])))
         keep_nodes = still.nonzero().squeeze(1)
         rows = (keep_nodes[:, None] * B + src[keep_nodes].view(-1, B)).reshape(-1)
         toks = tok[keep_nodes].reshape(-1)
@@ -336,32 +348,24 @@ class Search:
         self.stats.steps += 1
         return ended, rows, toks
 
-    def _finish(self, g, top_s, seqs, hit, length) -> None:
-        """`search._finish` with a per-node length."""
+    def _finish(self, g, top_s, seqs, hit, open_g, length, order0) -> None:
+        """`search._finish` with a per-node length and insertion order."""
         S = self.S
         m, K = top_s.shape
-        first = torch.zeros(K, dtype=torch.bool, device=self.device)
-        first[:S] = True
-        ok = hit & first[None, :] & self.open_[:, g, None]
+        ok = hit & open_g[:, None]
         denom = (length ** self.spec.length_penalty).float()
         cand = torch.where(ok, top_s / denom[:, None], torch.full_like(top_s, NEG))
         merged_s = torch.cat([self.fin_score[:, g], cand], 1)
         merged_t = torch.cat([self.fin_tok[:, g], seqs], 1)
         merged_l = torch.cat([self.fin_len[:, g], length.long()[:, None].expand(m, K)], 1)
         merged_f = torch.cat([self.fin_set[:, g], ok], 1)
-        idx = merged_s.topk(S, dim=-1).indices
+        merged_o = torch.cat([self.fin_ord[:, g], order0[:, None] + torch.arange(K, device=self.device)], 1)
+        idx = torch.sort(merged_s, dim=-1, descending=True, stable=True).indices[:, :S]
         self.fin_score[:, g] = torch.take_along_dim(merged_s, idx, 1)
         self.fin_tok[:, g] = torch.take_along_dim(merged_t, idx[..., None], 1)
         self.fin_len[:, g] = torch.take_along_dim(merged_l, idx, 1)
         self.fin_set[:, g] = torch.take_along_dim(merged_f, idx, 1)
-
-
-def _collect(score: torch.Tensor, toks: torch.Tensor, lens: torch.Tensor) -> list[Hyp]:
-    G, S = score.shape
-    hyps = [Hyp(tuple(toks[g, s, :lens[g, s]].tolist()), float(score[g, s]), g)
-            for g in range(G) for s in range(S) if score[g, s] > NEG / 2]
-    return sorted(hyps, key=lambda h: -h.score)
-
+        self.fin_ord[:, g] = torch.take_along_dim(merged_o, idx, 1)
 
 # ------------------------------------------------------------------ the tree driver
 @dataclass

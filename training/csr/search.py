@@ -5,16 +5,20 @@ available), so it lives here. One call expands MANY contexts at once: rows are l
 attention mask and the model's own position ids, and each row carries its prompt's full processor
 output (pixels, image sizes or grids, sequence-aligned type ids: `evalsuite.models.inputs`).
 
-Group beam search follows the released CSR settings on top of HF semantics (the old
-`_group_beam_search` + the current vectorised `_beam_search`), so that with one group it returns
-exactly what `model.generate(num_beams=B, num_return_sequences=B)` returns:
+Group beam search is transformers 4.37.2's (`group_beam_search` + `BeamSearchScorer`, what the released
+sampler ran; tests/unit/test_csr_groupbeam_reference.py compares against it), and with one group it
+returns what `model.generate(num_beams=B, num_return_sequences=B)` returns:
   * per step, groups are processed in order; group g's log-probs are lowered by
-    `diversity_penalty * (how often each token was just chosen by groups < g)` (Hamming diversity);
-  * each group keeps `S = B / G` running beams and `S` finished hypotheses; the top
-    `max(2, 1 + #stop ids) * S` continuations are considered, finished ones score
-    `sum(log p) / len ** length_penalty` (HF `sequences_scores`, penalty deductions included);
-  * a group stops adding hypotheses when no running beam can beat its worst finished one (HF's
-    `early_stopping=False` heuristic); a context stops at that point or at `max_new_tokens`.
+    `diversity_penalty * (how often each token was just fed by groups < g)` (Hamming diversity). A group
+    feeds the tokens its new running beams end in, or the pad token once it is done;
+  * each group keeps `S = B / G` running beams (the S best candidates that are not stops, also at the
+    last step) and `S` finished hypotheses; the top `max(2, 1 + #stop ids) * S` continuations are
+    considered, a stop among the S best finishes one with score `sum(log p) / len ** length_penalty`
+    (HF `sequences_scores`, penalty deductions included);
+  * a group is done when S hypotheses are finished and the best candidate of the step (stops included)
+    cannot beat the worst of them (HF's `early_stopping=False` heuristic); a context stops when all its
+    groups are done, or at `max_new_tokens`, where the running beams of groups not done are offered as
+    hypotheses too. Hypotheses come out best first, equal scores later group first (HF's finalize).
 Finished contexts are dropped from the batch (their cache rows too), so long sentences of one node do
 not keep the others' rows alive.
 """
@@ -127,8 +131,10 @@ def group_beam_search(model, contexts: Sequence[Sequence[int]], features, spec: 
     fin_tok = torch.zeros((n, G, S, T), dtype=torch.long)
     fin_len = torch.zeros((n, G, S), dtype=torch.long)
     fin_set = torch.zeros((n, G, S), dtype=torch.bool)
-    open_ = torch.ones((n, G), dtype=torch.bool)  # HF: is_early_stop_heuristic_unsatisfied
+    fin_ord = torch.zeros((n, G, S), dtype=torch.long)  # insertion order (finalize's order among equal scores)
+    open_ = torch.ones((n, G), dtype=torch.bool)  # HF: the group is not done
     alive = torch.arange(n)  # contexts whose rows are still in `batch`
+    fin = (fin_score, fin_tok, fin_len, fin_set, fin_ord)
     for t in range(T):
         m = len(alive)
         lp = _log_probs(batch.logits, suppress).view(m, G, S, -1).cpu()
@@ -143,59 +149,74 @@ def group_beam_search(model, contexts: Sequence[Sequence[int]], features, spec: 
             acc = (scores + run_score[alive, g, :, None]).reshape(m, S * V)
             top_s, top_i = acc.topk(K, dim=-1)
             beam, token = top_i // V, top_i % V
-            stopped = torch.isin(token, stop)
-            hit = stopped | (t + 1 >= T)
+            is_stop = torch.isin(token, stop)
             seqs = torch.take_along_dim(run_tok[alive, g], beam[..., None], dim=1)
             seqs[:, :, t] = token
-            _finish(fin_score, fin_tok, fin_len, fin_set, alive, g, top_s, seqs, hit, open_[alive, g],
-                    S, t + 1, spec.length_penalty)
-            # HF's next beams are the best non-stop candidates, at the last step too (they are what
-            # later groups' diversity penalty sees); on earlier steps `stopped` == `hit`.
-            keep = (top_s + stopped.float() * NEG).topk(S, dim=-1).indices
-            run_score[alive, g] = torch.take_along_dim(top_s + hit.float() * NEG, keep, 1)
+            open_g = open_[alive, g]
+            # A stop among the S best candidates finishes a hypothesis (only while the group is open).
+            _finish(fin, alive, g, top_s, seqs, is_stop & (torch.arange(K) < S), open_g, t + 1,
+                    spec.length_penalty, t * K)
+            # The running beams are the S best candidates that are not stops, in rank order (also at
+            # the last step: HF's BeamSearchScorer.process picks them before the length limit applies).
+            keep = torch.argsort(is_stop.to(torch.int8), dim=1, stable=True)[:, :S]
+            run_score[alive, g] = torch.take_along_dim(top_s, keep, 1)
             src[:, g] = g * S + torch.take_along_dim(beam, keep, 1)
             tok[:, g] = torch.take_along_dim(token, keep, 1)
             run_tok[alive, g] = torch.take_along_dim(seqs, keep[..., None], 1)
-            # A finished group (HF: beam_hyp done) feeds only the pad token to the penalty.
-            fed = torch.where(open_[alive, g, None], tok[:, g], torch.full_like(tok[:, g], spec.pad_id))
+            # A group that was done before this step feeds its pad token to later groups' penalty,
+            # as HF's group beam search does (its scorer returns pads for a done group).
+            fed = torch.where(open_g[:, None], tok[:, g], torch.full_like(tok[:, g], spec.pad_id))
             chosen.scatter_add_(1, fed, torch.ones((m, S)))
-        best_running = run_score[alive, :, 0] / float(t + 1) ** spec.length_penalty
-        worst = torch.where(fin_set[alive].all(-1), fin_score[alive].min(-1).values, torch.full((m, G), NEG))
-        open_[alive] &= best_running > worst
-        still = open_[alive].any(-1) if t + 1 < T else torch.zeros(m, dtype=torch.bool)
+            # HF's early-stop heuristic (early_stopping=False): done once S hypotheses are finished and
+            # the best candidate of this step (stops included) cannot beat the worst of them.
+            full = fin_set[alive, g].all(-1)
+            best = top_s[:, 0] / float(t + 1) ** spec.length_penalty
+            open_[alive, g] = open_g & ~(full & (fin_score[alive, g].min(-1).values >= best))
+        if t + 1 >= T:
+            # HF's finalize at the length limit: the running beams of groups not done are hypotheses too.
+            every = torch.ones((m, S), dtype=torch.bool)
+            for g in range(G):
+                _finish(fin, alive, g, run_score[alive, g], run_tok[alive, g], every, open_[alive, g], T,
+                        spec.length_penalty, T * K)
+            break
+        still = open_[alive].any(-1)
         if not still.any():
             break
         rows = (torch.arange(m)[:, None] * B + src.view(m, B))[still].reshape(-1)
         batch.step(rows, tok.view(m, B)[still].reshape(-1))
         alive = alive[still]
-    return [_collect(fin_score[i], fin_tok[i], fin_len[i]) for i in range(n)]
+    return [_collect(fin_score[i], fin_tok[i], fin_len[i], fin_ord[i]) for i in range(n)]
 
 
-def _finish(fin_score, fin_tok, fin_len, fin_set, alive, g, top_s, seqs, hit, open_g, S, length, lp_pow):
-    """Merge this step's finished candidates of group g into its S best hypotheses (HF semantics:
-    only the top S continuations may finish, and only while the group is still open)."""
+def _finish(fin, alive, g, top_s, seqs, hit, open_g, length, lp_pow, order0):
+    """Merge the candidates `hit` (rank order) of group g into its S best finished hypotheses, while
+    the group is open; score = sum(log p) / length ** lp_pow (HF's BeamHypotheses.add). A candidate
+    equal to the worst kept one does not replace it (HF adds only a strictly better one)."""
+    fin_score, fin_tok, fin_len, fin_set, fin_ord = fin
     m, K = top_s.shape
-    first = torch.zeros(K, dtype=torch.bool)
-    first[:S] = True
-    ok = hit & first[None, :] & open_g[:, None]
+    S = fin_score.shape[-1]
+    ok = hit & open_g[:, None]
     cand = torch.where(ok, top_s / float(length) ** lp_pow, torch.full_like(top_s, NEG))
     merged_s = torch.cat([fin_score[alive, g], cand], 1)
     merged_t = torch.cat([fin_tok[alive, g], seqs], 1)
     merged_l = torch.cat([fin_len[alive, g], torch.full((m, K), length, dtype=torch.long)], 1)
     merged_f = torch.cat([fin_set[alive, g], ok], 1)
-    idx = merged_s.topk(S, dim=-1).indices
+    merged_o = torch.cat([fin_ord[alive, g], (order0 + torch.arange(K)).expand(m, K)], 1)
+    idx = torch.sort(merged_s, dim=-1, descending=True, stable=True).indices[:, :S]
     fin_score[alive, g] = torch.take_along_dim(merged_s, idx, 1)
     fin_tok[alive, g] = torch.take_along_dim(merged_t, idx[..., None], 1)
     fin_len[alive, g] = torch.take_along_dim(merged_l, idx, 1)
     fin_set[alive, g] = torch.take_along_dim(merged_f, idx, 1)
+    fin_ord[alive, g] = torch.take_along_dim(merged_o, idx, 1)
 
 
-def _collect(score: torch.Tensor, toks: torch.Tensor, lens: torch.Tensor) -> list[Hyp]:
+def _collect(score: torch.Tensor, toks: torch.Tensor, lens: torch.Tensor, order: torch.Tensor) -> list[Hyp]:
     G, S = score.shape
-    hyps = [Hyp(tuple(toks[g, s, :lens[g, s]].tolist()), float(score[g, s]), g)
-            for g in range(G) for s in range(S) if score[g, s] > NEG / 2]
-    # Stable sort: equal scores keep group order, as HF's finalize does.
-    return sorted(hyps, key=lambda h: -h.score)
+    live = [(g, s) for g in range(G) for s in range(S) if score[g, s] > NEG / 2]
+    # HF's finalize sorts (group, insertion order) ascending by score and pops from the end: best
+    # first, and among equal scores the later group / later insertion first.
+    live.sort(key=lambda gs: (-float(score[gs]), -gs[0], -int(order[gs])))
+    return [Hyp(tuple(toks[g, s, :lens[g, s]].tolist()), float(score[g, s]), g) for g, s in live]
 
 
 def row_seed(seed: int, key: str) -> int:

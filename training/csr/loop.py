@@ -181,6 +181,11 @@ def stage_pairs(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> 
     with open(d / "scores.jsonl") as fh:
         scores = [json.loads(x) for x in fh if x.strip()]
     pairs, skipped = build_pairs(trees, scores, models.vlm(ckpt).tokenizer, cfg.reward, cfg.pairs)
+    if not pairs:  # said here, in words, not as the store's "computed from 0 samples"
+        from evalsuite.errors import RunFailure
+        from training.csr.pairs import no_pairs_message
+
+        raise RunFailure(no_pairs_message(t, trees, scores, skipped, cfg.reward))
     add_relevance(pairs, models.scorer(), cfg.image_root)
     pairs_path = write_pair_files(d, pairs)
     result = pair_stats(pairs, skipped, cfg.reward, config={"iteration": t, "generator": str(ckpt)})

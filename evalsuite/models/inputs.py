@@ -52,6 +52,17 @@ FAMILIES: dict[str, Family] = {
     # "<image>" + prefix; the processor inserts <bos> after the image tokens and ends the prefix with "\n"
     # (transformers' PaliGemmaProcessor, big_vision's prefix-LM format); the answer is the suffix + <eos>.
     "PaliGemmaProcessor": Family(prompt_format="paligemma", response_type_ids=1),
+    # BLIP-2's model cards prompt VQA as "Question: {q} Answer:"; InstructBLIP's cards pass the instruction
+    # as is. Both processors put the query-token image block before the text themselves.
+    "Blip2Processor": Family(prompt_format="blip2"),
+    "InstructBlipProcessor": Family(prompt_format="instructblip"),
+}
+# Template-less prompt formats: the text around the question ({image} = the processor's image token, for
+# processors that expand a placeholder in the text), and whether the answer follows after a space.
+PLAIN_FORMATS: dict[str, tuple[str, str]] = {
+    "paligemma": ("{image}{question}", ""),
+    "blip2": ("Question: {question} Answer:", " "),
+    "instructblip": ("{question}", " "),
 }
 
 
@@ -181,16 +192,17 @@ class ModelInputs:
 
     def prompt(self, question: str, with_image: bool = True) -> str:
         """The text handed to the processor for one question (the prompt actually sent)."""
-        if self.prompt_format == "paligemma":
-            return (self.image_token if with_image else "") + question
+        if self.prompt_format in PLAIN_FORMATS:
+            head = PLAIN_FORMATS[self.prompt_format][0]
+            return head.replace("{image}", self.image_token if with_image else "").replace("{question}", question)
         return self.render(self._messages(question, with_image), True)
 
     def completion(self, question: str, answer: str, with_image: bool = True) -> tuple[str, str]:
         """(prompt text, completion text): the completion is what the format renders after the prompt, without
         the whitespace a template puts after the last turn (see `end_of_turn`)."""
         prompt = self.prompt(question, with_image)
-        if self.prompt_format == "paligemma":
-            return prompt, answer  # the suffix; the collator ends it with EOS
+        if self.prompt_format in PLAIN_FORMATS:  # PaliGemma: the suffix; the collator ends it with EOS
+            return prompt, PLAIN_FORMATS[self.prompt_format][1] + answer
         full = self.render(self._messages(question, with_image, answer), False)
         if not full.startswith(prompt):
             raise UserError(f"{self.where}: the chat template does not render the prompt as a prefix of "
@@ -216,8 +228,8 @@ class ModelInputs:
 
     def _check_system_prompt(self) -> None:
         """A template that drops system turns would silently lose the prompt: try both content shapes."""
-        if self.prompt_format == "paligemma":
-            raise UserError(f"{self.where}: the PaliGemma prefix format has no system prompt; "
+        if self.prompt_format in PLAIN_FORMATS:
+            raise UserError(f"{self.where}: the {self.prompt_format} prompt format has no system prompt; "
                             "pass --chat-template FILE to use one")
         probe = self.config.system_prompt
         for as_string in (False, True):
@@ -231,8 +243,15 @@ class ModelInputs:
                         "would be lost; pass --chat-template FILE with one that does")
 
     @property
+    def plain(self) -> bool:
+        """True for a template-less format (one question, one answer, no roles: `PLAIN_FORMATS`)."""
+        return self.prompt_format in PLAIN_FORMATS
+
+    @property
     def image_token(self) -> str:
-        return getattr(self.processor, "image_token", None) or "<image>"
+        """The image placeholder as text: BLIP-2/InstructBLIP processors hold an `AddedToken`, not a str."""
+        tok = getattr(self.processor, "image_token", None) or "<image>"
+        return getattr(tok, "content", None) or str(tok)
 
     # ------------------------------------------------------------ images and encoding
     def prepare_image(self, image):

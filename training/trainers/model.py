@@ -68,10 +68,28 @@ def load_model_and_processor(cfg):
         from peft import prepare_model_for_kbit_training
 
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(cfg.activation_checkpointing))
+    cast_floating_inputs(model)
     if cfg.freeze_vision_tower:
         n = freeze_vision_tower(model)
         log.info("froze %d vision-tower parameters", n)
     return model, processor
+
+
+def cast_floating_inputs(model) -> None:
+    """Floating-point inputs (pixels, audio features) reach the model in its dtype, as evaluation and the CSR
+    search pass them (`evalsuite.models.inputs.to_device`): a processor may return bfloat16 pixels for a
+    float32 model, or float32 pixels for a bfloat16 one. A forward pre-hook, so every trainer's call is covered."""
+    import torch
+
+    dtype = model.dtype
+
+    def hook(module, args, kwargs):
+        for k, v in kwargs.items():
+            if torch.is_tensor(v) and v.is_floating_point() and v.dtype != dtype:
+                kwargs[k] = v.to(dtype)
+        return args, kwargs
+
+    model.register_forward_pre_hook(hook, with_kwargs=True)
 
 
 def _is_part(name: str, parts: tuple[str, ...]) -> bool:

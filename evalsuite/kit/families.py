@@ -308,8 +308,9 @@ def _blip(instruct: bool):
                                  more=["<image>"]), corpus)
         image_id = tok.convert_tokens_to_ids("<image>")
         image = tf.BlipImageProcessor(size={"height": 32, "width": 32})
+        # initializer_range: BLIP's vision default (1e-10) leaves a fresh tower's output ~1e-7, an image-blind model
         vision = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                      image_size=32, patch_size=16)
+                      image_size=32, patch_size=16, initializer_range=0.02)
         qformer = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
                        encoder_hidden_size=64, vocab_size=len(tok), max_position_embeddings=128)
         if not instruct:

@@ -291,10 +291,11 @@ class ModelInputs:
 
 # ------------------------------------------------------------------ re-batching
 def sequence_keys(enc) -> list[str]:
-    """Processor outputs aligned token by token with input_ids (token_type_ids, mm_token_type_ids, ...)."""
+    """Processor outputs aligned token by token with input_ids, of any rank: (batch, seq) like token_type_ids
+    and mm_token_type_ids, or (batch, seq, ...) like Mllama's cross_attention_mask (batch, seq, images, tiles)."""
     ids = enc["input_ids"]
     return [k for k, v in enc.items() if k not in ("input_ids", "attention_mask")
-            and hasattr(v, "shape") and tuple(v.shape) == tuple(ids.shape)]
+            and hasattr(v, "shape") and v.dim() >= 2 and tuple(v.shape[:2]) == tuple(ids.shape)]
 
 
 def split_sample(enc, row: int = 0) -> tuple[list[int], dict[str, Any]]:
@@ -343,15 +344,25 @@ def batch_rows(rows: Sequence[Sequence[int]], feats: Sequence[dict], pad_id: int
     seq_keys = sorted({k for f in feats for k, v in f.items() if isinstance(v, list)})
     out = {"input_ids": torch.full((len(rows), width), pad_id, dtype=torch.long),
            "attention_mask": torch.zeros((len(rows), width), dtype=torch.long)}
+    given_rows = {k: [torch.as_tensor(f[k], dtype=torch.long) if k in f else None for f in feats] for k in seq_keys}
     for k in seq_keys:
-        out[k] = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (r, f) in enumerate(zip(rows, feats)):
+        inner = next(g.shape[1:] for g in given_rows[k] if g is not None)
+        out[k] = torch.zeros((len(rows), width, *inner), dtype=torch.long)
+    for i, r in enumerate(rows):
         sl = slice(width - len(r), width) if side == "left" else slice(0, len(r))
         out["input_ids"][i, sl] = torch.tensor(list(r), dtype=torch.long)
         out["attention_mask"][i, sl] = 1
         for k in seq_keys:
-            given = list(f.get(k, []))[:len(r)]  # a row cut inside its prompt keeps the prompt's start
-            out[k][i, sl] = torch.tensor(given + [fill.get(k, 0)] * (len(r) - len(given)), dtype=torch.long)
+            given = given_rows[k][i]
+            given = given[:len(r)] if given is not None else out[k][i, :0]  # a row cut inside its prompt keeps its start
+            rest = len(r) - len(given)
+            if given.dim() > 1 and len(given) and k not in fill:
+                # higher-rank (Mllama's cross-attention mask): later tokens repeat the last prompt row, as
+                # generate extends it per decoded token (`_update_model_kwargs_for_generation`)
+                tail = given[-1:].expand(rest, *given.shape[1:])
+            else:
+                tail = torch.full((rest, *given.shape[1:]), fill.get(k, 0), dtype=torch.long)
+            out[k][i, sl] = torch.cat([given, tail])
     other = [k for k in dict.fromkeys(k for f in feats for k in f) if k not in seq_keys]
     for k in other:
         present = [f[k] for f in feats if k in f]

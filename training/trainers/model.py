@@ -92,6 +92,16 @@ def cast_floating_inputs(model) -> None:
     model.register_forward_pre_hook(hook, with_kwargs=True)
 
 
+def fused_head_fits(model) -> bool:
+    """Whether TRL's fused LM head can run `model`: it calls `model.base_model` as a backbone and reads that
+    output's `last_hidden_state`, so the model needs a backbone module apart from itself (LLaVA's `model`, ...).
+    BLIP-2 / InstructBLIP have none (`base_model` is the model itself, whose output is logits): plain path."""
+    from accelerate.utils import is_peft_model
+
+    core = model.get_base_model() if is_peft_model(model) else model
+    return core.base_model is not core
+
+
 def _is_part(name: str, parts: tuple[str, ...]) -> bool:
     return any(p in name.split(".") for p in parts)
 

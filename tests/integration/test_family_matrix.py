@@ -102,7 +102,7 @@ def _check_dpo(ckpt: Path, real: Path, grey: Path, tmp: Path) -> None:
 
     from training.data import load_examples
     from training.trainers.dpo import build_dpo_trainer
-    from training.trainers.model import load_model_and_processor
+    from training.trainers.model import language_model, load_model_and_processor
 
     shutil.copy(real, tmp / "real.png")
     shutil.copy(grey, tmp / "grey.png")
@@ -112,9 +112,11 @@ def _check_dpo(ckpt: Path, real: Path, grey: Path, tmp: Path) -> None:
     cfg = _train_cfg(ckpt, "dpo", tmp / "pairs.json", tmp / "dpo")
     train_ds, _, _ = load_examples(cfg)
     model, processor = load_model_and_processor(cfg)
+    lm = language_model(model)
+    prefix = next(n for n, m in model.named_modules() if m is lm)
     trainer = build_dpo_trainer(cfg, model, processor, train_ds)
     trainable = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
-    assert trainable and all("lora_" in n for n in trainable)
+    assert trainable and all("lora_" in n and f".{prefix}." in n for n in trainable), sorted(trainable)[:3]
     batches = [trainer.data_collator([ex]) for ex in train_ds]
     with torch.no_grad():
         policy = [trainer._sequence_logps(trainer.model, b) for b in batches]
@@ -179,3 +181,59 @@ def test_kit_builds_no_zero_projector_or_gate(arch, tmp_path):
     dead = [k for k, v in weights.items() if v.is_floating_point() and (v.dim() >= 2 or v.numel() == 1)
             and not v.any()]
     assert dead == []
+
+
+def test_encoder_decoder_is_refused_in_one_line_before_loading(world_dir, tmp_path):
+    """Florence-2 (transformers-native, encoder-decoder): eval, training and CSR (which loads through eval's
+    `load_vlm`) refuse it before reading weights, in one line naming config.is_encoder_decoder: its answers
+    would otherwise be cut at the prompt length, all empty."""
+    from safetensors.torch import save_file
+    from transformers import Florence2Config
+
+    from evalsuite.errors import UserError
+    from evalsuite.models.vlm import load_vlm
+    from tests.conftest import run_cli
+    from training.trainers.model import _check_checkpoint
+
+    import torch
+
+    ckpt = tmp_path / "florence2"
+    Florence2Config().save_pretrained(ckpt)
+    save_file({"w": torch.zeros(1)}, ckpt / "model.safetensors")  # never read: refused before loading
+    with pytest.raises(UserError, match=r"is an encoder-decoder \(config.is_encoder_decoder\)"):
+        load_vlm(ckpt, device="cpu")
+    with pytest.raises(UserError, match=r"^model_name_or_path: .*config.is_encoder_decoder"):
+        _check_checkpoint(ckpt)
+    res = run_cli("run", "--ckpt", str(ckpt), "--tasks", "caption", "--data-root", str(world_dir), "--limit", "2",
+                  "--output", str(tmp_path / "out"), "--store", str(tmp_path / "store"), "--device", "cpu")
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr[-2000:]
+    assert "config.is_encoder_decoder" in res.stderr
+
+
+def test_floating_inputs_reach_the_model_in_its_dtype(tiny_vlm_dir):
+    """A processor that returns bfloat16 pixels for a float32 model (or the reverse): eval, training and the
+    search all cast floating inputs to the model's dtype."""
+    import torch
+
+    from evalsuite.models.vlm import generate, load_vlm
+    from evalsuite.types import GenConfig, GenRequest
+    from training.trainers.model import cast_floating_inputs
+
+    vlm = load_vlm(tiny_vlm_dir, device="cpu")
+    encode = vlm.inputs.encode
+
+    def bf16_pixels(*args, **kwargs):
+        enc = encode(*args, **kwargs)
+        enc["pixel_values"] = enc["pixel_values"].to(torch.bfloat16)
+        return enc
+
+    vlm.inputs.encode = bf16_pixels
+    from PIL import Image
+
+    req = [GenRequest(key="a", image=Image.new("RGB", (32, 32), (9, 99, 199)), prompt=QUESTION)]
+    assert generate(vlm, req, GenConfig(max_new_tokens=2), progress=False)  # no dtype mismatch
+    enc = bf16_pixels([vlm.inputs.prompt(QUESTION)], [req[0].image])
+    with pytest.raises(RuntimeError):  # what training did before: the pixels reached the float32 tower as is
+        vlm.model(**enc)
+    cast_floating_inputs(vlm.model)  # what load_model_and_processor installs
+    assert torch.isfinite(vlm.model(**enc).logits).all()

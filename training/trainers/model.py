@@ -1,7 +1,8 @@
 """Model setup shared by SFT and DPO: load a local VLM, freeze the vision tower, build the LoRA config.
 
-LoRA targets are always resolved to full module names inside the language model: a bare
-`q_proj` would also match CLIP's attention, and LoRA on `lm_head` breaks TRL's fused LM head.
+LoRA targets are always resolved to full module names inside the language model, found by structure
+(`get_decoder()` / `language_model`, not by module names): a bare `q_proj` would also match CLIP's
+attention or BLIP's Q-Former, and LoRA on `lm_head` breaks TRL's fused LM head.
 """
 from __future__ import annotations
 
@@ -116,18 +117,30 @@ def freeze_vision_tower(model) -> int:
     return frozen
 
 
+def language_model(model):
+    """The language-model submodule, found by structure: the model's own `get_decoder()` (LLaVA's
+    `model.language_model`, Idefics2's `model.text_model`, BLIP-2's OPT), else its `language_model`."""
+    dec = model.get_decoder() if callable(getattr(model, "get_decoder", None)) else None
+    if dec is None or dec is model:
+        dec = getattr(model, "language_model", None) or getattr(getattr(model, "model", None), "language_model", None)
+    if dec is None:
+        raise UserError(f"lora_target_modules: {type(model).__name__} exposes no language model "
+                        "(get_decoder() / language_model)")
+    return dec
+
+
 def language_model_linears(model) -> list[str]:
-    """Full names of the nn.Linear (and quantised Linear) modules of the language model, lm_head excluded."""
+    """Full names of the nn.Linear (and quantised Linear) modules inside the language model (`language_model`),
+    the output head excluded: never the vision tower, projector or Q-Former, whatever they are called."""
     import torch.nn as nn
 
+    lm, head = language_model(model), model.get_output_embeddings()
+    prefix = next(n for n, m in model.named_modules() if m is lm)
     names = []
-    for name, module in model.named_modules():
+    for name, module in lm.named_modules():
         is_linear = isinstance(module, nn.Linear) or type(module).__name__ in ("Linear4bit", "Linear8bitLt")
-        if not is_linear or name.split(".")[-1] == "lm_head":
-            continue
-        if _is_part(name, VISION_PARTS) or _is_part(name, PROJECTOR_PARTS):
-            continue
-        names.append(name)
+        if is_linear and module is not head and name.split(".")[-1] != "lm_head":
+            names.append(f"{prefix}.{name}" if prefix else name)
     return names
 
 

@@ -211,9 +211,10 @@ def test_encoder_decoder_is_refused_in_one_line_before_loading(world_dir, tmp_pa
 
 
 def test_floating_inputs_reach_the_model_in_its_dtype(tiny_vlm_dir):
-    """A processor that returns bfloat16 pixels for a float32 model (or the reverse): eval, training and the
-    search all cast floating inputs to the model's dtype."""
+    """A processor that returns bfloat16 pixels for a float32 model (or the reverse): eval and training cast
+    floating inputs to the model's dtype before its forward (the search goes through `to_device` likewise)."""
     import torch
+    from PIL import Image
 
     from evalsuite.models.vlm import generate, load_vlm
     from evalsuite.types import GenConfig, GenRequest
@@ -228,12 +229,27 @@ def test_floating_inputs_reach_the_model_in_its_dtype(tiny_vlm_dir):
         return enc
 
     vlm.inputs.encode = bf16_pixels
-    from PIL import Image
+    seen: list = []
+    model_generate = vlm.model.generate
 
-    req = [GenRequest(key="a", image=Image.new("RGB", (32, 32), (9, 99, 199)), prompt=QUESTION)]
-    assert generate(vlm, req, GenConfig(max_new_tokens=2), progress=False)  # no dtype mismatch
-    enc = bf16_pixels([vlm.inputs.prompt(QUESTION)], [req[0].image])
-    with pytest.raises(RuntimeError):  # what training did before: the pixels reached the float32 tower as is
-        vlm.model(**enc)
-    cast_floating_inputs(vlm.model)  # what load_model_and_processor installs
-    assert torch.isfinite(vlm.model(**enc).logits).all()
+    def generate_spy(**kw):
+        seen.append(kw["pixel_values"].dtype)
+        return model_generate(**kw)
+
+    vlm.model.generate = generate_spy
+    image = Image.new("RGB", (32, 32), (9, 99, 199))
+    assert generate(vlm, [GenRequest(key="a", image=image, prompt=QUESTION)], GenConfig(max_new_tokens=2),
+                    progress=False)
+    assert seen == [torch.float32]  # eval: encode_batch cast the processor's bfloat16 pixels
+    enc = bf16_pixels([vlm.inputs.prompt(QUESTION)], [image])
+    hook = vlm.model.register_forward_pre_hook(lambda m, args, kw: seen.append(kw["pixel_values"].dtype),
+                                               with_kwargs=True)
+    seen.clear()
+    vlm.model(**enc)
+    assert seen == [torch.bfloat16]  # a forward outside those paths sees what the processor gave
+    hook.remove()
+    cast_floating_inputs(vlm.model)  # what training's load_model_and_processor installs
+    vlm.model.register_forward_pre_hook(lambda m, args, kw: seen.append(kw["pixel_values"].dtype), with_kwargs=True)
+    seen.clear()
+    vlm.model(**enc)
+    assert seen == [torch.float32]

@@ -14,6 +14,7 @@ from evalsuite.errors import UserError
 
 log = logging.getLogger(__name__)
 
+# Module names the older name-based rules used; kept for tests that check where LoRA did NOT land.
 VISION_PARTS = ("vision_tower", "vision_model", "visual", "image_encoder")
 PROJECTOR_PARTS = ("multi_modal_projector", "mm_projector", "vision_resampler", "merger", "connector")
 
@@ -108,14 +109,21 @@ def _is_part(name: str, parts: tuple[str, ...]) -> bool:
 
 
 def freeze_vision_tower(model) -> int:
-    """requires_grad=False on every vision-encoder parameter; returns how many were frozen."""
+    """requires_grad=False on every parameter of the model's image (and audio) encoders, found through the
+    model's own `get_encoder(modality=...)`; returns how many were frozen."""
     frozen = 0
-    for name, param in model.named_parameters():
-        if _is_part(name, VISION_PARTS):
-            param.requires_grad_(False)
-            frozen += param.numel()
+    for modality in ("image", "audio"):
+        encoder = model.get_encoder(modality=modality)
+        if encoder is model or encoder is language_model(model):
+            continue
+        for param in encoder.parameters():
+            if param.requires_grad:
+                param.requires_grad_(False)
+                frozen += param.numel()
+    if not frozen:
+        raise UserError(f"freeze_vision_tower: {type(model).__name__} exposes no image encoder "
+                        "(get_encoder(modality='image')); set freeze_vision_tower: false")
     return frozen
-
 
 def language_model(model):
     """The language-model submodule, found by structure: the model's own `get_decoder()` (LLaVA's

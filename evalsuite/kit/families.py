@@ -316,6 +316,7 @@ def _blip(instruct: bool):
         if not instruct:
             text = tf.OPTConfig(vocab_size=len(tok), hidden_size=hidden, ffn_dim=2 * hidden, num_hidden_layers=layers,
                                 num_attention_heads=4, word_embed_proj_dim=hidden, max_position_embeddings=1024,
+                                tie_word_embeddings=False,  # as PaliGemma's: tied random embeddings echo the prompt
                                 pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
                                 eos_token_id=tok.eos_token_id)
             config = tf.Blip2Config(vision_config=tf.Blip2VisionConfig(**vision),

@@ -83,6 +83,14 @@ def _check_search(vlm, real, grey) -> None:
         tree = Tree(id="t", image=path.name, question=QUESTION, prompt_ids=ids, nodes=nodes)
         lm.append((language_scores(vlm, [tree], [feats], batch=2)[0][1], sentence))
     assert found[0] != found[1], "search: the same beam scores under real and grey images"
+    # the CSR tree generator around that search (its stop/suppress/image ids come from the same processor)
+    from training.csr.config import TreeConfig
+    from training.csr.generate import TreeGenerator
+
+    cfg = TreeConfig(num_beams=3, num_beam_groups=3, max_new_tokens=3, max_depth=1)
+    (tree,) = TreeGenerator(vlm, cfg, real.parent).generate(
+        [{"id": "r", "image": real.name, "question": QUESTION}], progress=False)
+    assert len(tree.nodes) > 1
     assert lm[0][0] != lm[1][0], "reward pass: same log-prob of one sentence under real and grey images"
 
 

@@ -261,3 +261,38 @@ def test_floating_inputs_reach_the_model_in_its_dtype(tiny_vlm_dir):
     seen.clear()
     vlm.model(**enc)
     assert seen == [torch.float32]
+
+
+def test_plain_lm_head_path_equals_the_fused_one(tiny_vlm_dir, images, tmp_path, monkeypatch):
+    """The plain path BLIP-2/InstructBLIP take (full logits) gives the DPO log-probs and SFT loss that TRL's
+    fused LM head gives on a model where both run (LLaVA)."""
+    import shutil
+
+    import torch
+
+    import training.trainers.model as model_mod
+    from training.data import load_examples
+    from training.trainers.dpo import build_dpo_trainer
+    from training.trainers.model import load_model_and_processor
+    from training.trainers.sft import build_sft_trainer
+
+    real, _ = images
+    shutil.copy(real, tmp_path / "real.png")
+    (tmp_path / "pairs.json").write_text(json.dumps([{"image": "real.png", "prompt": QUESTION,
+                                                     "chosen": "a dog on a bed .", "rejected": "a cat ."}]))
+    (tmp_path / "sft.json").write_text(json.dumps([{"image": "real.png", "conversations": [
+        {"from": "user", "value": f"<image>\n{QUESTION}"}, {"from": "assistant", "value": "a dog on a bed ."}]}]))
+    got = {}
+    for method, data, build in (("dpo", "pairs.json", build_dpo_trainer), ("sft", "sft.json", build_sft_trainer)):
+        cfg = _train_cfg(tiny_vlm_dir, method, tmp_path / data, tmp_path / method)
+        train_ds, _, _ = load_examples(cfg)
+        model, processor = load_model_and_processor(cfg)
+        trainer = build(cfg, model, processor, train_ds)
+        batch = trainer.data_collator([train_ds[0]])
+        for fused in (True, False):
+            monkeypatch.setattr(model_mod, "fused_head_fits", lambda m, fused=fused: fused)
+            with torch.no_grad():
+                got[method, fused] = (trainer._sequence_logps(trainer.model, batch) if method == "dpo"
+                                      else trainer.compute_loss(trainer.model, batch))
+    assert torch.allclose(got["dpo", True], got["dpo", False], atol=1e-4)
+    assert torch.allclose(got["sft", True], got["sft", False], atol=1e-4)

@@ -295,6 +295,171 @@ def _paligemma(corpus, hidden, layers):
     return tf.PaliGemmaForConditionalGeneration(config), proc
 
 
+# ---------------------------------------------------------------- families added for issue 26
+def _blip(instruct: bool):
+    """BLIP-2 (OPT text model, as blip2-opt-2.7b) / InstructBLIP (Vicuna-style Llama): no chat template, as
+    released; the processor prepends `num_query_tokens` image tokens itself."""
+    def build(corpus, hidden, layers):
+        import transformers as tf
+
+        # "<image>" is a special token but no tokenizer attribute, as in Salesforce/blip2-*: the processor
+        # then holds it as an `AddedToken` (what a released checkpoint hands the generic path)
+        tok = _tokenizer(_Tokens(bos="</s>" if not instruct else "<s>", eos="</s>", pad="<pad>",
+                                 more=["<image>"]), corpus)
+        image_id = tok.convert_tokens_to_ids("<image>")
+        image = tf.BlipImageProcessor(size={"height": 32, "width": 32})
+        # initializer_range: BLIP's vision default (1e-10) leaves a fresh tower's output ~1e-7, an image-blind model
+        vision = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                      image_size=32, patch_size=16, initializer_range=0.02)
+        qformer = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+                       encoder_hidden_size=64, vocab_size=len(tok), max_position_embeddings=128)
+        if not instruct:
+            text = tf.OPTConfig(vocab_size=len(tok), hidden_size=hidden, ffn_dim=2 * hidden, num_hidden_layers=layers,
+                                num_attention_heads=4, word_embed_proj_dim=hidden, max_position_embeddings=1024,
+                                tie_word_embeddings=False,  # as PaliGemma's: tied random embeddings echo the prompt
+                                pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                                eos_token_id=tok.eos_token_id)
+            config = tf.Blip2Config(vision_config=tf.Blip2VisionConfig(**vision),
+                                    qformer_config=tf.Blip2QFormerConfig(**qformer), text_config=text,
+                                    num_query_tokens=4, image_token_index=image_id)
+            proc = tf.Blip2Processor(image_processor=image, tokenizer=tok, num_query_tokens=4)
+            return tf.Blip2ForConditionalGeneration(config), proc
+        qtok = _tokenizer(_Tokens(bos="<s>", eos="</s>", pad="<pad>"), corpus)
+        qtok.padding_side = "right"
+        config = tf.InstructBlipConfig(vision_config=tf.InstructBlipVisionConfig(**vision),
+                                       qformer_config=tf.InstructBlipQFormerConfig(**qformer),
+                                       text_config=_text("LlamaConfig", tok, hidden, layers),
+                                       num_query_tokens=4, image_token_index=image_id)
+        proc = tf.InstructBlipProcessor(image_processor=image, tokenizer=tok, qformer_tokenizer=qtok,
+                                        num_query_tokens=4)
+        return tf.InstructBlipForConditionalGeneration(config), proc
+
+    return build
+
+
+# Llama-3.2-Vision-Instruct: header-delimited turns, the image before the user text, <|eot_id|> ends a turn.
+_MLLAMA = (
+    "{{ bos_token }}{%- for m in messages -%}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] -%}"
+    "{%- if c['type'] == 'image' %}<|image|>{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif -%}"
+    "{%- endfor %}{% endif %}<|eot_id|>{% endfor -%}"
+    "{%- if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif -%}"
+)
+
+
+def _mllama(corpus, hidden, layers):
+    import transformers as tf
+
+    tok = _tokenizer(_Tokens(bos="<|begin_of_text|>", eos="<|eot_id|>", pad="<|finetune_right_pad_id|>",
+                             extra={"image_token": "<|image|>"},
+                             more=["<|start_header_id|>", "<|end_header_id|>", "<|python_tag|>"]), corpus)
+    image = tf.MllamaImageProcessor(size={"height": 32, "width": 32}, max_image_tiles=1)
+    proc = tf.MllamaProcessor(image_processor=image, tokenizer=tok, chat_template=_MLLAMA)
+    vision = tf.MllamaVisionConfig(hidden_size=64, num_hidden_layers=2, num_global_layers=1, attention_heads=2,
+                                   intermediate_size=128, vision_output_dim=128, image_size=32, patch_size=16,
+                                   max_num_tiles=1, intermediate_layers_indices=[0], supported_aspect_ratios=[[1, 1]])
+    text = tf.MllamaTextConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
+                               num_hidden_layers=layers + 1, num_attention_heads=4, num_key_value_heads=2,
+                               max_position_embeddings=1024, cross_attention_layers=[1],
+                               pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                               eos_token_id=tok.eos_token_id)
+    config = tf.MllamaConfig(vision_config=vision, text_config=text, image_token_index=tok.image_token_id)
+    return tf.MllamaForConditionalGeneration(config), proc
+
+
+# Mistral-Small-3.1 (Mistral3 + Pixtral tower): "[INST]" turns, the image inside the user turn.
+_MISTRAL = (
+    "{{ bos_token }}{%- for m in messages -%}"
+    "{%- if m['role'] == 'system' %}[SYSTEM_PROMPT]{{ m['content'] if m['content'] is string "
+    "else m['content'][0]['text'] }}[/SYSTEM_PROMPT]"
+    "{%- elif m['role'] == 'user' %}[INST]{% if m['content'] is string %}{{ m['content'] }}{% else %}"
+    "{% for c in m['content'] -%}{%- if c['type'] == 'image' %}[IMG]{% elif c['type'] == 'text' %}{{ c['text'] }}"
+    "{% endif -%}{%- endfor %}{% endif %}[/INST]"
+    "{%- else %}{% if m['content'] is string %}{{ m['content'] }}{% else %}{{ m['content'][0]['text'] }}{% endif %}"
+    "{{ eos_token }}{% endif -%}{%- endfor -%}"
+)
+
+
+def _mistral3(corpus, hidden, layers):
+    import transformers as tf
+
+    tok = _tokenizer(_Tokens(extra={"image_token": "[IMG]", "image_break_token": "[IMG_BREAK]",
+                                    "image_end_token": "[IMG_END]"},
+                             more=["[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]"]), corpus)
+    image = tf.PixtralImageProcessor(size={"longest_edge": 32}, patch_size=8)
+    proc = tf.PixtralProcessor(image_processor=image, tokenizer=tok, patch_size=8, spatial_merge_size=2,
+                               image_token="[IMG]", image_break_token="[IMG_BREAK]", image_end_token="[IMG_END]",
+                               chat_template=_MISTRAL)
+    vision = tf.PixtralVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                                    head_dim=32, image_size=32, patch_size=8)
+    config = tf.Mistral3Config(vision_config=vision, text_config=_text("MistralConfig", tok, hidden, layers),
+                               image_token_index=tok.image_token_id, spatial_merge_size=2, tie_word_embeddings=False)
+    return tf.Mistral3ForConditionalGeneration(config), proc
+
+
+# Idefics2 (idefics2-8b): "User:<image>text<end_of_utterance>\nAssistant:".
+_IDEFICS2 = _IDEFICS3.replace("<|im_start|>{%- for", "{{ bos_token }}{%- for")
+
+
+def _idefics2(corpus, hidden, layers):
+    import transformers as tf
+
+    tok = _tokenizer(_Tokens(eos="<end_of_utterance>", extra={
+        "image_token": "<image>", "image_boundary_token": "<fake_token_around_image>",
+        "end_of_utterance_token": "<end_of_utterance>"}), corpus)
+    image = tf.Idefics2ImageProcessor(size={"shortest_edge": 32, "longest_edge": 32}, do_image_splitting=False)
+    proc = tf.Idefics2Processor(image_processor=image, tokenizer=tok, image_seq_len=4, chat_template=_IDEFICS2)
+    vision = tf.Idefics2VisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                                     image_size=32, patch_size=8)
+    perceiver = tf.Idefics2PerceiverConfig(hidden_size=hidden, resampler_n_latents=4, resampler_depth=1,
+                                           resampler_n_heads=2, resampler_head_dim=16, num_key_value_heads=1)
+    config = tf.Idefics2Config(vision_config=vision, perceiver_config=perceiver,
+                               text_config=_text("MistralConfig", tok, hidden, layers), image_token_id=tok.image_token_id)
+    return tf.Idefics2ForConditionalGeneration(config), proc
+
+
+def _lfm2_vl(corpus, hidden, layers):
+    import transformers as tf
+
+    tok = _tokenizer(_Tokens(**{**CHATML, "bos": "<|startoftext|>"}, extra={
+        "image_token": "<image>", "image_start_token": "<|image_start|>", "image_end_token": "<|image_end|>",
+        "image_thumbnail_token": "<|img_thumbnail|>"}), corpus)
+    image = tf.Lfm2VlImageProcessor(size={"height": 32, "width": 32}, tile_size=32, encoder_patch_size=8,
+                                    min_image_tokens=4, max_image_tokens=16, do_image_splitting=False)
+    proc = tf.Lfm2VlProcessor(image_processor=image, tokenizer=tok, chat_template=_chatml("<image>"))
+    vision = tf.Siglip2VisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                                    patch_size=8, num_patches=16)
+    text = tf.Lfm2Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                         full_attn_idxs=[layers - 1], block_auto_adjust_ff_dim=False,
+                         pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    config = tf.Lfm2VlConfig(vision_config=vision, text_config=text, image_token_id=tok.image_token_id,
+                             projector_hidden_size=hidden, downsample_factor=2)
+    return tf.Lfm2VlForConditionalGeneration(config), proc
+
+
+def _no_dead_inputs(model) -> int:
+    """Re-initialise what a fresh model leaves at zero and would make it ignore its images (Gemma3's
+    `mm_input_projection_weight`, Mllama's tanh cross-attention gates): matrices at normal(0, 0.02), scalar
+    gates at 1. Real checkpoints have trained values there; all-zero ones would let a path that drops the
+    image pass every test. Returns how many tensors were changed."""
+    import torch
+
+    n = 0
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if not p.is_floating_point() or p.numel() == 0 or bool(p.any()):
+                continue
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.02)
+            elif p.numel() == 1:
+                p.fill_(1.0)
+            else:
+                continue
+            n += 1
+    return n
+
+
 BUILDERS: dict[str, Callable] = {
     "llava_next": _llava_next,
     "llava_onevision": _llava_onevision,
@@ -306,6 +471,12 @@ BUILDERS: dict[str, Callable] = {
     "internvl": _internvl,
     "gemma3": _gemma3,
     "paligemma": _paligemma,
+    "blip2": _blip(instruct=False),
+    "instructblip": _blip(instruct=True),
+    "mllama": _mllama,
+    "mistral3": _mistral3,
+    "idefics2": _idefics2,
+    "lfm2_vl": _lfm2_vl,
 }
 ARCHS = ("llava", *BUILDERS)
 
@@ -325,6 +496,7 @@ def build_tiny_family(arch: str, out: str | Path, seed: int = 0, hidden: int = 6
     out = Path(out)
     torch.manual_seed(seed)
     model, processor = BUILDERS[arch](corpus, hidden, layers)
+    _no_dead_inputs(model)
     model.eval()
     tok = processor.tokenizer
     gc = model.generation_config

@@ -52,6 +52,17 @@ FAMILIES: dict[str, Family] = {
     # "<image>" + prefix; the processor inserts <bos> after the image tokens and ends the prefix with "\n"
     # (transformers' PaliGemmaProcessor, big_vision's prefix-LM format); the answer is the suffix + <eos>.
     "PaliGemmaProcessor": Family(prompt_format="paligemma", response_type_ids=1),
+    # BLIP-2's model cards prompt VQA as "Question: {q} Answer:"; InstructBLIP's cards pass the instruction
+    # as is. Both processors put the query-token image block before the text themselves.
+    "Blip2Processor": Family(prompt_format="blip2"),
+    "InstructBlipProcessor": Family(prompt_format="instructblip"),
+}
+# Template-less prompt formats: the text around the question ({image} = the processor's image token, for
+# processors that expand a placeholder in the text), and whether the answer follows after a space.
+PLAIN_FORMATS: dict[str, tuple[str, str]] = {
+    "paligemma": ("{image}{question}", ""),
+    "blip2": ("Question: {question} Answer:", " "),
+    "instructblip": ("{question}", " "),
 }
 
 
@@ -181,16 +192,17 @@ class ModelInputs:
 
     def prompt(self, question: str, with_image: bool = True) -> str:
         """The text handed to the processor for one question (the prompt actually sent)."""
-        if self.prompt_format == "paligemma":
-            return (self.image_token if with_image else "") + question
+        if self.prompt_format in PLAIN_FORMATS:
+            head = PLAIN_FORMATS[self.prompt_format][0]
+            return head.replace("{image}", self.image_token if with_image else "").replace("{question}", question)
         return self.render(self._messages(question, with_image), True)
 
     def completion(self, question: str, answer: str, with_image: bool = True) -> tuple[str, str]:
         """(prompt text, completion text): the completion is what the format renders after the prompt, without
         the whitespace a template puts after the last turn (see `end_of_turn`)."""
         prompt = self.prompt(question, with_image)
-        if self.prompt_format == "paligemma":
-            return prompt, answer  # the suffix; the collator ends it with EOS
+        if self.prompt_format in PLAIN_FORMATS:  # PaliGemma: the suffix; the collator ends it with EOS
+            return prompt, PLAIN_FORMATS[self.prompt_format][1] + answer
         full = self.render(self._messages(question, with_image, answer), False)
         if not full.startswith(prompt):
             raise UserError(f"{self.where}: the chat template does not render the prompt as a prefix of "
@@ -216,8 +228,8 @@ class ModelInputs:
 
     def _check_system_prompt(self) -> None:
         """A template that drops system turns would silently lose the prompt: try both content shapes."""
-        if self.prompt_format == "paligemma":
-            raise UserError(f"{self.where}: the PaliGemma prefix format has no system prompt; "
+        if self.prompt_format in PLAIN_FORMATS:
+            raise UserError(f"{self.where}: the {self.prompt_format} prompt format has no system prompt; "
                             "pass --chat-template FILE to use one")
         probe = self.config.system_prompt
         for as_string in (False, True):
@@ -231,8 +243,15 @@ class ModelInputs:
                         "would be lost; pass --chat-template FILE with one that does")
 
     @property
+    def plain(self) -> bool:
+        """True for a template-less format (one question, one answer, no roles: `PLAIN_FORMATS`)."""
+        return self.prompt_format in PLAIN_FORMATS
+
+    @property
     def image_token(self) -> str:
-        return getattr(self.processor, "image_token", None) or "<image>"
+        """The image placeholder as text: BLIP-2/InstructBLIP processors hold an `AddedToken`, not a str."""
+        tok = getattr(self.processor, "image_token", None) or "<image>"
+        return getattr(tok, "content", None) or str(tok)
 
     # ------------------------------------------------------------ images and encoding
     def prepare_image(self, image):
@@ -272,10 +291,11 @@ class ModelInputs:
 
 # ------------------------------------------------------------------ re-batching
 def sequence_keys(enc) -> list[str]:
-    """Processor outputs aligned token by token with input_ids (token_type_ids, mm_token_type_ids, ...)."""
+    """Processor outputs aligned token by token with input_ids, of any rank: (batch, seq) like token_type_ids
+    and mm_token_type_ids, or (batch, seq, ...) like Mllama's cross_attention_mask (batch, seq, images, tiles)."""
     ids = enc["input_ids"]
     return [k for k, v in enc.items() if k not in ("input_ids", "attention_mask")
-            and hasattr(v, "shape") and tuple(v.shape) == tuple(ids.shape)]
+            and hasattr(v, "shape") and v.dim() >= 2 and tuple(v.shape[:2]) == tuple(ids.shape)]
 
 
 def split_sample(enc, row: int = 0) -> tuple[list[int], dict[str, Any]]:
@@ -324,15 +344,25 @@ def batch_rows(rows: Sequence[Sequence[int]], feats: Sequence[dict], pad_id: int
     seq_keys = sorted({k for f in feats for k, v in f.items() if isinstance(v, list)})
     out = {"input_ids": torch.full((len(rows), width), pad_id, dtype=torch.long),
            "attention_mask": torch.zeros((len(rows), width), dtype=torch.long)}
+    given_rows = {k: [torch.as_tensor(f[k], dtype=torch.long) if k in f else None for f in feats] for k in seq_keys}
     for k in seq_keys:
-        out[k] = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (r, f) in enumerate(zip(rows, feats)):
+        inner = next(g.shape[1:] for g in given_rows[k] if g is not None)
+        out[k] = torch.zeros((len(rows), width, *inner), dtype=torch.long)
+    for i, r in enumerate(rows):
         sl = slice(width - len(r), width) if side == "left" else slice(0, len(r))
         out["input_ids"][i, sl] = torch.tensor(list(r), dtype=torch.long)
         out["attention_mask"][i, sl] = 1
         for k in seq_keys:
-            given = list(f.get(k, []))[:len(r)]  # a row cut inside its prompt keeps the prompt's start
-            out[k][i, sl] = torch.tensor(given + [fill.get(k, 0)] * (len(r) - len(given)), dtype=torch.long)
+            given = given_rows[k][i]
+            given = given[:len(r)] if given is not None else out[k][i, :0]  # a row cut inside its prompt keeps its start
+            rest = len(r) - len(given)
+            if given.dim() > 1 and len(given) and k not in fill:
+                # higher-rank (Mllama's cross-attention mask): later tokens repeat the last prompt row, as
+                # generate extends it per decoded token (`_update_model_kwargs_for_generation`)
+                tail = given[-1:].expand(rest, *given.shape[1:])
+            else:
+                tail = torch.full((rest, *given.shape[1:]), fill.get(k, 0), dtype=torch.long)
+            out[k][i, sl] = torch.cat([given, tail])
     other = [k for k in dict.fromkeys(k for f in feats for k in f) if k not in seq_keys]
     for k in other:
         present = [f[k] for f in feats if k in f]

@@ -12,6 +12,7 @@ from evalsuite.types import GenRequest
 
 def _continuation_ids(vlm, req: GenRequest, continuation: str):
     """Token ids of prompt+continuation and the index where the continuation starts."""
+    from evalsuite.models.inputs import to_device
     from evalsuite.models.vlm import build_prompt, load_image
 
     image = load_image(req.image) if req.image is not None else None
@@ -24,10 +25,10 @@ def _continuation_ids(vlm, req: GenRequest, continuation: str):
         cont = vlm.tokenizer(continuation, add_special_tokens=False)["input_ids"]
         fill = {"token_type_ids": vlm.inputs.response_fill("token_type_ids")}
         batch = batch_rows([ids + cont], [feats], vlm.tokenizer.pad_token_id or 0, fill, side="right")
-        return {k: v.to(vlm.device) for k, v in batch.items()}, len(ids)
+        return to_device(batch, vlm.device, vlm.model.dtype), len(ids)
     full = vlm.inputs.encode([prompt + continuation], images)
     n_prompt = vlm.inputs.encode([prompt], images)["input_ids"].shape[1]
-    return full.to(vlm.device), n_prompt
+    return to_device(full, vlm.device, vlm.model.dtype), n_prompt  # floating inputs in the model's dtype
 
 
 def loglikelihood(vlm, requests: list[tuple[GenRequest, str]]) -> list[tuple[float, bool]]:

@@ -44,6 +44,7 @@ def _check_dir(path: Path) -> dict:
         config = json.loads(cfg_path.read_text())
     except json.JSONDecodeError as exc:
         raise UserError(f"{cfg_path}: not valid JSON ({exc.msg})") from None
+    refuse_encoder_decoder(path, config)
     shards = sorted(path.glob("*.safetensors"))
     if not shards:
         if any(path.glob("*.bin")) or any(path.glob("*.pt")):
@@ -53,6 +54,16 @@ def _check_dir(path: Path) -> dict:
     for shard in shards:
         _check_safetensors(shard)
     return config
+
+
+def refuse_encoder_decoder(path: Path, config: dict) -> None:
+    """One line for an encoder-decoder checkpoint (Florence-2), before any loading: generation, the collators
+    and the CSR search here are decoder-only (answers are what follows the prompt in one sequence), so an
+    encoder-decoder's answers would all be empty and its training labels wrong."""
+    parts = [config, *(v for v in config.values() if isinstance(v, dict))]
+    if any(part.get("is_encoder_decoder") for part in parts):
+        raise UserError(f"{path}: model_type {config.get('model_type')!r} is an encoder-decoder "
+                        "(config.is_encoder_decoder); evalsuite evaluates and trains decoder-only VLMs only")
 
 
 def _check_safetensors(path: Path) -> None:
@@ -104,6 +115,9 @@ def load_vlm(
         config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
     except (ValueError, OSError, KeyError) as exc:
         raise UserError(f"{path}: cannot read config ({str(exc).splitlines()[0]})") from None
+    refuse_encoder_decoder(path, {"model_type": config.model_type, "is_encoder_decoder": config.is_encoder_decoder,
+                                  "text_config": {"is_encoder_decoder": getattr(getattr(config, "text_config", None),
+                                                                                "is_encoder_decoder", False)}})
     if getattr(config, "vision_config", None) is None:
         raise UserError(f"{path}: model_type {config.model_type!r} is not a vision-language model "
                         "(no vision_config)")
@@ -180,7 +194,10 @@ def encode_batch(vlm: VLM, requests: list[GenRequest]):
     with_image = requests[0].image is not None
     images = [load_image(r.image) for r in requests] if with_image else None
     prompts = [build_prompt(vlm, r.prompt, with_image) for r in requests]
-    return vlm.inputs.encode(prompts, images, padding_side="left").to(vlm.device)
+    from evalsuite.models.inputs import to_device
+
+    # floating inputs (pixels, audio features) in the model's dtype: a processor may return bfloat16 pixels
+    return to_device(vlm.inputs.encode(prompts, images, padding_side="left"), vlm.device, vlm.model.dtype)
 
 
 def generate(vlm: VLM, requests: list[GenRequest], gen: GenConfig, batch_size: int = 8, progress: bool = True) -> list[str]:

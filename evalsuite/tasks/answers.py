@@ -11,6 +11,10 @@
   (bf16 on GPU, fp32 on CPU). caption and chair share entries: the same request is answered once.
 - Data parallel (world size > 1): each rank answers its shard of the images (`Dist.shard`), rank 0
   gathers the answers back into image order; the other ranks get None.
+- Nothing scores nothing: when more than `MAX_EMPTY_SHARE` of a task's answers are empty (an encoder-decoder
+  sliced at the prompt length, a model that emits EOS at once) the task fails in one line naming it and
+  a sample (`check_answers`), before any metric is computed: CHAIR over empty captions is 0, which would
+  otherwise be stored as a perfect score.
 """
 from __future__ import annotations
 
@@ -23,6 +27,9 @@ from pathlib import Path
 from evalsuite.types import GenConfig, GenRequest
 
 log = logging.getLogger(__name__)
+
+# above this share of empty answers a task's metrics measure the absence of answers, not the model
+MAX_EMPTY_SHARE = 0.5
 
 # files beside the weights that shape an answer: configs, tokenizer, processor, chat template
 PROMPT_FILE_SUFFIXES = (".json", ".jinja", ".model", ".txt", ".tiktoken")
@@ -69,8 +76,22 @@ def _cache(ctx):
     return ResponseCache(Path(ctx.resume_root) / "own", ctx.ckpt_id, "answers", rank=ctx.dist.rank)
 
 
-def generate_answers(ctx, images: list[dict], prompt: str, gen: GenConfig, data_id: str) -> list[dict] | None:
-    """Answer records {key, image_id, image, prompt, answer} for `images` ({id, path}), in their order."""
+def check_answers(task: str, records: list[dict]) -> None:
+    """RunFailure (one line: the task, the share, a sample) when more than MAX_EMPTY_SHARE answers are empty."""
+    from evalsuite.errors import RunFailure
+
+    empty = [r for r in records if not str(r.get("answer") or "").strip()]
+    if records and len(empty) > MAX_EMPTY_SHARE * len(records):
+        r = empty[0]
+        raise RunFailure(f"{task}: {len(empty)} of {len(records)} answers are empty (more than "
+                         f"{MAX_EMPTY_SHARE:.0%}); nothing stored for it. Sample: image {r.get('image_id')!r}, "
+                         f"prompt {str(r.get('prompt_text') or r.get('prompt'))!r} -> answer {r.get('answer')!r}")
+
+
+def generate_answers(ctx, images: list[dict], prompt: str, gen: GenConfig, data_id: str,
+                     task: str = "answers") -> list[dict] | None:
+    """Answer records {key, image_id, image, prompt, answer} for `images` ({id, path}), in their order;
+    `task` names the task in the empty-answers failure (`check_answers`)."""
     from tqdm.auto import tqdm
 
     from evalsuite.models.cache import request_key
@@ -98,4 +119,8 @@ def generate_answers(ctx, images: list[dict], prompt: str, gen: GenConfig, data_
     records = [{"key": str(im["id"]), "image_id": im["id"], "image": im["path"], "prompt": prompt,
                 "prompt_text": sent, "answer": answers[k]} for im, k in zip(mine, keys)]
     parts = ctx.dist.gather(records)
-    return None if parts is None else ctx.dist.unshard(parts)
+    if parts is None:
+        return None
+    records = ctx.dist.unshard(parts)
+    check_answers(task, records)
+    return records

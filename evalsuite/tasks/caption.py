@@ -78,7 +78,7 @@ class CaptionTask:
         from evalsuite.tasks.answers import generate_answers
 
         s = plan.state
-        return generate_answers(ctx, s["images"], plan.config["prompt"], ctx.gen, s["data_id"])
+        return generate_answers(ctx, s["images"], plan.config["prompt"], ctx.gen, s["data_id"], task=self.name)
 
     def run(self, ctx: RunContext, plan: Plan, inputs: dict) -> TaskResult | None:
         samples = self.answers(ctx, plan)

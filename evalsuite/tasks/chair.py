@@ -128,7 +128,7 @@ class ChairTask:
         from evalsuite.tasks.answers import generate_answers
 
         s = plan.state
-        return generate_answers(ctx, s["images"], plan.config["prompt"], s["gen"], s["data_id"])
+        return generate_answers(ctx, s["images"], plan.config["prompt"], s["gen"], s["data_id"], task=self.name)
 
     def run(self, ctx: RunContext, plan: Plan, inputs: dict) -> TaskResult | None:
         from evalsuite.metrics import chair

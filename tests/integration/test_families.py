@@ -58,7 +58,7 @@ def test_eval_answers_do_not_depend_on_batch_size(arch, ckpts, world_dir, punkt_
     sample = json.loads((outs[8] / "caption" / "samples.jsonl").read_text().splitlines()[0])
     run = json.loads((outs[8] / "run.json").read_text())
     assert sample["prompt_text"] == run["inputs"]["prompt_example"].replace("{question}", sample["prompt"])
-    want = "paligemma" if arch == "paligemma" else "chat_template"
+    want = arch if arch in ("paligemma", "blip2", "instructblip") else "chat_template"  # template-less formats
     assert run["inputs"]["prompt_format"] == want and run["inputs"]["image_aspect"] == "crop"
     pope = json.loads((outs[8] / "pope" / "samples.jsonl").read_text().splitlines()[0])
     assert pope["prompt_text"].endswith(run["inputs"]["prompt_example"].split("{question}")[1])

@@ -147,7 +147,7 @@ class TreeGenerator:
         # The search feeds it to the diversity penalty for groups that are done, so it matters.
         pad = tok.pad_token_id if tok.pad_token_id is not None else stops[0]
         self.pad_id = tok.pad_token_id
-        self.image_id = tok.convert_tokens_to_ids(getattr(vlm.processor, "image_token", "<image>"))
+        self.image_id = tok.convert_tokens_to_ids(vlm.inputs.image_token)  # a str even where the processor holds an AddedToken
         self.spec = SearchSpec(num_beams=cfg.num_beams, num_groups=cfg.num_beam_groups,
                                diversity_penalty=cfg.diversity_penalty, length_penalty=cfg.length_penalty,
                                max_new_tokens=cfg.max_new_tokens, stop_ids=tuple(stops),

@@ -190,7 +190,7 @@ def language_scores(vlm, trees: Sequence[Tree], features: Sequence | None = None
         ids = enc["input_ids"].cpu()
         with torch.inference_mode():
             kw, _ = model_kwargs(model, enc, first=True, use_cache=False)
-            logits = model(**kw, logits_to_keep=keep).logits.float()
+            logits = model(**{**kw, "logits_to_keep": keep}).logits.float()  # once, whatever kw holds (Mllama)
         lp = torch.log_softmax(logits[:, :-1], -1).cpu()  # window position j predicts kept token j + 1
         for i, ((ti, nid), n_t) in enumerate(zip(chunk, targets)):
             tgt = ids[i, width - n_t:]

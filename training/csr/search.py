@@ -71,16 +71,21 @@ class _Batch:
         # Positions are the model's own (left padding counted out, M-RoPE rows for Qwen-VL), so a
         # row's logits do not depend on its padding or on the other rows.
         kw, pos = model_kwargs(model, batch, first=True)
-        out = model(**kw, logits_to_keep=1)
-        self.model, self.width, self.device = model, width, device
-        self.cache = out.cache if hasattr(out, "cache") else out.past_key_values
+        out = model(**{**kw, "logits_to_keep": 1})  # once: some models' own kwargs already hold it (Mllama)
+        self.width, self.device = width, device
+        self.cache, self.model = _cache_and_stepper(model, out)
         # Every context is prefilled once, then copied into `width` rows (beams or samples): the cache
+        # (through its own reorder, which hybrid caches such as LFM2's implement for every layer type)
         # and every per-row tensor the steps read (mask, positions, sequence-aligned ids).
-        self.cache.batch_repeat_interleave(width)
+        self.cache.reorder_cache(torch.arange(len(contexts), device=device).repeat_interleave(width))
         self.mask = batch["attention_mask"].repeat_interleave(width, 0)
         self.next_pos = (pos[..., -1:] + 1).repeat_interleave(width, dim=-2)
+        seq = sequence_keys(batch)
         self.step_extra = {k: torch.full((1, 1), (fill or {}).get(k, 0), dtype=torch.long, device=device)
-                           for k in sequence_keys(batch)}
+                           for k in seq if batch[k].dim() == 2}
+        # higher-rank token-aligned inputs (Mllama's cross-attention mask): each new token repeats its row's
+        # last position, as generate extends them per step
+        self.step_rows = {k: batch[k][:, -1:].repeat_interleave(width, 0) for k in seq if batch[k].dim() > 2}
         self.logits = out.logits[:, -1].float().repeat_interleave(width, 0)
 
     def step(self, rows: torch.Tensor, tokens: torch.Tensor) -> None:
@@ -91,13 +96,30 @@ class _Batch:
         self.cache.reorder_cache(rows)
         self.mask = torch.cat([self.mask[rows], torch.ones((len(rows), 1), dtype=torch.long, device=self.device)], 1)
         self.next_pos = self.next_pos.index_select(-2, rows)
+        self.step_rows = {k: v[rows] for k, v in self.step_rows.items()}
         batch = {"input_ids": tokens.view(-1, 1).to(self.device), "attention_mask": self.mask,
-                 **{k: v.expand(len(rows), 1) for k, v in self.step_extra.items()}}
+                 **{k: v.expand(len(rows), 1) for k, v in self.step_extra.items()}, **self.step_rows}
         kw, _ = model_kwargs(self.model, batch, first=False, cache=self.cache, position_ids=self.next_pos)
         out = self.model(**kw)
-        self.cache = out.cache if hasattr(out, "cache") else out.past_key_values
+        self.cache, _ = _cache_and_stepper(self.model, out)
         self.next_pos = self.next_pos + 1
         self.logits = out.logits[:, -1].float()
+
+
+def _cache_and_stepper(model, out):
+    """(KV cache of a forward's output, the module that continues from it), as `generate` continues: a model
+    whose output nests its language model's (BLIP-2 / InstructBLIP: `language_model_outputs`, their generate
+    hands the embedded prompt to `language_model.generate`) steps through that language model."""
+    for key in ("cache", "past_key_values"):
+        if key in out and out[key] is not None:
+            return out[key], model
+    for key, value in out.items():
+        sub = getattr(model, key.removesuffix("_outputs"), None) if key.endswith("_outputs") else None
+        if sub is not None and hasattr(value, "keys"):
+            for name in ("cache", "past_key_values"):
+                if name in value and value[name] is not None:
+                    return value[name], sub
+    raise RuntimeError(f"{type(model).__name__}: its forward returned no KV cache to search from")
 
 
 def _as_features(features, n: int) -> list[dict]:

@@ -276,7 +276,7 @@ class SFTCollator:
         """(text, is_assistant) pieces whose concatenation is the rendered conversation (less the whitespace
         after its last turn): an answer piece ends at its text, the separator after it opens the next piece."""
         t = self._t
-        if t.inputs.prompt_format == "paligemma" and len(messages) == 2:  # one prefix, one suffix
+        if t.inputs.plain and len(messages) == 2:  # one prefix, one suffix (PaliGemma, BLIP)
             prompt, answer = t.completion_text(messages[0]["content"], messages[1]["content"], with_image)
             return [(prompt, False), (answer, True)]
         msgs = [(_user(m["content"], with_image and i == 0) if m["role"] == "user" else _assistant(m["content"]))

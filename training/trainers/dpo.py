@@ -49,10 +49,17 @@ class VLDPOTrainer(DPOTrainer):
     def _sequence_logps(self, model, inputs) -> torch.Tensor:
         """Per-row sequence log-probs (sum, mean or diff-masked sum per the loss spec)."""
         kwargs = {k: v for k, v in inputs.items() if k not in _NON_MODEL_KEYS}
-        labels = inputs["input_ids"].masked_fill(inputs["completion_mask"] == 0, -100)
-        out = model(**kwargs, labels=labels, use_cache=False, fused_lm_head=True)
         mask = inputs["logp_mask"][:, 1:]  # log_probs[t] scores token t+1
-        per_token = out.log_probs[:, -mask.size(1):]
+        from training.trainers.model import fused_head_fits
+
+        if fused_head_fits(self.accelerator.unwrap_model(model)):
+            labels = inputs["input_ids"].masked_fill(inputs["completion_mask"] == 0, -100)
+            out = model(**kwargs, labels=labels, use_cache=False, fused_lm_head=True)
+            per_token = out.log_probs[:, -mask.size(1):]
+        else:  # the plain path: full logits, then the log-prob of each next token
+            logits = model(**kwargs, use_cache=False).logits[:, -mask.size(1) - 1:-1].float()
+            target = inputs["input_ids"][:, 1:].unsqueeze(-1)
+            per_token = torch.log_softmax(logits, -1).gather(-1, target).squeeze(-1)
         return sequence_logps(per_token, mask, average=self.loss_spec.average_logps)
 
     @torch.no_grad()

@@ -1,7 +1,8 @@
 """Model setup shared by SFT and DPO: load a local VLM, freeze the vision tower, build the LoRA config.
 
-LoRA targets are always resolved to full module names inside the language model: a bare
-`q_proj` would also match CLIP's attention, and LoRA on `lm_head` breaks TRL's fused LM head.
+LoRA targets are always resolved to full module names inside the language model, found by structure
+(`get_decoder()` / `language_model`, not by module names): a bare `q_proj` would also match CLIP's
+attention or BLIP's Q-Former, and LoRA on `lm_head` breaks TRL's fused LM head.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from evalsuite.errors import UserError
 
 log = logging.getLogger(__name__)
 
+# Module names the older name-based rules used; kept for tests that check where LoRA did NOT land.
 VISION_PARTS = ("vision_tower", "vision_model", "visual", "image_encoder")
 PROJECTOR_PARTS = ("multi_modal_projector", "mm_projector", "vision_resampler", "merger", "connector")
 
@@ -68,10 +70,38 @@ def load_model_and_processor(cfg):
         from peft import prepare_model_for_kbit_training
 
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(cfg.activation_checkpointing))
+    cast_floating_inputs(model)
     if cfg.freeze_vision_tower:
         n = freeze_vision_tower(model)
         log.info("froze %d vision-tower parameters", n)
     return model, processor
+
+
+def cast_floating_inputs(model) -> None:
+    """Floating-point inputs (pixels, audio features) reach the model in its dtype, as evaluation and the CSR
+    search pass them (`evalsuite.models.inputs.to_device`): a processor may return bfloat16 pixels for a
+    float32 model, or float32 pixels for a bfloat16 one. A forward pre-hook, so every trainer's call is covered."""
+    import torch
+
+    dtype = model.dtype
+
+    def hook(module, args, kwargs):
+        for k, v in kwargs.items():
+            if torch.is_tensor(v) and v.is_floating_point() and v.dtype != dtype:
+                kwargs[k] = v.to(dtype)
+        return args, kwargs
+
+    model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def fused_head_fits(model) -> bool:
+    """Whether TRL's fused LM head can run `model`: it calls `model.base_model` as a backbone and reads that
+    output's `last_hidden_state`, so the model needs a backbone module apart from itself (LLaVA's `model`, ...).
+    BLIP-2 / InstructBLIP have none (`base_model` is the model itself, whose output is logits): plain path."""
+    from accelerate.utils import is_peft_model
+
+    core = model.get_base_model() if is_peft_model(model) else model
+    return core.base_model is not core
 
 
 def _is_part(name: str, parts: tuple[str, ...]) -> bool:
@@ -79,27 +109,46 @@ def _is_part(name: str, parts: tuple[str, ...]) -> bool:
 
 
 def freeze_vision_tower(model) -> int:
-    """requires_grad=False on every vision-encoder parameter; returns how many were frozen."""
+    """requires_grad=False on every parameter of the model's image (and audio) encoders, found through the
+    model's own `get_encoder(modality=...)`; returns how many were frozen."""
     frozen = 0
-    for name, param in model.named_parameters():
-        if _is_part(name, VISION_PARTS):
-            param.requires_grad_(False)
-            frozen += param.numel()
+    for modality in ("image", "audio"):
+        encoder = model.get_encoder(modality=modality)
+        if encoder is model or encoder is language_model(model):
+            continue
+        for param in encoder.parameters():
+            if param.requires_grad:
+                param.requires_grad_(False)
+                frozen += param.numel()
+    if not frozen:
+        raise UserError(f"freeze_vision_tower: {type(model).__name__} exposes no image encoder "
+                        "(get_encoder(modality='image')); set freeze_vision_tower: false")
     return frozen
+
+def language_model(model):
+    """The language-model submodule, found by structure: the model's own `get_decoder()` (LLaVA's
+    `model.language_model`, Idefics2's `model.text_model`, BLIP-2's OPT), else its `language_model`."""
+    dec = model.get_decoder() if callable(getattr(model, "get_decoder", None)) else None
+    if dec is None or dec is model:
+        dec = getattr(model, "language_model", None) or getattr(getattr(model, "model", None), "language_model", None)
+    if dec is None:
+        raise UserError(f"lora_target_modules: {type(model).__name__} exposes no language model "
+                        "(get_decoder() / language_model)")
+    return dec
 
 
 def language_model_linears(model) -> list[str]:
-    """Full names of the nn.Linear (and quantised Linear) modules of the language model, lm_head excluded."""
+    """Full names of the nn.Linear (and quantised Linear) modules inside the language model (`language_model`),
+    the output head excluded: never the vision tower, projector or Q-Former, whatever they are called."""
     import torch.nn as nn
 
+    lm, head = language_model(model), model.get_output_embeddings()
+    prefix = next(n for n, m in model.named_modules() if m is lm)
     names = []
-    for name, module in model.named_modules():
+    for name, module in lm.named_modules():
         is_linear = isinstance(module, nn.Linear) or type(module).__name__ in ("Linear4bit", "Linear8bitLt")
-        if not is_linear or name.split(".")[-1] == "lm_head":
-            continue
-        if _is_part(name, VISION_PARTS) or _is_part(name, PROJECTOR_PARTS):
-            continue
-        names.append(name)
+        if is_linear and module is not head and name.split(".")[-1] != "lm_head":
+            names.append(f"{prefix}.{name}" if prefix else name)
     return names
 
 

@@ -18,6 +18,19 @@ from training.trainers.common import JsonLogCallback, finish_training, trainer_a
 log = logging.getLogger(__name__)
 
 
+class VLSFTTrainer(SFTTrainer):
+    """SFTTrainer whose loss takes the plain path (the model's own loss on the collator's labels) where TRL's
+    fused LM head does not fit the model (`training.trainers.model.fused_head_fits`: BLIP-2, InstructBLIP)."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        from training.trainers.model import fused_head_fits
+
+        if fused_head_fits(self.accelerator.unwrap_model(model)):
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        outputs = model(**inputs)
+        return (outputs.loss, outputs) if return_outputs else outputs.loss
+
+
 def build_sft_trainer(cfg, model, processor, train_ds, eval_ds=None) -> SFTTrainer:
     from training.trainers.collate import SFTCollator
     from training.trainers.model import lora_config
@@ -28,7 +41,7 @@ def build_sft_trainer(cfg, model, processor, train_ds, eval_ds=None) -> SFTTrain
                            max_target_length=cfg.max_target_length, label_pad_token_id=cfg.label_pad_token_id,
                            truncation=cfg.truncation, inputs=cfg.input_config(),
                            eos_every_turn=cfg.chat_format != "vlrlhf_llava")
-    return SFTTrainer(model=model, args=args, data_collator=collator, train_dataset=train_ds, eval_dataset=eval_ds,
+    return VLSFTTrainer(model=model, args=args, data_collator=collator, train_dataset=train_ds, eval_dataset=eval_ds,
                       processing_class=processor, peft_config=lora_config(cfg, model),
                       callbacks=[JsonLogCallback(Path(cfg.output_dir) / "metrics.jsonl")])
 

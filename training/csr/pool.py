@@ -153,6 +153,8 @@ def unsupported(cache) -> str | None:
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
+    if cache is None:
+        return "no KV cache on the model's own output"
     if type(cache) is not DynamicCache:
         return f"cache class {type(cache).__name__}"
     kinds = {type(layer).__name__ for layer in cache.layers if type(layer) is not DynamicLayer}
@@ -170,7 +172,9 @@ class Runner:
         self.seq_keys: list[str] = []
 
     def _out(self, out):
-        cache = out.cache if hasattr(out, "cache") else out.past_key_values
+        # a model that nests its language model's output (BLIP-2 / InstructBLIP) has no cache here: None
+        # is `unsupported` and that model runs the reference path, which steps its language model
+        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
         return cache, out.logits[:, -1].float()
 
     def prompts(self, contexts: list[list[int]], features: list[dict]) -> tuple[list[Rows], torch.Tensor, Any]:
@@ -180,6 +184,11 @@ class Runner:
         batch = batch_rows(contexts, features, self.spec.pad_id, self.fill, side="left")
         batch = to_device(batch, self.device, self.model.dtype)
         self.seq_keys = sequence_keys(batch)
+        if any(batch[k].dim() > 2 for k in self.seq_keys):
+            # token-aligned inputs of higher rank (Mllama's cross-attention mask) are extended per step
+            # by the reference path only
+            return [], None, "token-aligned inputs of rank > 2 (" + ", ".join(
+                k for k in self.seq_keys if batch[k].dim() > 2) + ")"
         kw, pos = model_kwargs(self.model, batch, first=True)
         cache, logits = self._out(self.model(**kw, logits_to_keep=1))
         n = sum(len(c) for c in contexts)

@@ -9,7 +9,7 @@ Metrics of one task and setup whose values agree in every checkpoint, and differ
 """
 from __future__ import annotations
 
-from evalsuite.store.sample_values import POPE_SETTINGS
+from evalsuite.tasks.lmms_metrics import POPE_SETTINGS
 from evalsuite.store.table import _num, source_text
 
 ARROW = {"up": "↑", "down": "↓", "none": "·"}

@@ -104,7 +104,8 @@ def with_sample_stats(tidy, records_of: dict, n_boot: int = 1000, seed: int = 0,
         stat = spec.get("stat", "ratio")
         if r["ci_source"] == "" and len(mine) >= 2 and spec.get("ci", True):
             x, strata, fn = ms.design(list(mine.values()), stat)
-            r["ci_low"], r["ci_high"] = sums_ci(x, fn, n_boot, seed, level, counts=_counts(len(x), n_boot, seed, strata))
+            r["ci_low"], r["ci_high"] = sums_ci(x, fn, n_boot, seed, level,
+                                                counts=_counts(len(x), n_boot, seed, strata))
             r["ci_source"] = "samples"
         b = where.get((r["base"], r["metric_key"], r["eval_key"])) if isinstance(r["base"], str) else None
         if b is None or b is r:

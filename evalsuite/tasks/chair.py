@@ -18,8 +18,8 @@ from pathlib import Path
 
 from evalsuite.errors import UserError
 from evalsuite.tasks.base import Plan, RunContext
-from evalsuite.tasks.metric_spec import MetricSpec, score, specs_extra
 from evalsuite.tasks.caption import DEFAULT_PROMPT, check_prompt
+from evalsuite.tasks.metric_spec import MetricSpec, score, specs_extra
 from evalsuite.types import TaskResult
 
 log = logging.getLogger(__name__)

@@ -79,6 +79,7 @@ def test_example_task_runs_and_its_metric_reaches_the_table(tiny_vlm_dir, world_
     capsys.readouterr()
     assert cli.main(["table", "--store", str(store), "--format", "json", "--n-boot", "50"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["rows"]
-    assert (row["metric_key"], row["direction"], row["per_sample"]) == ("short_answer/short_answer_rate", "up", "stored")
+    assert (row["metric_key"], row["direction"], row["per_sample"]) == \
+        ("short_answer/short_answer_rate", "up", "stored")
     assert row["value"] == sum(short) / 4 and row["ci_source"] == "samples"
     assert row["ci_low"] <= row["value"] <= row["ci_high"]

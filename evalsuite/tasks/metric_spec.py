@@ -79,7 +79,7 @@ def sample_key(s: dict) -> str | None:
 def fill_values(samples: list[dict], specs: Sequence[MetricSpec]) -> None:
     """Each sample's rows under sample["values"] (and its unit / stratum / subset where a spec has them)."""
     for s in samples:
-        values = dict(s.get(VALUES) or {})
+        values = {}     # a record copied from another task's (relevance from caption) starts anew
         for spec in specs:
             if spec.row is None:
                 continue

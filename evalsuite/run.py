@@ -156,7 +156,7 @@ def plan_own_tasks(ctx: RunContext, cfg: EvalConfig, own: list[str]) -> list[Ste
         if name in steps:
             return
         task = load_task(name)
-        opts = getattr(cfg, name)
+        opts = getattr(cfg, name, None) or task.Options()   # a task without an EvalConfig section: its defaults
         requires = tuple(task.requires(opts, cfg.tasks))
         for dep in requires:
             add(dep)

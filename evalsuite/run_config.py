@@ -198,8 +198,9 @@ class EvalConfig:
     def tasks_needing_data_root(self) -> list[str]:
         """Own tasks, and evalsuite's local lmms tasks (mme, pope, ...) without an lmms.data mapping."""
         from evalsuite.tasks.registry import LMMS_LOCAL_TASKS as LOCAL_TASKS
+        from evalsuite.tasks.registry import is_own_task
 
-        return [t for t in self.tasks if t in OWN_SECTIONS or (t in LOCAL_TASKS and t not in self.lmms.data)]
+        return [t for t in self.tasks if is_own_task(t) or (t in LOCAL_TASKS and t not in self.lmms.data)]
 
     def gen_config(self) -> GenConfig:
         return self.gen.config(self.seed)
@@ -226,7 +227,7 @@ def sections_for(tasks: list[str], is_own) -> set[str]:
     used = {t for t in tasks if t in OWN_SECTIONS}
     if "relevance" in used:
         used |= {"caption", "chair"}
-    if used:
+    if used or any(is_own(t) for t in tasks):   # every own task generates with gen (one without a section too)
         used.add("gen")
     if any(not is_own(t) for t in tasks):
         used.add("lmms")

@@ -1,13 +1,19 @@
-"""Stores for the report and table tests, with records in the tasks' own shapes and stored metrics
-that the records reproduce (as real runs have): CHAIR (metrics.chair.score_caption), relevance, POPE and
-MME (lmms-eval's per-document results), CSR pairs and CSR training logs (training/csr/train_log.py)."""
+"""Stores for the report and table tests, with records in the tasks' own shapes and stored metrics and
+per-sample values computed by the tasks' declared metric specs (as real runs store them): CHAIR
+(metrics.chair.score_caption), relevance, POPE and MME (lmms-eval's per-document results), CSR pairs and
+CSR training logs (training/csr/train_log.py)."""
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from evalsuite.store import Store
+from evalsuite.tasks.chair import METRICS as CHAIR_METRICS
+from evalsuite.tasks.lmms_metrics import declare
+from evalsuite.tasks.metric_spec import score, specs_extra
+from evalsuite.tasks.relevance import METRICS as RELEVANCE_METRICS
 from evalsuite.types import MetricValue, TaskResult
 
 SETTINGS = ("random", "popular", "adversarial")
@@ -45,7 +51,7 @@ def pope_result(answers: list[str]) -> TaskResult:
     metrics = [MetricValue("pope_accuracy", acc, True, n), MetricValue("pope_precision", prec, True, n),
                MetricValue("pope_recall", rec, True, n), MetricValue("pope_f1_score", f1, True, n),
                MetricValue("pope_yes_ratio", sum(truth) / n, True, n)]
-    return TaskResult("pope", "0.0", metrics, samples=recs, identity={"data": "pope-test"})
+    return declare(TaskResult("pope", "0.0", metrics, samples=recs, identity={"data": "pope-test"}))
 
 
 def mme_result(scores: dict[tuple[str, str], tuple[float, float]]) -> TaskResult:
@@ -63,8 +69,8 @@ def mme_result(scores: dict[tuple[str, str], tuple[float, float]]) -> TaskResult
                          "mme_perception_score": {"question_id": f"{cat}/{img}", "category": cat, "score": float(s)}})
         per.setdefault(cat, []).append(50 * sum(pair) + 100 * (sum(pair) == 2))
     total = sum(sum(v) / len(v) for v in per.values())
-    return TaskResult("mme", "0.0", [MetricValue("mme_perception_score", total, True, len(recs))], samples=recs,
-                      identity={"data": "mme-test"})
+    return declare(TaskResult("mme", "0.0", [MetricValue("mme_perception_score", total, True, len(recs))],
+                              samples=recs, identity={"data": "mme-test"}))
 
 
 def image(path: Path, color) -> str:
@@ -98,10 +104,9 @@ def chair_result(images: list[str], hallucinating: set[int], answers: dict[int, 
     cs = sum(r["CHAIRs"] for r in recs) / n
     ci = sum(len(r["hallucinated"]) for r in recs) / sum(len(r["mentions"]) for r in recs)
     ln = sum(r["n_tokens"] for r in recs) / n
-    return TaskResult("chair", "1", [MetricValue("CHAIRs", cs, False, n, variant="original"),
-                                     MetricValue("CHAIRi", ci, False, n, variant="original"),
-                                     MetricValue("Recall", 1.0, True, n, variant="original"),
-                                     MetricValue("Len", ln, True, n, variant="original")], samples=recs)
+    metrics = score(recs, CHAIR_METRICS, n_boot=0, variant="original")     # as the chair task stores them
+    assert [m.value for m in metrics] == pytest.approx([cs, ci, 1.0, ln])
+    return TaskResult("chair", "1", metrics, samples=recs, extra={"metric_specs": specs_extra(CHAIR_METRICS)})
 
 
 def relevance_result(chair: TaskResult, base: float) -> TaskResult:
@@ -111,10 +116,10 @@ def relevance_result(chair: TaskResult, base: float) -> TaskResult:
         r["sentence_scores"] = [r["relevance"]]
     n = len(recs)
     mean = sum(r["relevance"] for r in recs) / n
-    return TaskResult("relevance", "1", [MetricValue("relevance_mean", mean, True, n),
-                                         MetricValue("relevance_sentence_mean", mean, True, n),
-                                         MetricValue("relevance_whole_mean", mean, True, n, variant="whole")],
-                      samples=recs)
+    specs = [m for m in RELEVANCE_METRICS if m.row is not None]           # as the relevance task, less the median
+    metrics = score(recs, specs, n_boot=0)
+    assert [m.value for m in metrics] == [pytest.approx(mean)] * 3
+    return TaskResult("relevance", "1", metrics, samples=recs, extra={"metric_specs": specs_extra(specs)})
 
 
 def pairs_result(images: list[str], t: int) -> TaskResult:

@@ -35,7 +35,7 @@ from evalsuite.errors import UserError
 TIDY_COLUMNS = ["checkpoint", "ckpt_id", "iteration", "method", "ckpt", "ckpt_hash", "run_id",
                 "metric_key", "task", "metric", "variant", "higher_is_better", "value", "ci_low",
                 "ci_high", "n", "is_base", "delta", "delta_low", "delta_high", "setup", "eval_key",
-                "eval_setup", "base", "generator", "data", "split", "limit"]
+                "eval_setup", "base", "generator", "data", "split", "limit", "direction"]
 
 
 def metric_key(task: str, metric: str, variant) -> str:
@@ -230,7 +230,7 @@ def build_table(df, metrics: list[str] | None = None, base: str | None = None,
     latest = latest.set_index(["ckpt_id", "metric_key", "eval_key"])
     base_of = bases(ckpts, base)
     names = dict(zip(ckpts["ckpt_id"], ckpts["name"]))
-    out = []
+    out, specs = [], {}
     for c in ckpts.itertuples():
         b = base_of.get(c.ckpt_id)
         for k in keys:
@@ -242,10 +242,13 @@ def build_table(df, metrics: list[str] | None = None, base: str | None = None,
                 row["setup"] = labels.get((r["task"], e), "")
                 row["eval_setup"] = parse_setup(r["eval_setup"])
                 row.update(_source(r["task"], (run_meta or {}).get(r["run_id"])))
+                row["direction"] = _direction(r, specs.setdefault((r["run_id"], r["task"]),
+                                                                  _specs(r["task"], (run_meta or {}).get(r["run_id"]))))
                 if b is not None and b != c.ckpt_id and (b, k, e) in latest.index:
                     _add_delta(row, latest.loc[(b, k, e)])
                 out.append(row)
     tidy = pd.DataFrame(out, columns=TIDY_COLUMNS)
+    tidy.attrs["metric_specs"] = specs      # (run_id, task) -> the specs its run stored (store.paired)
     return Table(tidy=tidy, ckpts=ckpts, ckpt_of_run=dict(zip(df["run_id"], df["ckpt_id"])))
 
 
@@ -267,6 +270,38 @@ def _add_delta(row: dict, b) -> None:
                                                    float(b["value"]), b_ci)
 
 
+def _specs(task: str, meta: dict | None) -> dict:
+    """{metric: {direction, stat, ci, per_sample}} a task's run stored (`evalsuite.tasks.metric_spec`);
+    {} for runs written before tasks declared them."""
+    extra = (((meta or {}).get("tasks") or {}).get(task) or {}).get("extra") or {}
+    specs = extra.get("metric_specs")
+    return specs if isinstance(specs, dict) else {}
+
+
+def _direction(r, specs: dict) -> str:
+    """The declared direction; runs that declared none: the stored higher_is_better."""
+    d = (specs.get(r["metric"]) or {}).get("direction")
+    return d if d in ARROWS else ("up" if bool(r["higher_is_better"]) else "down")
+
+
+def _relative(data: str, root) -> str:
+    """`data` (one path, or several joined by "; ") with paths under the data root `root` written
+    relative to it: a table names the files of the data, not the machine that read them."""
+    if not isinstance(root, str) or not root:
+        return data
+    import re
+
+    base = Path(root)
+    parts = []
+    for part in re.split(r"(; |, )", data):     # a leaf's files by ", ", a group's leaves by "; "
+        p = Path(part)
+        try:
+            parts.append(p.relative_to(base).as_posix() if p.is_absolute() else part)
+        except ValueError:
+            parts.append(part)
+    return "".join(parts)
+
+
 def _source(task: str, meta: dict | None) -> dict:
     """Where a row's documents came from, as far as its run footer says: the data (an lmms-eval task's own
     `data_source`: its files or hub id, else the run's data root), split, limit."""
@@ -274,6 +309,8 @@ def _source(task: str, meta: dict | None) -> dict:
     cfg = ((meta.get("tasks") or {}).get(task) or {}).get("config") or {}
     run_cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
     data = cfg.get("data_source") or meta.get("data_root") or cfg.get("data") or cfg.get("data_root")
+    if cfg.get("data_source") and isinstance(data, str):
+        data = _relative(data, meta.get("data_root"))
     limit = cfg.get("limit", run_cfg.get("limit"))
     return {"data": None if data is None else str(data) if not isinstance(data, dict) else
             json.dumps(data, sort_keys=True, default=str),
@@ -386,9 +423,15 @@ def _ci_notes(tidy) -> list[str]:
         keys = list(dict.fromkeys(tidy.loc[has_delta & (tidy["delta_method"] == method), "metric_key"]))
         if keys:
             out.append(f"Δ CI {text}: {', '.join(keys)}.")
+    if "per_sample" in tidy.columns:
+        for kind, text in (("none declared", "no per-sample form (no sample CI, no paired Δ)"),
+                           ("missing", "per-sample values missing from the store (no sample CI, no paired Δ)")):
+            keys = list(dict.fromkeys(tidy.loc[tidy["per_sample"] == kind, "metric_key"]))
+            if keys:
+                out.append(f"{text}: {', '.join(keys)}.")
     if (tidy["metric"] == "model_yes_ratio").any():
         out.append("pope model_yes_ratio: the model's share of \"yes\" answers (lmms-eval's pope_yes_ratio "
-                   "counts the ground truth's and is left out).")
+                   "counts the ground truth's and is not stored).")
     return out
 
 

@@ -9,9 +9,22 @@ from dataclasses import dataclass
 
 from evalsuite.errors import UserError
 from evalsuite.tasks.base import Plan, RunContext
-from evalsuite.types import MetricValue, TaskResult
+from evalsuite.tasks.metric_spec import MetricSpec, score, specs_extra
+from evalsuite.types import TaskResult
 
 DEFAULT_PROMPT = "Please describe this image in detail."
+
+
+def _words(s: dict) -> tuple:
+    return (len(s["answer"].split()), 1)
+
+
+def _empty(s: dict) -> tuple:
+    return (float(not s["answer"].split()), 1)
+
+
+# answer length describes the answers (no better or worse); an empty answer is a failure
+METRICS = (MetricSpec("answer_words_mean", "none", _words), MetricSpec("empty_answer_rate", "down", _empty))
 
 
 def check_prompt(section: str, prompt: str) -> None:
@@ -84,11 +97,7 @@ class CaptionTask:
         samples = self.answers(ctx, plan)
         if samples is None:  # a data-parallel rank other than 0: its answers went to rank 0
             return None
-        lengths = [len(s["answer"].split()) for s in samples]
-        n = len(lengths)
-        metrics = [
-            MetricValue("answer_words_mean", sum(lengths) / n, higher_is_better=True, n=n),
-            MetricValue("empty_answer_rate", sum(1 for k in lengths if k == 0) / n, higher_is_better=False, n=n),
-        ]
+        metrics = score(samples, METRICS, n_boot=0)
         return TaskResult(task=self.name, version=self.version, metrics=metrics, samples=samples,
-                          config=plan.config, identity=plan.identity)
+                          config=plan.config, identity=plan.identity,
+                          extra={"metric_specs": specs_extra(METRICS)})

@@ -21,7 +21,8 @@ from pathlib import Path
 from evalsuite.errors import UserError
 from evalsuite.tasks.base import Plan, RunContext
 from evalsuite.tasks.caption import DEFAULT_PROMPT, check_prompt
-from evalsuite.types import MetricValue, TaskResult
+from evalsuite.tasks.metric_spec import MetricSpec, score, specs_extra
+from evalsuite.types import TaskResult
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +70,15 @@ def sample_images(images: list[dict], n: int, seed: int) -> list[dict]:
     return [ordered[i] for i in sorted(picked)]
 
 
-def _metric_values(summary: dict, variant: str) -> list[MetricValue]:
-    n, ci = summary["num_caps"], summary["ci"]
-    # Len is context for the other three (longer captions mention more), not a goal.
-    spec = [("CHAIRs", False), ("CHAIRi", False), ("Recall", True), ("Len", True)]
-    return [
-        MetricValue(name, float(summary[name]), higher_is_better=hib, n=n,
-                    ci_low=ci[name][0] if name in ci else None, ci_high=ci[name][1] if name in ci else None,
-                    variant=variant)
-        for name, hib in spec
-    ]
+# CHAIR per caption (evalsuite/metrics/chair.py `aggregate`): CHAIRs is the share of captions with a
+# hallucination, CHAIRi and Recall ratios of sums over captions. Len is context for the other three
+# (longer captions mention more), not a goal: a diagnostic.
+METRICS = (
+    MetricSpec("CHAIRs", "down", lambda s: (s["CHAIRs"], 1)),
+    MetricSpec("CHAIRi", "down", lambda s: (len(s["hallucinated"]), len(s["mentions"]))),
+    MetricSpec("Recall", "up", lambda s: (len(s["recalled"]), len(s["gt_objects"]))),
+    MetricSpec("Len", "none", lambda s: (s["n_tokens"], 1)),
+)
 
 
 class ChairTask:
@@ -139,11 +139,14 @@ class ChairTask:
         s, variant = plan.state, plan.config["variant"]
         records = chair.score_captions(s["scorer"], [(g["image_id"], g["answer"]) for g in generations], s["gt"],
                                        source=s["source"])
-        summary = chair.summarize(records, variant, n_boot=plan.config["n_boot"], seed=plan.config["seed"])
+        counts = chair.aggregate(records)
         samples = [{**g, **{k: v for k, v in r.items() if k not in ("index", "image_id")}}
                    for g, r in zip(generations, records)]
+        metrics = score(samples, METRICS, n_boot=plan.config["n_boot"], seed=plan.config["seed"],
+                        variant=variant)
         return TaskResult(
-            task=self.name, version=self.version, metrics=_metric_values(summary, variant), samples=samples,
+            task=self.name, version=self.version, metrics=metrics, samples=samples,
             config=plan.config, identity=plan.identity,
-            extra={"counts": {k: summary[k] for k in chair.COUNT_KEYS}, **s["extra"]},
+            extra={"counts": {k: counts[k] for k in chair.COUNT_KEYS}, **s["extra"],
+                   "metric_specs": specs_extra(METRICS)},
         )

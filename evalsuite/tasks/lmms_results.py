@@ -4,6 +4,8 @@ No lmms_eval import: `raw` is what `simple_evaluate(..., log_samples=True)` retu
 
 - one TaskResult per leaf task (a group's leaves as `NAME/LEAF`), plus one for each group that lmms-eval
   aggregated (its `aggregate_metric_list`), named `NAME` (or `NAME/SUBGROUP`);
+- POPE and MME leaves get their declared metric specs (`evalsuite.tasks.lmms_metrics`): per-sample
+  values, directions, and the rows lmms-eval does not report (POPE's model_yes_ratio and per-setting rows);
 - `config` carries what a table needs to say where a number came from: `data_source`, `limit`, `n`
   (documents scored) and `n_total` (documents in the data); `identity` what changes the number.
 """
@@ -43,6 +45,7 @@ def to_task_results(spec, raw: dict, counts: dict, *, gen_kwargs: str | None, li
     `backend`: where it has them, `prompt_text(context, with_image)` (recorded per sample) and
     `inputs_identity` (non-default prompt settings, part of every leaf's identity). `setup`: seed, device
     type and dtype of the run (`leaf_identity`)."""
+    from evalsuite.tasks.lmms_metrics import declare
     from evalsuite.version import lmms_eval_version
 
     version = lmms_eval_version()
@@ -53,7 +56,7 @@ def to_task_results(spec, raw: dict, counts: dict, *, gen_kwargs: str | None, li
         metrics, stderr_clt = _metrics(raw, task)
         n = raw.get("n-samples", {}).get(task, {})
         task_version = _task_version(raw, task)
-        out.append(TaskResult(
+        out.append(declare(TaskResult(
             task=name, version=task_version, metrics=metrics,
             samples=_samples(name, raw["samples"][task], metrics, getattr(backend, "prompt_text", None)),
             config={"lmms_task": task, "group": spec.lmms_name if spec.kind != "task" else None,
@@ -63,7 +66,7 @@ def to_task_results(spec, raw: dict, counts: dict, *, gen_kwargs: str | None, li
                    "stderr_clt": stderr_clt, "responses": counts},
             identity=leaf_identity(task, leaf.data_id if leaf else None, limit=limit, gen_kwargs=gen_kwargs,
                                    inputs=getattr(backend, "inputs_identity", None), setup=setup or {}),
-        ))
+        )))
     leaves = {r.config["lmms_task"]: r for r in out}
     for group in _aggregated_groups(raw):
         members = [leaves[t] for t in _leaf_tasks(raw, group) if t in leaves]

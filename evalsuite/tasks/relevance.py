@@ -21,6 +21,7 @@ import numpy as np
 
 from evalsuite.errors import UserError
 from evalsuite.tasks.base import Plan, RunContext
+from evalsuite.tasks.metric_spec import MetricSpec, score, specs_extra
 from evalsuite.types import MetricValue, TaskResult
 
 log = logging.getLogger(__name__)
@@ -45,25 +46,32 @@ def _image_path(ctx: RunContext, image: str) -> Path:
     return p if p.is_absolute() or p.exists() else safe_join(ctx.data_root, image)
 
 
-def relevance_metrics(scores: np.ndarray, whole: np.ndarray, sentence_scores: list[float]) -> list[MetricValue]:
-    """relevance_mean (bootstrap CI), _median, _sentence_mean (all sentences pooled), _whole_mean.
-    _sentence_mean is left out when no answer has a sentence (all empty): a mean of nothing is no number."""
-    from evalsuite.metrics.stats import bootstrap_ci
+# Per answer, except the sentence mean that pools every sentence of every answer; the median has no
+# per-sample form (no sum gives it), so it has no sample CI and no paired delta.
+METRICS = (
+    MetricSpec("relevance_mean", "up", lambda s: (s["relevance"], 1)),
+    MetricSpec("relevance_median", "up", None),
+    MetricSpec("relevance_sentence_mean", "up", lambda s: (sum(s["sentence_scores"]), len(s["sentence_scores"]))),
+    MetricSpec("relevance_whole_mean", "up", lambda s: (s["relevance_whole"], 1), variant="whole"),
+)
 
+
+def relevance_metrics(samples: list[dict], n_boot: int = 1000, seed: int = 0) -> list[MetricValue]:
+    """relevance_mean (bootstrap CI, stderr), _median, _sentence_mean (all sentences pooled), _whole_mean
+    from scored samples ({relevance, relevance_whole, sentence_scores}), whose per-sample values it fills.
+    _sentence_mean is left out when no answer has a sentence (all empty): a mean of nothing is no number."""
+    scores = np.array([s["relevance"] for s in samples], dtype=float)
     n = len(scores)
-    lo, hi = bootstrap_ci(scores, np.mean)
-    mean = float(np.mean(scores)) if n else float("nan")
-    metrics = [
-        MetricValue("relevance_mean", mean, higher_is_better=True, n=n, ci_low=lo, ci_high=hi,
-                    stderr=float(np.std(scores, ddof=1) / np.sqrt(n)) if n > 1 else None),
-        MetricValue("relevance_median", float(np.median(scores)) if n else float("nan"), True, n=n),
-        MetricValue("relevance_whole_mean", float(np.mean(whole)) if n else float("nan"), True, n=n,
-                    variant="whole"),
-    ]
-    if sentence_scores:
-        metrics.insert(2, MetricValue("relevance_sentence_mean", float(np.mean(sentence_scores)), True,
-                                      n=len(sentence_scores)))
-    return metrics
+    metrics = {m.metric: m for m in score(samples, METRICS, n_boot=n_boot, seed=seed)}
+    if n > 1:
+        metrics["relevance_mean"].stderr = float(np.std(scores, ddof=1) / np.sqrt(n))
+    if not any(s["sentence_scores"] for s in samples):
+        metrics.pop("relevance_sentence_mean", None)
+    else:
+        metrics["relevance_sentence_mean"].n = sum(len(s["sentence_scores"]) for s in samples)
+    metrics["relevance_median"] = MetricValue("relevance_median", float(np.median(scores)) if n else float("nan"),
+                                              True, n=n)
+    return [metrics[spec.name] for spec in METRICS if spec.name in metrics]
 
 
 class RelevanceTask:
@@ -105,11 +113,10 @@ class RelevanceTask:
              "sentences": s.sentences, "sentence_scores": s.sentence_scores, "sentence_cosines": s.sentence_cosines}
             for r, s in zip(records, scored)
         ]
-        metrics = relevance_metrics(np.array([s.score for s in scored]), np.array([s.whole for s in scored]),
-                                    [x for s in scored for x in s.sentence_scores])
+        metrics = relevance_metrics(samples)
         return TaskResult(task=self.name, version=self.version, metrics=metrics, samples=samples,
                           config={**scorer.describe(), **plan.config}, identity=plan.identity,
-                          extra={"clip_hash": plan.state["clip_hash"]})
+                          extra={"clip_hash": plan.state["clip_hash"], "metric_specs": specs_extra(METRICS)})
 
 
 def _clip_hash(clip: str) -> str | None:

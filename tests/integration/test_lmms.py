@@ -98,22 +98,29 @@ def _run(tmp_path, data_root, names, **kw):
 
 
 def _values(result) -> dict[str, float]:
-    return {m.metric: m.value for m in result.metrics}
+    """The whole set's values (POPE's per-setting rows carry the setting as their variant)."""
+    return {m.metric: m.value for m in result.metrics if m.variant is None}
 
 
 def test_always_yes_gives_lmms_eval_numbers_on_mini_world(adapter, mini_world, tmp_path):
     """Always "Yes". MME: each image's pair (Yes, No) gives acc 50 and acc+ 0, so 50 per category;
     perception = existence + color + count = 150, cognition = code_reasoning = 50.
     POPE (all three samplings, 12 questions, 6 yes): TP 6, FP 6, FN 0 -> accuracy 6/12 = 0.5,
-    precision 0.5, recall 1.0, F1 2*0.5*1/(1.5) = 0.6667; yes_ratio (of the ground truth) 0.5."""
+    precision 0.5, recall 1.0, F1 2*0.5*1/(1.5) = 0.6667; the model's yes ratio 1.0 (lmms-eval's
+    yes_ratio, the ground truth's 0.5, is replaced); per setting (4 questions, 2 yes) the same."""
     mme, pope = _run(tmp_path, mini_world, ["mme", "pope"])
     assert mme.task == "mme" and pope.task == "pope"
     assert _values(mme) == {"mme_perception_score": 150.0, "mme_cognition_score": 50.0}
     pv = _values(pope)
     assert pv["pope_accuracy"] == 0.5 and pv["pope_precision"] == 0.5 and pv["pope_recall"] == 1.0
-    assert pv["pope_f1_score"] == pytest.approx(2 / 3) and pv["pope_yes_ratio"] == 0.5
-    assert {m.n for m in mme.metrics} == {8} and {m.n for m in pope.metrics} == {12}
-    assert all(m.higher_is_better for m in mme.metrics + pope.metrics)
+    assert pv["pope_f1_score"] == pytest.approx(2 / 3) and pv["model_yes_ratio"] == 1.0 and "pope_yes_ratio" not in pv
+    settings = {(m.metric, m.variant): (m.value, m.n) for m in pope.metrics if m.variant}
+    three = ("random", "popular", "adversarial")
+    assert settings == {**{("pope_accuracy", s): (0.5, 4) for s in three},
+                        **{("pope_f1_score", s): (pytest.approx(2 / 3), 4) for s in three},
+                        **{("model_yes_ratio", s): (1.0, 4) for s in three}}
+    assert {m.n for m in mme.metrics} == {8} and {m.n for m in pope.metrics if not m.variant} == {12}
+    assert [m.metric for m in mme.metrics + pope.metrics if not m.higher_is_better] == ["model_yes_ratio"] * 4
     assert mme.version == "0.0" and mme.extra["lmms_eval_version"] == "0.7.3"
     assert mme.extra["lmms_task"] == "evalsuite_mme"
     assert [s["doc_id"] for s in mme.samples] == list(range(8))

@@ -82,3 +82,34 @@ def test_store_run_ids_have_no_slash(task, expected):
 def test_store_run_ids_stay_unique():
     used: set[str] = set()
     assert [store_run_id("R", t, used) for t in ("g/a", "g.a", "g/a")] == ["R-g.a", "R-g.a.2", "R-g.a.3"]
+
+
+def test_pope_rows_are_stored_by_the_conversion():
+    """lmms-eval's POPE results over 6 questions (2 per setting; truth yes for even i; the model says yes
+    to all): the TaskResult the run stores has lmms-eval's accuracy 0.5, model_yes_ratio 1.0 and, per
+    setting, accuracy 0.5 and F1 2*1/(2+1) = 2/3; lmms-eval's pope_yes_ratio (the truth's) is replaced."""
+    settings = ("random", "random", "popular", "popular", "adversarial", "adversarial")
+    rows = []
+    for i, cat in enumerate(settings):
+        truth = "yes" if i % 2 == 0 else "no"
+        res = {"question_id": str(i), "score": float(truth == "yes"), "prediction": "yes", "ground_truth": truth}
+        rows.append({"doc_id": i, "doc": {"question_id": str(i), "category": cat}, "arguments": [["q", {}]],
+                     "filtered_resps": ["yes"], "target": truth,
+                     **{m: dict(res) for m in ("pope_accuracy", "pope_f1_score", "pope_yes_ratio")}})
+    raw = {"results": {"evalsuite_pope": {"pope_accuracy,none": 0.5, "pope_f1_score,none": 2 / 3,
+                                          "pope_yes_ratio,none": 0.5}},
+           "group_subtasks": {"evalsuite_pope": []}, "higher_is_better": {"evalsuite_pope": {}},
+           "n-samples": {"evalsuite_pope": {"original": 6, "effective": 6}}, "samples": {"evalsuite_pope": rows}}
+    spec = LmmsSpec("pope", "evalsuite_pope", "task", ["evalsuite_pope"], [Leaf("evalsuite_pope", "pope", "pope")])
+    (res,) = to_task_results(spec, raw, {}, gen_kwargs=None, limit=None, bootstrap_iters=0)
+    got = {(m.metric, m.variant): m.value for m in res.metrics}
+    assert got.pop(("pope_accuracy", None)) == 0.5 and got.pop(("model_yes_ratio", None)) == 1.0
+    assert got.pop(("pope_f1_score", None)) == pytest.approx(2 / 3)
+    # lmms-eval reported no precision/recall here: the specs compute them (tp 3 of 6 yes said, of 3 truly yes)
+    assert (got.pop(("pope_precision", None)), got.pop(("pope_recall", None))) == (0.5, 1.0)
+    assert got == {**{("pope_accuracy", s): 0.5 for s in settings},
+                   **{("model_yes_ratio", s): 1.0 for s in settings},
+                   **{("pope_f1_score", s): pytest.approx(2 / 3) for s in settings}}
+    assert res.extra["replaced_metrics"] == {"pope_yes_ratio": "model_yes_ratio"}
+    assert res.extra["metric_specs"]["model_yes_ratio"]["direction"] == "none"
+    assert res.samples[1]["values"]["pope_accuracy"] == [0.0, 1.0] and res.samples[1]["value_subset"] == "random"

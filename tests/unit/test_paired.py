@@ -1,14 +1,15 @@
-"""Per-sample values (store.sample_values), paired deltas and derived POPE rows (store.paired), and
-`evalsuite table` agreeing with the report on which deltas are significant."""
+"""Per-sample values declared by the tasks (tasks.metric_spec, tasks.lmms_metrics) and stored with the
+samples, paired deltas over them (store.paired), POPE's stored derived rows, and `evalsuite table`
+agreeing with the report on which deltas are significant."""
 import json
 import re
 
 import pytest
 
 from evalsuite.store import Store
-from evalsuite.store import sample_values as sv
 from evalsuite.store.paired import group_records, sample_runs, with_sample_stats
 from evalsuite.store.table import build_table
+from evalsuite.tasks import metric_spec as ms
 from tests.report_data import (
     POPE_ANSWERS,
     chair_result,
@@ -19,23 +20,43 @@ from tests.report_data import (
 
 
 def _rows(records, metric, setting=None):
-    return {k: row for k, (_, row) in sv.units(records, metric, setting).items()}
+    return {k: row for k, (_, row) in ms.units(records, metric, setting).items()}
 
 
 def test_chair_and_pope_records_become_rows_by_hand():
     """Image 0 hallucinates a cat (mentions dog, cat; GT dog): CHAIRs (1, 1), CHAIRi (1 of 2 mentions),
     Recall (1 of 1), Len (6 tokens, 1). POPE question 1 (truth no) answered yes: accuracy (0, 1),
     precision (tp 0, said yes 1), recall (tp 0, truly yes 0), F1 (0, 1, 0), model yes (1, 1)."""
-    chair = chair_result(["a.png", "b.png"], {0}).samples
-    assert [_rows(chair, m)["0"] for m in ("CHAIRs", "CHAIRi", "Recall", "Len")] == \
+    chair = chair_result(["a.png", "b.png"], {0})
+    assert [_rows(chair.samples, m)["0"] for m in ("CHAIRs", "CHAIRi", "Recall", "Len")] == \
         [(1.0, 1.0), (1.0, 2.0), (1.0, 1.0), (6.0, 1.0)]
     pope = pope_result(["yes", "yes", "no"]).samples
     got = [_rows(pope, m)["pope/1"] for m in ("pope_accuracy", "pope_precision", "pope_recall", "pope_f1_score",
-                                              sv.MODEL_YES)]
+                                              "model_yes_ratio")]
     assert got == [(0.0, 1.0), (0.0, 1.0), (0.0, 0.0), (0.0, 1.0, 0.0), (1.0, 1.0)]
     assert list(_rows(pope, "pope_accuracy", "popular")) == ["pope/1"]      # question i -> setting i*3//n
-    assert sv.direction("Len", True) == "none" and sv.direction("pope_yes_ratio", True) == "none"
-    assert sv.direction("CHAIRs", False) == "down"
+    directions = {m: d["direction"] for m, d in chair.extra["metric_specs"].items()}
+    assert directions == {"CHAIRs": "down", "CHAIRi": "down", "Recall": "up", "Len": "none"}
+    assert not next(m for m in chair.metrics if m.metric == "Len").higher_is_better   # stored as a diagnostic
+
+
+def test_pope_rows_are_computed_by_the_run_and_stored(tmp_path):
+    """The POPE result as the run stores it: lmms-eval's four metrics, the model's yes ratio (12 questions,
+    base says yes to all: 12/12) and accuracy / F1 / yes ratio per setting; lmms-eval's pope_yes_ratio
+    (the ground truth's share, 6/12) is not stored and the result says it was replaced."""
+    store = _pope_store(tmp_path)
+    df = store.metrics()
+    base = df[df["ckpt"] == "/c/0"]
+    got = {(m, v if isinstance(v, str) else None): x for m, v, x in zip(base["metric"], base["variant"], base["value"])}
+    assert got[("model_yes_ratio", None)] == 1.0 and got[("pope_accuracy", None)] == 0.5
+    assert {k for k in got if k[1]} == {(m, s) for m in ("pope_accuracy", "pope_f1_score", "model_yes_ratio")
+                                        for s in ("random", "popular", "adversarial")}
+    assert got[("pope_f1_score", "random")] == pytest.approx(2 * 2 / (2 + 4))    # tp 2, said yes 4, truly yes 2
+    assert "pope_yes_ratio" not in got
+    assert store.run_meta(df["run_id"].iloc[0])["tasks"]["pope"]["extra"]["replaced_metrics"] == \
+        {"pope_yes_ratio": "model_yes_ratio"}
+    diag = set(base.loc[~base["higher_is_better"].astype(bool), "metric"])
+    assert diag == {"model_yes_ratio"}
 
 
 def test_mme_is_scored_per_image_by_hand():
@@ -43,10 +64,10 @@ def test_mme_is_scored_per_image_by_hand():
     count: image c none right (0): total 125 + 0 = 125, as lmms-eval's mme_aggregate_results."""
     res = mme_result({("existence", "a"): (1, 1), ("existence", "b"): (1, 0), ("count", "c"): (0, 0)})
     assert res.metrics[0].value == 125.0
-    units = sv.units(res.samples, "mme_perception_score")
+    units = ms.units(res.samples, "mme_perception_score")
     assert units == {"existence/existence/a": ("existence", (200.0, 1.0)),          # category / question id
                      "existence/existence/b": ("existence", (50.0, 1.0)), "count/count/c": ("count", (0.0, 1.0))}
-    rows, strata, stat = sv.design(list(units.values()), "mme_perception_score")
+    rows, strata, stat = ms.design(list(units.values()), "sum_of_ratios")
     assert stat(rows.sum(0)[None])[0] == 125.0 and sorted(set(strata)) == ["count", "existence"]
 
 
@@ -60,7 +81,7 @@ def _pope_store(tmp_path, answers=POPE_ANSWERS[:2]):
 
 def _stats(store, n_boot=2000):
     snap = store.snapshot()
-    tidy = build_table(snap.metrics()).tidy
+    tidy = build_table(snap.metrics(), run_meta={m["run_id"]: m for m in snap.run_meta()}).tidy
     records = group_records(snap.sample_records(run_id=sample_runs(tidy)))
     return with_sample_stats(tidy, records, n_boot=n_boot, seed=0)
 
@@ -77,7 +98,7 @@ def test_pope_gets_the_models_yes_ratio_settings_and_paired_deltas(tmp_path):
     question's difference is 0, so the CI is [0, 0]: not significant."""
     t = _stats(_pope_store(tmp_path))
     it1 = t[t["checkpoint"] == "1"].set_index("metric_key")
-    assert "pope/pope_yes_ratio" not in set(t["metric_key"])             # the ground truth's ratio is left out
+    assert "pope/pope_yes_ratio" not in set(t["metric_key"])             # the ground truth's ratio is not stored
     acc = it1.loc["pope/pope_accuracy"]
     assert acc["value"] == pytest.approx(10 / 12) and acc["delta"] == pytest.approx(4 / 12)
     assert (acc["delta_low"], acc["delta_high"]) == (pytest.approx(1 / 12), pytest.approx(7 / 12))
@@ -96,21 +117,34 @@ def test_pope_gets_the_models_yes_ratio_settings_and_paired_deltas(tmp_path):
                         for m in ("pope_accuracy", "pope_f1_score", "model_yes_ratio")]
 
 
-def test_records_that_do_not_reproduce_the_value_are_not_used(tmp_path):
-    """A stored accuracy of 0.9 that the records (6/12) do not give: the stored CIs stay, combined
-    as independent (MOVER), and no sample CI is made up."""
+def test_records_without_values_say_so(tmp_path):
+    """Records stored without per-sample values (a run written before tasks declared them): the stored
+    CIs stay, combined as independent (MOVER), no sample CI is made up, and the row says its values are
+    missing; a metric with no per-sample form (a median) says so too."""
     from evalsuite.types import MetricValue
 
     store = Store(tmp_path / "s")
     for it, ans in enumerate(POPE_ANSWERS[:2]):
         res = pope_result(ans)
-        res.metrics = [MetricValue("pope_accuracy", 0.9 - 0.1 * it, True, 12, 0.8 - 0.1 * it, 1.0 - 0.1 * it)]
+        for s in res.samples:
+            s.pop("values")
+        res.metrics = [MetricValue("pope_accuracy", 0.9 - 0.1 * it, True, 12, 0.8 - 0.1 * it, 1.0 - 0.1 * it),
+                       MetricValue("pope_median", 0.5, True, 12)]
+        res.extra["metric_specs"]["pope_median"] = {"direction": "up", "stat": "ratio", "ci": True,
+                                                    "per_sample": False}
         store.write_run({"ckpt": f"/c/{it}", "ckpt_hash": f"h{it}", "iteration": it,
                          "parent": "/c/0" if it else None}, [res])
     t = _stats(store, n_boot=200)
     acc = t[(t["checkpoint"] == "1") & (t["metric_key"] == "pope/pope_accuracy")].iloc[0]
-    assert acc["delta_method"] == "independent" and acc["ci_source"] == "stored"
+    assert acc["delta_method"] == "independent" and acc["ci_source"] == "stored" and acc["per_sample"] == "missing"
     assert acc["delta_low"] == pytest.approx(-0.1 - 0.1 * 2 ** 0.5)
+    med = t[(t["checkpoint"] == "1") & (t["metric_key"] == "pope/pope_median")].iloc[0]
+    assert med["per_sample"] == "none declared" and med["delta_method"] == ""
+    from evalsuite.store.table import to_markdown
+
+    md = to_markdown(t)
+    assert "per-sample values missing from the store (no sample CI, no paired Δ): pope/pope_accuracy" in md
+    assert "no per-sample form (no sample CI, no paired Δ): pope/pope_median" in md
 
 
 def test_table_and_report_agree_on_significance(tmp_path, capsys):
@@ -153,4 +187,4 @@ def test_table_markdown_says_which_deltas_are_paired(tmp_path, capsys):
     assert "Δ CI none (neither a stored CI nor per-sample values): csr_pairs/" in out and "]*" in out
     assert main(["table", "--store", str(store.path), "--no-samples"]) == 0
     out = capsys.readouterr().out
-    assert "pope/pope_yes_ratio ↑" in out and "paired" not in out     # the stored rows, as written
+    assert "pope/model_yes_ratio ·" in out and "paired" not in out    # the stored rows, as written

@@ -21,8 +21,10 @@ def _records(world_dir, n=3):
 
 def test_metrics_by_hand():
     """scores [1, 2, 6]: mean 3, median 2; pooled sentences [1, 3, 2, 6] -> 3; whole [0, 4, 5] -> 3."""
-    m = {x.metric: x for x in relevance_metrics(np.array([1.0, 2.0, 6.0]), np.array([0.0, 4.0, 5.0]),
-                                                [1.0, 3.0, 2.0, 6.0])}
+    samples = [{"key": "a", "relevance": 1.0, "relevance_whole": 0.0, "sentence_scores": [1.0]},
+               {"key": "b", "relevance": 2.0, "relevance_whole": 4.0, "sentence_scores": [3.0, 2.0]},
+               {"key": "c", "relevance": 6.0, "relevance_whole": 5.0, "sentence_scores": [6.0]}]
+    m = {x.metric: x for x in relevance_metrics(samples)}
     assert m["relevance_mean"].value == 3.0 and m["relevance_mean"].n == 3
     assert m["relevance_mean"].ci_low <= 3.0 <= m["relevance_mean"].ci_high
     assert m["relevance_mean"].stderr == pytest.approx(np.sqrt(7.0 / 3.0))   # std(ddof=1)=sqrt(7), /sqrt(3)
@@ -30,6 +32,9 @@ def test_metrics_by_hand():
     assert m["relevance_sentence_mean"].value == 3.0 and m["relevance_sentence_mean"].n == 4
     assert m["relevance_whole_mean"].value == 3.0 and m["relevance_whole_mean"].variant == "whole"
     assert all(x.higher_is_better for x in m.values())
+    # the per-sample values the table bootstraps are stored with the samples; the median has none
+    assert samples[1]["values"] == {"relevance_mean": [2.0, 1.0], "relevance_sentence_mean": [5.0, 2.0],
+                                    "relevance_whole_mean": [4.0, 1.0]}
 
 
 def test_no_sentence_at_all_drops_sentence_mean_only(tmp_path):
@@ -38,7 +43,8 @@ def test_no_sentence_at_all_drops_sentence_mean_only(tmp_path):
     from evalsuite.store import Store
     from evalsuite.types import TaskResult
 
-    metrics = relevance_metrics(np.array([0.0, 0.0]), np.array([0.0, 0.0]), [])
+    metrics = relevance_metrics([{"key": k, "relevance": 0.0, "relevance_whole": 0.0, "sentence_scores": []}
+                                 for k in "12"])
     assert [(m.metric, m.value, m.n) for m in metrics] == [
         ("relevance_mean", 0.0, 2), ("relevance_median", 0.0, 2), ("relevance_whole_mean", 0.0, 2)]
     result = TaskResult("relevance", "1", metrics, samples=[{"key": "1"}, {"key": "2"}])

@@ -242,3 +242,16 @@ def test_a_relative_parent_links_to_the_checkpoint_at_that_path(tmp_path):
                     [chair(0.3)])
     t = tidy_table(store.metrics())
     assert t["delta"].iloc[1] == pytest.approx(-0.1) and pd_isna(t["base"].iloc[2])
+
+
+def test_lmms_data_files_are_shown_relative_to_the_data_root():
+    """POPE's files under the run's data root read as paths inside it (a group's leaves too); a file
+    outside it, or a hub id, stays as it is."""
+    from evalsuite.store.table import _source
+
+    meta = {"data_root": "/m/world", "tasks": {"pope": {"config": {"data_source":
+            "/m/world/questions/pope_val_random.parquet, /m/world/questions/pope_val_popular.parquet; /x/mme.parquet"}},
+            "sqa": {"config": {"data_source": "hub:lmms-lab/ScienceQA"}}}}
+    assert _source("pope", meta)["data"] == \
+        "questions/pope_val_random.parquet, questions/pope_val_popular.parquet; /x/mme.parquet"
+    assert _source("sqa", meta)["data"] == "hub:lmms-lab/ScienceQA"

@@ -87,9 +87,12 @@ def run(cfg) -> object:
 
         return run_dpo(cfg)
     if cfg.method == "csr":
-        from training.csr.loop import run_csr
+        from evalsuite.dist import Dist
+        from training.csr.loop import GROUP_TIMEOUT, run_csr
 
-        return run_csr(cfg)[-1]
+        dist = Dist.current()  # resolved once here: the loop receives it (under torchrun, one per rank)
+        dist.init_group(cfg.device, timeout=GROUP_TIMEOUT)
+        return run_csr(cfg, dist)[-1]
     from training.demo import run_demo
 
     return run_demo(cfg)

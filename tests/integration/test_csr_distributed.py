@@ -160,10 +160,11 @@ def _worker(overrides: list[str]) -> int:
 
     torch.set_num_threads(1)
     logging.basicConfig(level=logging.INFO, format=f"rank{os.environ['RANK']} %(name)s %(message)s")
-    cfg = load_config(PRESET, overrides)
-    dist = Dist.current()  # what training/train.py does: resolve once, join the group, pass it in
-    assert dist.world_size == 2 and dist.init_group(cfg.device, timeout=GROUP_TIMEOUT)
-    merged = run_csr(cfg, dist)
+    # what training/train.py does: resolve once, join the group with the loop's timeout before the
+    # config's TrainingArguments would start it (accelerate's 30-minute default), pass it in
+    dist = Dist.current()
+    assert dist.world_size == 2 and dist.init_group(None, timeout=GROUP_TIMEOUT)
+    merged = run_csr(load_config(PRESET, overrides), dist)
     if dist.is_main:
         print(merged[-1])
     return 0

@@ -54,10 +54,18 @@ class Dist:
         return items[self.rank::self.world_size]
 
     # ------------------------------------------------- collectives (no-ops in a single process)
-    def init_group(self) -> None:
-        """Join the launcher's process group if nobody has yet (gloo on CPU, nccl on this rank's GPU)."""
+    def init_group(self, device: str | None = None, timeout=None) -> bool:
+        """Join the launcher's process group if nobody has yet (gloo on CPU, nccl on this rank's GPU);
+        `timeout` (a datetime.timedelta) bounds every collective, e.g. a barrier where the other ranks
+        wait while rank 0 alone works. Returns whether this call initialised the group."""
+        return init_process_group(device, timeout) if self.distributed else False
+
+    def barrier(self) -> None:
+        """Wait until every rank gets here (a no-op in one process; the group must be initialised)."""
         if self.distributed:
-            init_process_group()
+            import torch.distributed as td
+
+            td.barrier()
 
     def _object_group(self):
         """A gloo group for Python objects (object collectives on NCCL need CUDA tensors), built once."""
@@ -97,7 +105,7 @@ class Dist:
             out.extend(p[i] for p in parts if i < len(p))
         return out
 
-def init_process_group(device: str | None = None) -> bool:
+def init_process_group(device: str | None = None, timeout=None) -> bool:
     """Join the launcher's process group when started by torchrun or `accelerate launch` (WORLD_SIZE > 1,
     MASTER_ADDR set) and nothing has initialised one yet: gloo on CPU, gloo + nccl when this rank has a
     GPU (and `device` is not cpu), with `cuda:<LOCAL_RANK>` as the current device.
@@ -113,11 +121,12 @@ def init_process_group(device: str | None = None) -> bool:
 
     if not td.is_available() or td.is_initialized():
         return False
+    kw = {"timeout": timeout} if timeout is not None else {}
     if torch.cuda.is_available() and not str(device or "").startswith("cpu"):
         torch.cuda.set_device(int(env.get("LOCAL_RANK", 0)))
-        td.init_process_group("cpu:gloo,cuda:nccl")
+        td.init_process_group("cpu:gloo,cuda:nccl", **kw)
     else:
-        td.init_process_group("gloo")
+        td.init_process_group("gloo", **kw)
     return True
 
 

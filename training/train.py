@@ -69,6 +69,8 @@ def load(method: str | None, path: str | None, items: list, dry_run: bool = Fals
             data.setdefault("config", str(path))
         return build_train_config(data, where, origins, portable=dry_run)
     if method == "csr":
+        if not dry_run:  # before validation builds TrainingArguments: accelerate would start the group
+            _join_group(data.get("device"))  # with its 30-minute default, too short for the loop's barriers
         from training.csr.config import CSRConfig as cls
     else:
         from training.demo import DemoConfig as cls
@@ -89,10 +91,21 @@ def run(cfg) -> object:
     if cfg.method == "csr":
         from training.csr.loop import run_csr
 
-        return run_csr(cfg)[-1]
+        return run_csr(cfg, _join_group(cfg.device))[-1]
     from training.demo import run_demo
 
     return run_demo(cfg)
+
+
+def _join_group(device):
+    """This process's `Dist`, resolved here once for the CSR loop, which receives it; under torchrun the
+    launcher's process group is joined with the loop's long timeout (a no-op when already joined)."""
+    from evalsuite.dist import Dist
+    from training.csr.loop import GROUP_TIMEOUT
+
+    dist = Dist.current()
+    dist.init_group(device, timeout=GROUP_TIMEOUT)
+    return dist
 
 
 def dry_run(cfg) -> int:

@@ -8,7 +8,8 @@ on the same prompts (group beam search is deterministic: same token ids and tree
 equal up to float32 rounding; scores and pairs are then byte-identical), and exactly one set of
 outputs (one trees.jsonl, one pairs.json, one merged checkpoint, one store run) was written.
 
-This file is also the worker script: `torchrun ... test_csr_distributed.py OVERRIDES...` runs `run_csr`.
+This file is also the worker script: `torchrun ... test_csr_distributed.py OVERRIDES...` runs `run_csr`
+with the `Dist` it resolves, as training/train.py does.
 """
 from __future__ import annotations
 
@@ -153,13 +154,18 @@ def _worker(overrides: list[str]) -> int:
 
     import torch
 
+    from evalsuite.dist import Dist
     from training.csr.config import load_config
-    from training.csr.loop import run_csr
+    from training.csr.loop import GROUP_TIMEOUT, run_csr
 
     torch.set_num_threads(1)
     logging.basicConfig(level=logging.INFO, format=f"rank{os.environ['RANK']} %(name)s %(message)s")
-    merged = run_csr(load_config(PRESET, overrides))
-    if os.environ["RANK"] == "0":
+    # what training/train.py does: resolve once, join the group with the loop's timeout before the
+    # config's TrainingArguments would start it (accelerate's 30-minute default), pass it in
+    dist = Dist.current()
+    assert dist.world_size == 2 and dist.init_group(None, timeout=GROUP_TIMEOUT)
+    merged = run_csr(load_config(PRESET, overrides), dist)
+    if dist.is_main:
         print(merged[-1])
     return 0
 

@@ -22,56 +22,21 @@ stages while the others wait, and every rank joins training (the trainer is acce
 """
 from __future__ import annotations
 
+import datetime
 import gc
 import json
 import logging
-import os
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
+from evalsuite.dist import Dist
 from evalsuite.errors import UserError
 from evalsuite.files import sha256_file, write_json_atomic
 from training.csr.config import CSRConfig, load_config
 
 log = logging.getLogger(__name__)
-
-
-# ---------------------------------------------------------------- ranks
-def _world() -> tuple[int, int]:
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-
-
-def _barrier() -> None:
-    if _world()[1] == 1:
-        return
-    import datetime as dt
-
-    import torch
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        # Pin this rank's GPU before NCCL's first collective (else every rank's barrier lands on
-        # cuda:0). The long timeout: the other ranks wait here while rank 0 alone scores and evaluates.
-        cuda = torch.cuda.is_available()
-        if cuda:
-            torch.cuda.set_device(_local_rank())
-        dist.init_process_group("nccl" if cuda else "gloo", timeout=dt.timedelta(hours=12))
-    dist.barrier()
-
-
-def _local_rank() -> int:
-    return int(os.environ.get("LOCAL_RANK", "0"))
-
-
-def _device(cfg: CSRConfig) -> str | None:
-    """cfg.device, or under torchrun with GPUs this rank's own one (None = the loader's choice)."""
-    if cfg.device or _world()[1] == 1:
-        return cfg.device
-    import torch
-
-    return f"cuda:{_local_rank()}" if torch.cuda.is_available() else None
 
 
 # ---------------------------------------------------------------- inputs
@@ -108,18 +73,25 @@ def _mark(d: Path, stage: str, **info: Any) -> None:
     write_json_atomic(d / f"{stage}.done", info)
 
 
-class _Models:
-    """The generator VLM and the CLIP judge, loaded on first use and released before training."""
+# The other ranks wait in a barrier while rank 0 alone scores, builds pairs and evaluates: the entry
+# point initialises the process group with this timeout (evalsuite/dist.py, Dist.init_group).
+GROUP_TIMEOUT = datetime.timedelta(hours=12)
 
-    def __init__(self, cfg: CSRConfig):
-        self.cfg, self._vlm, self._vlm_path, self._scorer = cfg, None, None, None
+
+class _Models:
+    """The generator VLM and the CLIP judge, loaded on first use and both released before training
+    (the next iteration loads them again), on the device of this rank (`dist`)."""
+
+    def __init__(self, cfg: CSRConfig, dist: Dist | None = None):
+        self.cfg, self.dist, self._vlm, self._vlm_path, self._scorer = cfg, dist or Dist(), None, None, None
 
     def vlm(self, path: str):
         if self._vlm is None or self._vlm_path != str(path):
             from evalsuite.models.vlm import load_vlm
 
-            self.release()
-            self._vlm = load_vlm(path, device=_device(self.cfg), dtype=self.cfg.dtype,
+            self._vlm = self._vlm_path = None  # the old generator goes before the new one loads
+            _free_memory()
+            self._vlm = load_vlm(path, device=self.dist.device(self.cfg.device), dtype=self.cfg.dtype,
                                  inputs=self.cfg.generation_input_config())
             self._vlm_path = str(path)
         return self._vlm
@@ -128,39 +100,45 @@ class _Models:
         if self._scorer is None:
             from evalsuite.metrics.relevance import RelevanceScorer
 
-            self._scorer = RelevanceScorer(self.cfg.clip, device=_device(self.cfg), batch_size=self.cfg.reward.clip_batch)
+            self._scorer = RelevanceScorer(self.cfg.clip, device=self.dist.device(self.cfg.device), batch_size=self.cfg.reward.clip_batch)
         return self._scorer
 
     def release(self) -> None:
-        self._vlm = self._vlm_path = None
-        gc.collect()
-        try:
-            import torch
+        """Drop both models (before training; the next use loads them again)."""
+        self._vlm = self._vlm_path = self._scorer = None
+        _free_memory()
 
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-        except ImportError:
-            pass
+
+def _free_memory() -> None:
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:
+        pass
 
 
 # ---------------------------------------------------------------- stages
 def stage_generate(cfg: CSRConfig, models: _Models, ckpt: str, records: list[dict], d: Path) -> None:
     from training.csr.generate import TreeGenerator, read_trees, write_trees
 
-    rank, world = _world()
+    dist = models.dist
+    rank, world = dist.rank, dist.world_size
     shard = d / f"trees.rank{rank}.jsonl"
     info = _done(d, f"generate.rank{rank}")
     if not info or info.get("world") != world:  # a shard of a run with another world size is another shard
-        mine = records[rank::world]
+        mine = dist.shard(records)
         trees = TreeGenerator(models.vlm(ckpt), cfg.tree, cfg.image_root).generate(mine)
         write_trees(shard, trees)
         _mark(d, f"generate.rank{rank}", trees=len(trees), world=world)
-    _barrier()
-    if rank == 0:
+    dist.barrier()
+    if dist.is_main:
         by_id = {t.id: t for r in range(world) for t in read_trees(d / f"trees.rank{r}.jsonl")}
         write_trees(d / "trees.jsonl", [by_id[r["id"]] for r in records])
         _mark(d, "generate", trees=len(records), ranks=world)
-    _barrier()
+    dist.barrier()
 
 
 def stage_score(cfg: CSRConfig, models: _Models, ckpt: str, d: Path) -> None:
@@ -244,29 +222,28 @@ def stage_train(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> 
         raise UserError(f"{d}: iteration {t} produced no preference pairs (skipped: {info['skipped']}); "
                         "loosen tree caps or pairs.min_gap")
     models.release()
-    rank, _ = _world()
-    if rank == 0:  # a killed attempt leaves partial trainer output: start training afresh
+    dist = models.dist
+    if dist.is_main:  # a killed attempt leaves partial trainer output: start training afresh
         for sub in ("train", "merged"):
             shutil.rmtree(d / sub, ignore_errors=True)
-    _barrier()
+    dist.barrier()
     tcfg = cfg.train_config(ckpt, t, d)
     tcfg.check_paths()
     merged = str(run_dpo(tcfg))
-    if rank == 0:
+    if dist.is_main:
         write_json_atomic(d / "manifest.json", {
             "iteration": t, "parent": str(ckpt), "merged": merged, "pairs_hash": info["pairs_hash"],
             "num_pairs": info["pairs"], "config": cfg.to_dict(), "inputs": cfg.input_config().to_dict(),
             "generation_inputs": cfg.generation_input_config().to_dict(),
             "train_config": tcfg.resolved()})
         _mark(d, "train", merged=merged)
-    _barrier()
+    dist.barrier()
     return merged
 
 
 def stage_eval(cfg: CSRConfig, ckpt: str, label: str, out: Path) -> None:
     """The coupled evaluation, on rank 0 alone (the other ranks wait at the next barrier). A rerun after a
     kill resumes it: `out` holds the same run, finished tasks are in the store, finished answers cached."""
-    from evalsuite.dist import Dist
     from evalsuite.run import run_eval
 
     run_eval(cfg.eval_config(ckpt, label, out), dist=Dist())
@@ -276,14 +253,15 @@ def stage_eval(cfg: CSRConfig, ckpt: str, label: str, out: Path) -> None:
 def run_iteration(cfg: CSRConfig, models: _Models, records: list[dict], ckpt: str, t: int) -> str:
     d = cfg.run_dir / f"iter_{t}"
     d.mkdir(parents=True, exist_ok=True)
-    rank, _ = _world()
+    dist = models.dist
+    rank = dist.rank
     if not _done(d, "generate"):
         stage_generate(cfg, models, ckpt, records, d)
     for stage, fn in (("score", lambda: stage_score(cfg, models, ckpt, d)),
                       ("pairs", lambda: stage_pairs(cfg, models, ckpt, t, d))):
         if rank == 0 and not _done(d, stage):
             fn()
-        _barrier()  # unconditional: a rank that saw the marker late must not skip a barrier rank 0 waits in
+        dist.barrier()  # unconditional: a rank that saw the marker late must not skip a barrier rank 0 waits in
     done = _done(d, "train")
     merged = done["merged"] if done else stage_train(cfg, models, ckpt, t, d)
     if rank == 0:   # the training curves, for the report (also on a resumed run that predates them)
@@ -293,28 +271,32 @@ def run_iteration(cfg: CSRConfig, models: _Models, records: list[dict], ckpt: st
     if cfg.evaluates and not _done(d, "eval") and rank == 0:
         stage_eval(cfg, merged, f"{cfg.name}/iter_{t}", d / "eval")
         _mark(d, "eval", tasks=list(cfg.eval.tasks))
-    _barrier()
+    dist.barrier()
     return merged
 
 
-def run_csr(cfg: CSRConfig | dict | str | Path) -> list[str]:
-    """Run (or resume) the loop; returns the merged checkpoint dirs [M_1, ..., M_T]."""
+def run_csr(cfg: CSRConfig | dict | str | Path, dist: Dist | None = None) -> list[str]:
+    """Run (or resume) the loop; returns the merged checkpoint dirs [M_1, ..., M_T].
+
+    `dist`: where this process sits, resolved by the entry point (`Dist.current()`, with the process
+    group initialised: training/train.py); None is a single process."""
+    dist = dist or Dist()
     if isinstance(cfg, (str, Path)):
         cfg = load_config(cfg)
     elif isinstance(cfg, dict):
         cfg = CSRConfig.from_dict(cfg)
+    _check_dist(dist)
     run_dir = cfg.run_dir
-    rank, _ = _world()
     records = load_prompts(cfg.prompts, cfg.limit)
-    if rank == 0:
+    if dist.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         if not (run_dir / "config.json").exists():
             write_json_atomic(run_dir / "config.json", cfg.to_dict())
         if cfg.evaluates and not (run_dir / "base_eval.done").exists():
             stage_eval(cfg, cfg.model, f"{cfg.name}/base", run_dir / "base_eval")
             _mark(run_dir, "base_eval", tasks=list(cfg.eval.tasks))
-    _barrier()
-    models = _Models(cfg)
+    dist.barrier()
+    models = _Models(cfg, dist)
     ckpt, merged = cfg.model, []
     for t in range(1, cfg.iterations + 1):
         ckpt = run_iteration(cfg, models, records, ckpt, t)
@@ -322,6 +304,18 @@ def run_csr(cfg: CSRConfig | dict | str | Path) -> list[str]:
         log.info("iteration %d done: %s", t, ckpt)
     models.release()
     return merged
+
+
+def _check_dist(dist: Dist) -> None:
+    """A single-process `dist` inside an initialised multi-rank group would make every rank write as
+    rank 0: refuse it (the caller forgot to pass the entry point's Dist)."""
+    if dist.distributed or "torch" not in sys.modules:
+        return
+    import torch.distributed as td
+
+    if td.is_available() and td.is_initialized() and td.get_world_size() > 1:
+        raise UserError(f"run_csr: this process is rank {td.get_rank()} of {td.get_world_size()}, "
+                        "but run_csr was given a single-process Dist: pass the entry point's Dist.current()")
 
 
 def main(argv: list[str] | None = None) -> int:

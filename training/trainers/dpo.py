@@ -3,7 +3,8 @@
     python training/train.py --config configs/train/tiny_cpu.yaml --loss_type ddpo
 
 The subclass keeps TRL's engine (fused LM head, PEFT reference = adapter disabled, accelerate,
-logging) and replaces only the loss computation, so every loss in `training.losses.LOSSES` (incl.
+logging; the TRL internals it touches are in training/trainers/trl_compat.py) and replaces only the
+loss computation, so every loss in `training.losses.LOSSES` (incl.
 kto_pair and ddpo, which TRL 1.16 lacks) is one spec lookup (`loss_spec`, with VL-RLHF's summed
 log-probs for ipo and its DDPO mask unless `ipo_logps` / `ddpo_mask` say otherwise). It also adds what TRL refuses for
 vision data: reference log-probs computed once before training (`--precompute_ref_log_probs`).
@@ -21,6 +22,7 @@ import torch
 from trl import DPOConfig, DPOTrainer
 
 from training.losses import LossSpec, loss_spec, rpo_nll, sequence_logps
+from training.trainers import trl_compat
 from training.trainers.common import JsonLogCallback, finish_training, trainer_args
 
 log = logging.getLogger(__name__)
@@ -38,12 +40,8 @@ class VLDPOTrainer(DPOTrainer):
         self.rpo_alpha = rpo_alpha
 
     def _reference_context(self):
-        from trl.trainer.utils import use_adapter
-
         if self.ref_model is None and _is_peft(self.model):
-            unwrapped = self.accelerator.unwrap_model(self.model)
-            name = "ref" if "ref" in unwrapped.peft_config else None
-            return use_adapter(unwrapped, adapter_name=name)
+            return trl_compat.reference_adapter_context(self.accelerator.unwrap_model(self.model))
         return contextlib.nullcontext()
 
     def _sequence_logps(self, model, inputs) -> torch.Tensor:
@@ -54,8 +52,7 @@ class VLDPOTrainer(DPOTrainer):
 
         if fused_head_fits(self.accelerator.unwrap_model(model)):
             labels = inputs["input_ids"].masked_fill(inputs["completion_mask"] == 0, -100)
-            out = model(**kwargs, labels=labels, use_cache=False, fused_lm_head=True)
-            per_token = out.log_probs[:, -mask.size(1):]
+            per_token = trl_compat.fused_log_probs(model, kwargs, labels)[:, -mask.size(1):]
         else:  # the plain path: full logits, then the log-prob of each next token
             logits = model(**kwargs, use_cache=False).logits[:, -mask.size(1) - 1:-1].float()
             target = inputs["input_ids"][:, 1:].unsqueeze(-1)
@@ -64,15 +61,14 @@ class VLDPOTrainer(DPOTrainer):
 
     @torch.no_grad()
     def reference_logps(self, inputs) -> tuple[torch.Tensor, torch.Tensor]:
-        from trl.models.utils import disable_gradient_checkpointing
-
         model = self.ref_model if self.ref_model is not None else self.model
-        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs), \
+        with trl_compat.disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs), \
                 self._reference_context(), self.accelerator.autocast():
             logps = self._sequence_logps(model, inputs)
         return logps.chunk(2, dim=0)
 
-    def _compute_loss(self, model, inputs, return_outputs):
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # the public Trainer hook (TRL's own override only adds a hint for a max_length we never set)
         mode = "train" if self.model.training else "eval"
         chosen, rejected = self._sequence_logps(model, inputs).chunk(2, dim=0)
         if "ref_chosen_logps" in inputs:
@@ -80,7 +76,7 @@ class VLDPOTrainer(DPOTrainer):
         else:
             ref_chosen, ref_rejected = self.reference_logps(inputs)
         c, r = chosen - ref_chosen, rejected - ref_rejected
-        loss = self.loss_spec.fn(c, r, beta=self.beta, label_smoothing=self.smoothing).mean()
+        loss = self.loss_spec.fn(c, r, beta=self.args.beta, label_smoothing=self.smoothing).mean()
         if self.rpo_alpha:
             chosen_tokens = inputs["logp_mask"][:, 1:].sum(1).chunk(2, dim=0)[0]
             loss = loss + self.rpo_alpha * rpo_nll(chosen, chosen_tokens, self.loss_spec.average_logps)
@@ -91,8 +87,8 @@ class VLDPOTrainer(DPOTrainer):
 
     def _log_pair_metrics(self, mode, c, r, chosen, rejected) -> None:
         gather = self.accelerator.gather_for_metrics
-        rc, rr = gather(self.beta * c), gather(self.beta * r)
-        m = self._metrics[mode]
+        rc, rr = gather(self.args.beta * c), gather(self.args.beta * r)
+        m = trl_compat.metrics(self, mode)
         m["rewards/chosen"].append(rc.mean().item())
         m["rewards/rejected"].append(rr.mean().item())
         m["rewards/margins"].append((rc - rr).mean().item())

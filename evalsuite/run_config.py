@@ -126,7 +126,7 @@ class LmmsOptions:
 
     def gen_kwargs_arg(self) -> str | None:
         """The string lmms-eval's simple_evaluate takes."""
-        return ",".join(f"{k}={v}" for k, v in self.gen_kwargs.items()) if self.gen_kwargs else None
+        return ",".join(f"{k}={v}" for k, v in sorted(self.gen_kwargs.items())) if self.gen_kwargs else None
 
 
 def check_device(device: str | None, where: str = "device") -> None:

@@ -15,7 +15,12 @@ from evalsuite.types import GenConfig, GenRequest
 class VLMBackend:
     """Answers GenRequests with a loaded evalsuite VLM."""
 
-    def __init__(self, vlm, fingerprint: str, name: str | None = None):
+    def __init__(self, vlm, fingerprint, name: str | None = None):
+        """fingerprint: the run's ModelId (evalsuite/identity.py: weights, prompt files, prompt settings,
+        device type, dtype), whose key keys every cached answer; or a plain string (stub answerers),
+        to which the prompt settings, device type and dtype are added here."""
+        from evalsuite.identity import ModelId
+
         self.vlm = vlm
         # answers generated under other prompt settings (system prompt, template, image_aspect) must not be
         # served from the cache: their identity joins the fingerprint (nothing for the defaults)
@@ -24,6 +29,9 @@ class VLMBackend:
         self.device = str(vlm.device)
         model = getattr(vlm, "model", None)   # the dtype answers are computed in: part of results' identity
         self.dtype = str(model.dtype).removeprefix("torch.") if getattr(model, "dtype", None) is not None else None
+        if isinstance(fingerprint, ModelId):
+            self.fingerprint = fingerprint.key()
+            return
         # answers computed on another device type or in another dtype differ: other cache entries
         self.fingerprint = (fingerprint + (vlm.inputs.config.cache_suffix() if self.inputs_identity else "")
                             + f"+{self.device.split(':')[0]}-{self.dtype}")
@@ -35,7 +43,11 @@ class VLMBackend:
         from evalsuite.models.vlm import load_vlm
 
         vlm = load_vlm(path, trust_remote_code=trust_remote_code, device=device, dtype=dtype)
-        return cls(vlm, fingerprint or checkpoint_hash(path), name=str(path))
+        if fingerprint is None:  # weights and prompt files, like `evalsuite run` (evalsuite/identity.py)
+            from evalsuite.identity import prompt_files_id
+
+            fingerprint = f"{checkpoint_hash(path)}+{prompt_files_id(path)}"
+        return cls(vlm, fingerprint, name=str(path))
 
     def generate(self, requests: list[GenRequest], gen: GenConfig) -> list[str]:
         from evalsuite.models.vlm import generate

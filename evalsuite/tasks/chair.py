@@ -31,10 +31,13 @@ class ChairOptions:
     n_images: int = 500
     seed: int | None = None                 # image sample seed; null = the run's `seed`
     variant: str = "original"               # original | opera | opera_lemma (evalsuite/metrics/chair.py)
-    max_new_tokens: int | None = None       # null = the run's gen.max_new_tokens
-    cache_dir: str | None = None            # GT cache dir; null = ~/.cache/evalsuite/chair_gt
-    nltk_data: str | None = field(default=None, metadata={"path": "dir"})
-    n_boot: int = 1000                      # bootstrap resamples of the confidence intervals
+    # identity False: the resolved value is in the identity already (gen.max_new_tokens), or the
+    # option cannot change a number (where the GT cache lives; NLTK data enters by its checksums)
+    max_new_tokens: int | None = field(default=None, metadata={"identity": False})   # null = gen.max_new_tokens
+    cache_dir: str | None = field(default=None, metadata={"identity": False})  # null = ~/.cache/evalsuite/chair_gt
+    nltk_data: str | None = field(default=None, metadata={"path": "dir", "identity": False})
+    # bootstrap resamples of the confidence intervals: changes a CI, never a value (not identity)
+    n_boot: int = field(default=1000, metadata={"identity": False})
 
     def __post_init__(self) -> None:
         from evalsuite.metrics import chair
@@ -104,9 +107,10 @@ class ChairTask:
         gen = ctx.gen if opts.max_new_tokens is None else dataclasses.replace(ctx.gen, max_new_tokens=opts.max_new_tokens)
         data = file_fingerprint(files)
         resources = nltk_resources.resource_checksums(scorer.resources)
+        from evalsuite.identity import options_identity
+
         identity = {**answer_identity(ctx, data, opts.split, [im["id"] for im in images], opts.prompt, gen),
-                    "n_images": opts.n_images, "seed": seed, "variant": variant.name, "n_boot": opts.n_boot,
-                    "nltk": resources}
+                    **options_identity(opts), "seed": seed, "variant": variant.name, "nltk": resources}
         config = {"split": opts.split, "prompt": opts.prompt, "n_images": opts.n_images, "seed": seed,
                   "limit": ctx.limit, "variant": variant.name, "n_boot": opts.n_boot, "gen": gen.to_dict()}
         # answers are keyed by the images' own data (instances), so caption's answers serve chair too

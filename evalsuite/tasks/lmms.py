@@ -181,7 +181,7 @@ def _check_run(specs: list[LmmsSpec], data: dict, limit: int | None) -> None:
                         f"(its lmms-eval tasks: {', '.join(sorted(known))})")
 
 
-def leaf_keys(spec: LmmsSpec, *, limit: int | None, gen_kwargs: str | None, inputs: dict | None,
+def leaf_keys(spec: LmmsSpec, *, limit: int | None, gen_kwargs: str | dict | None, inputs: dict | None,
               setup: dict) -> dict[str, str | None]:
     """{leaf name: the eval_key its result will have} before anything runs (None where the version is
     known only from lmms-eval's run): what `evalsuite run` looks up in the store to reuse a result."""

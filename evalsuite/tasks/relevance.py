@@ -28,9 +28,11 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RelevanceOptions:
-    clip: str | None = field(default=None, metadata={"path": "dir"})
-    batch_size: int = 32
-    source: Literal["caption", "chair"] | None = None
+    # identity False: the judge enters by its weights' hash, the source by its eval_key; batching
+    # does not change a score
+    clip: str | None = field(default=None, metadata={"path": "dir", "identity": False})
+    batch_size: int = field(default=32, metadata={"identity": False})
+    source: Literal["caption", "chair"] | None = field(default=None, metadata={"identity": False})
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -84,8 +86,10 @@ class RelevanceTask:
         family = clip_family(Path(opts.clip))   # a bad --clip fails now, not after minutes of generation
         (source,) = sources.values()
         clip_hash = _clip_hash(opts.clip)
-        identity = {"source": {"task": source.task, "eval_key": source.eval_key}, "clip_hash": clip_hash,
-                    "clip_family": family, "response_score": RESPONSE_SCORE}
+        from evalsuite.identity import options_identity
+
+        identity = {**options_identity(opts), "source": {"task": source.task, "eval_key": source.eval_key},
+                    "clip_hash": clip_hash, "clip_family": family, "response_score": RESPONSE_SCORE}
         config = {"source": {"task": source.task, "split": source.config.get("split"),
                              "prompt": source.config.get("prompt")},
                   "limit": ctx.limit, "response_score": RESPONSE_SCORE, "batch_size": opts.batch_size}

@@ -106,7 +106,7 @@ def help_text(method: str | None, path: str | None) -> str:
     """USAGE, plus the fields of the method named on the command line or in the preset."""
     import dataclasses
 
-    from evalsuite.config import read_yaml
+    from evalsuite.config import help_lines, read_yaml
 
     method = method or (read_yaml(path).get("method") if path else None)
     if method not in METHODS:
@@ -120,12 +120,8 @@ def help_text(method: str | None, path: str | None) -> str:
         from training.csr.config import CSRConfig as cls0
         from training.demo import DemoConfig as cls1
         cls, skip = (cls0 if method == "csr" else cls1), set()
-    lines = [USAGE, "", f"{method} fields ({cls.__module__}.{cls.__name__}):"]
-    for f in dataclasses.fields(cls):
-        if f.name in skip or f.name.startswith("_"):
-            continue
-        default = f.default if f.default is not dataclasses.MISSING else "(section)"
-        lines.append(f"  {f.name:28s} {f.metadata.get('help', '')} [default: {default}]")
+    lines = [USAGE, "", f"{method} fields ({cls.__module__}.{cls.__name__}; a section's keys as section.key):",
+             *help_lines(cls, skip)]
     if skip:
         lines.append("  ... and every transformers TrainingArguments field (output_dir, learning_rate, bf16, ...)")
     return "\n".join(lines)

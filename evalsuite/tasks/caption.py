@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from evalsuite.config import opt
 from evalsuite.errors import UserError
 from evalsuite.tasks.base import Plan, RunContext
 from evalsuite.types import MetricValue, TaskResult
@@ -21,8 +22,8 @@ def check_prompt(section: str, prompt: str) -> None:
 
 @dataclass
 class CaptionOptions:
-    split: str = "val"                      # split of the data root (val, val2014, ...)
-    prompt: str = DEFAULT_PROMPT
+    split: str = opt("val", "split of the data root (val, val2014, ...)")
+    prompt: str = opt(DEFAULT_PROMPT, "the question asked about every image")
 
     def __post_init__(self) -> None:
         check_prompt("caption", self.prompt)

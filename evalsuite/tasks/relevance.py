@@ -13,12 +13,13 @@ over sentences (`response_score` in the config), and the whole-response score is
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
+from evalsuite.config import opt
 from evalsuite.errors import UserError
 from evalsuite.tasks.base import Plan, RunContext
 from evalsuite.types import MetricValue, TaskResult
@@ -30,9 +31,11 @@ log = logging.getLogger(__name__)
 class RelevanceOptions:
     # identity False: the judge enters by its weights' hash, the source by its eval_key; batching
     # does not change a score
-    clip: str | None = field(default=None, metadata={"path": "dir", "identity": False})
-    batch_size: int = field(default=32, metadata={"identity": False})
-    source: Literal["caption", "chair"] | None = field(default=None, metadata={"identity": False})
+    clip: str | None = opt(None, "a local CLIP/SigLIP checkpoint directory (required)", path="dir", identity=False)
+    batch_size: int = opt(32, "CLIP batch size", identity=False)
+    source: Literal["caption", "chair"] | None = opt(
+        None, "the task whose answers are scored (null = caption if in the run, else chair if it is, else caption)",
+        identity=False)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

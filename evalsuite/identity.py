@@ -126,15 +126,15 @@ def options_identity(opts: Any) -> dict[str, Any]:
 
 
 def gen_identity(gen: Any) -> dict[str, Any] | None:
-    """Generation settings as a typed dict: a GenConfig / dataclass, a mapping, or lmms-eval's
-    'k=v,k=v' text (parsed and typed, so the order it was typed in does not matter); None stays None."""
+    """Generation settings as a typed dict (a GenConfig / dataclass, or a mapping already typed, e.g. by
+    evalsuite.run_config.parse_gen_kwargs), never the text the user typed; None or {} is None."""
     if gen is None:
         return None
     if dataclasses.is_dataclass(gen):
         return dataclasses.asdict(gen)
-    from evalsuite.run_config import parse_gen_kwargs
-
-    return dict(sorted(parse_gen_kwargs(gen).items())) or None
+    if not isinstance(gen, dict):
+        raise TypeError(f"generation settings: expected a mapping, got {type(gen).__name__}")
+    return dict(sorted(gen.items())) or None
 
 
 @dataclass(frozen=True)

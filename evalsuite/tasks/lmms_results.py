@@ -26,8 +26,10 @@ def leaf_identity(lmms_task: str, data_id, *, limit: int | None, gen_kwargs: str
     {"seed", "device", "dtype"}. Computed before the run too (evalsuite/run.py reuses a stored result of
     the same identity), so both sides build it here."""
     from evalsuite.identity import gen_identity
+    from evalsuite.run_config import parse_gen_kwargs
 
-    return {"lmms_task": lmms_task, "data": data_id, "limit": limit, "gen_kwargs": gen_identity(gen_kwargs),
+    gen = parse_gen_kwargs(gen_kwargs) if isinstance(gen_kwargs, str) else gen_kwargs  # typed, order-free
+    return {"lmms_task": lmms_task, "data": data_id, "limit": limit, "gen_kwargs": gen_identity(gen),
             **({"inputs": inputs} if inputs else {}), **setup}
 
 

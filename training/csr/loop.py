@@ -10,7 +10,7 @@ Layout of `output_dir` (default runs/NAME/):
     iter_t/trees.rank{r}.jsonl       rank r's shard of search trees (prompts r, r+W, ...)
     iter_t/trees.jsonl               all trees, prompt order (rank 0 merges the shards)
     iter_t/scores.jsonl              per tree: node id -> {lm, clip, cos}
-    iter_t/pairs.json, plain_dpo.json, pair_stats.json
+    iter_t/pairs.json, pair_stats.json
     iter_t/train/                    trainer output (adapter, logs); iter_t/merged/ = checkpoint M_t
     iter_t/manifest.json             iteration, parent, pairs hash, merged path, CSR config
     iter_t/<stage>.done              stage markers, written last (JSON with what the stage produced)
@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -312,13 +311,3 @@ def run_csr(cfg: CSRConfig | dict | str | Path) -> list[str]:
     models.release()
     return merged
 
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m training.csr.loop --config X.yaml [overrides]` = `python training/train.py --method csr ...`."""
-    from training.train import main as train_main
-
-    return train_main(["--method", "csr", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

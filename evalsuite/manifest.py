@@ -82,25 +82,6 @@ def resolve_parent(parent):
     return parent
 
 
-def verify_manifest(ckpt: str | Path) -> list[str]:
-    """Mismatches between the manifest and the weight files on disk (empty list = verified)."""
-    ckpt = Path(ckpt)
-    manifest = read_manifest(ckpt)
-    if manifest is None:
-        return [f"{ckpt}: no {MANIFEST}"]
-    problems = []
-    recorded = manifest.get("weights", {})
-    on_disk = {p.name: p for p in weight_files(ckpt)}
-    for name, digest in recorded.items():
-        if name not in on_disk:
-            problems.append(f"{ckpt / name}: listed in {MANIFEST} but missing")
-        elif sha256_file(on_disk[name]) != digest:
-            problems.append(f"{ckpt / name}: sha256 differs from {MANIFEST}")
-    for name in sorted(set(on_disk) - set(recorded)):
-        problems.append(f"{ckpt / name}: weight file not listed in {MANIFEST}")
-    return problems
-
-
 def checkpoint_hash(ckpt: str | Path) -> str:
     """Content hash of a checkpoint: sha256 over its (weight file name, sha256) pairs.
 

@@ -181,17 +181,6 @@ def model_identity(ctx: RunContext):
     return ModelId.of(ctx.ckpt, ctx.loader.inputs, **ctx.model_setup())
 
 
-def check_prompt_settings(cfg: EvalConfig) -> None:
-    """--system-prompt / --chat-template / --image-aspect pad need evalsuite.models.inputs; refuse them
-    rather than accept and ignore them in a build without it."""
-    if cfg.system_prompt is None and cfg.chat_template is None and cfg.image_aspect == "crop":
-        return
-    import importlib.util
-
-    if importlib.util.find_spec("evalsuite.models.inputs") is None:
-        raise UserError("system_prompt / chat_template / image_aspect: not supported by this build of evalsuite")
-
-
 def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     """Run every task of `cfg` on its checkpoint; {run_id, output_dir, tasks: {task: result dict}}.
 
@@ -206,7 +195,6 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     dist = dist or Dist.current()
     _check_dir(Path(cfg.ckpt))          # fail on a bad checkpoint before any work
     check_task_names(cfg.tasks)
-    check_prompt_settings(cfg)
     # a bad --store/--output must fail now, not after hours of generation
     ensure_writable_dir(cfg.store, "--store", create=False)
     if cfg.output:
@@ -358,7 +346,7 @@ def _lmms_stored_already(ctx: RunContext, cfg: EvalConfig, specs: list, store, c
 
 def _run_lmms(ctx: RunContext, cfg: EvalConfig, lmms: list[str], specs, summary: dict, finish, ckpt_hash: str):
     """The lmms-eval tasks not finished earlier in this run (summary.json), through the same model."""
-    from evalsuite.tasks.lmms import iter_lmms_tasks as run_lmms_tasks  # each result lands as it finishes
+    from evalsuite.tasks.lmms import iter_lmms_tasks  # each result lands as it finishes
 
     done = [n for n in lmms if _finished(n, summary)]
     if done:
@@ -371,7 +359,7 @@ def _run_lmms(ctx: RunContext, cfg: EvalConfig, lmms: list[str], specs, summary:
 
     # keyed by the run's ModelId: an edited chat template misses the cache (the data checks passed at planning)
     backend = VLMBackend(ctx.vlm, model_identity(ctx), name=str(ctx.ckpt))
-    for result in run_lmms_tasks(
+    for result in iter_lmms_tasks(
             [s for s in specs if s.name in pending], backend=backend, cache_root=Path(cfg.store) / ".resume" / "lmms",
             gen_kwargs=cfg.lmms.gen_kwargs_arg(), bootstrap_iters=cfg.lmms.bootstrap_iters, limit=cfg.limit,
             batch_size=cfg.batch_size, dist=ctx.dist, results_json=ctx.output_dir / "lmms_results.json",

@@ -5,11 +5,10 @@ chosen, the lowest rejected (rank mode: lowest / highest mean cost). Unlike the 
 prompt is skipped, and counted, when it has fewer than `min_paths` distinct complete responses, when
 the two sides decode to the same text, or when the reward gap is below `min_gap`.
 
-Files (written atomically):
+File (written atomically):
   * `pairs.json`       LLaVA style, read by the trainer as dataset `csr_pairs`:
         {"id", "image" (relative to image_root), "conversations": [{"from": "human", "value":
         "<image>\\n{question}"}, {"from": "gpt", "value": chosen}], "rejected_conversations": [...]}
-  * `plain_dpo.json`   VL-RLHF/TRL `plain_dpo`: {"id", "image", "prompt", "chosen", "rejected"}
 Statistics: a `TaskResult(task="csr_pairs")` with the chosen/rejected reward and relevance means, the
 gap, #pairs and #skipped, plus one sample record per pair, written to the results store.
 """
@@ -98,16 +97,11 @@ def llava_record(p: Pair) -> dict:
             "rejected_conversations": [human, {"from": "gpt", "value": p.rejected}]}
 
 
-def plain_dpo_record(p: Pair) -> dict:
-    return {"id": p.id, "image": p.image, "prompt": p.question, "chosen": p.chosen, "rejected": p.rejected}
-
-
 def write_pair_files(out_dir: str | Path, pairs: Sequence[Pair]) -> Path:
-    """pairs.json (csr_pairs) + plain_dpo.json; returns the pairs.json path."""
+    """pairs.json (csr_pairs), the file the DPO stage reads; returns its path."""
     from evalsuite.files import write_json_atomic
 
     out_dir = Path(out_dir)
-    write_json_atomic(out_dir / "plain_dpo.json", [plain_dpo_record(p) for p in pairs])
     return write_json_atomic(out_dir / "pairs.json", [llava_record(p) for p in pairs])
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 # files beside the weights that shape an answer: configs, tokenizer, processor, chat template
 PROMPT_FILE_SUFFIXES = (".json", ".jinja", ".model", ".txt", ".tiktoken")
 # ... except metadata no model reads: the evalsuite manifest, trainer state, the weights' own index
@@ -74,6 +75,19 @@ def file_fingerprint(paths) -> dict[str, str]:
     return {Path(p).name: file_sha256(p)[:16] for p in paths}
 
 
+def weight_files(ckpt: str | Path) -> list[Path]:
+    return sorted(p for p in Path(ckpt).iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES))
+
+
+def checkpoint_hash(ckpt: str | Path) -> str:
+    """Content hash of a checkpoint's weights: sha256 over its (weight file name, sha256) pairs, always
+    from the bytes on disk, so it describes what was evaluated even when a manifest is stale."""
+    h = hashlib.sha256()
+    for p in weight_files(ckpt):
+        h.update(f"{p.name}:{file_sha256(p)}\n".encode())
+    return h.hexdigest()[:16]
+
+
 def prompt_files(ckpt: str | Path) -> list[Path]:
     """A checkpoint's non-weight files that change answers without changing the weights' hash."""
     return sorted(p for p in Path(ckpt).iterdir()
@@ -105,8 +119,6 @@ class ModelId:
 
     @classmethod
     def of(cls, ckpt: str | Path, inputs=None, device: str = "cpu", dtype: str | None = None) -> "ModelId":
-        from evalsuite.manifest import checkpoint_hash
-
         return cls(checkpoint_hash(ckpt), prompt_files_id(ckpt), inputs_identity(inputs), device, dtype)
 
     def key(self) -> str:

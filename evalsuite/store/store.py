@@ -24,7 +24,6 @@ Temp files start with "." so pandas/pyarrow directory reads skip them.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import logging
 import os
@@ -53,8 +52,9 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
 
 def config_hash(config: dict | None) -> str:
     """sha256 (first 16 hex) of the config as canonical JSON: equal configs, equal hashes."""
-    text = json.dumps(config or {}, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    from evalsuite.identity import digest
+
+    return digest(config or {})
 
 
 def _publish(path: Path, data: bytes) -> None:

@@ -107,7 +107,9 @@ class ChairTask:
         from evalsuite.identity import options_identity
 
         identity = {**answer_identity(ctx, data, opts.split, [im["id"] for im in images], opts.prompt, gen),
-                    **options_identity(opts), "seed": seed, "variant": variant.name, "nltk": resources}
+                    **options_identity(opts), "seed": seed, "variant": variant.name,
+                    # by content: where the NLTK data lies changes no number
+                    "nltk": {res: r["sha256"] for res, r in resources.items()}}
         config = {"split": opts.split, "prompt": opts.prompt, "n_images": opts.n_images, "seed": seed,
                   "limit": ctx.limit, "variant": variant.name, "n_boot": opts.n_boot, "gen": gen.to_dict()}
         # answers are keyed by the images' own data (instances), so caption's answers serve chair too

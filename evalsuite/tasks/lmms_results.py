@@ -28,7 +28,7 @@ def leaf_identity(lmms_task: str, data_id, *, limit: int | None, gen_kwargs: str
     from evalsuite.identity import gen_identity
     from evalsuite.run_config import parse_gen_kwargs
 
-    gen = parse_gen_kwargs(gen_kwargs) if isinstance(gen_kwargs, str) else gen_kwargs  # typed, order-free
+    gen = parse_gen_kwargs(gen_kwargs) if gen_kwargs is not None else None  # typed, order-free
     return {"lmms_task": lmms_task, "data": data_id, "limit": limit, "gen_kwargs": gen_identity(gen),
             **({"inputs": inputs} if inputs else {}), **setup}
 

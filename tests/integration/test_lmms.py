@@ -214,7 +214,7 @@ def test_gen_kwargs_and_limit_pass_through(adapter, mini_world, tmp_path):
     assert {g.do_sample for g in backend.gens} == {False}
     assert len(res.samples) == 4 and res.config["gen_kwargs"] == "max_new_tokens=3"
     assert res.config["limit"] == 4 and res.config["n"] == 4 and res.config["n_total"] == 8
-    assert res.identity["limit"] == 4 and res.identity["gen_kwargs"] == "max_new_tokens=3"
+    assert res.identity["limit"] == 4 and res.identity["gen_kwargs"] == {"max_new_tokens": 3}   # typed, not the text
     assert _values(res)["mme_perception_score"] == 100.0
 
 

@@ -182,11 +182,24 @@ def stage_pairs(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> 
     pairs, skipped = build_pairs(trees, scores, models.vlm(ckpt).tokenizer, cfg.reward, cfg.pairs)
     add_relevance(pairs, models.scorer(), cfg.image_root)
     pairs_path = write_pair_files(d, pairs)
-    result = pair_stats(pairs, skipped, cfg.reward, config={"iteration": t, "generator": str(ckpt)})
+    result = pair_stats(pairs, skipped, cfg.reward, config={"iteration": t, "generator": str(ckpt)},
+                        identity=pairs_identity(cfg))
     write_json_atomic(d / "pair_stats.json", {**result.to_dict(), "skipped": dict(skipped)})
     _write_stats(cfg, ckpt, t, result)
     log.info("iter %d: %d pairs, %d skipped %s", t, len(pairs), sum(skipped.values()), dict(skipped))
     _mark(d, "pairs", pairs=len(pairs), skipped=dict(skipped), pairs_hash=sha256_file(pairs_path))
+
+
+def pairs_identity(cfg: CSRConfig) -> dict:
+    """What makes two iterations' pair statistics comparable: the prompts (by content), the images, the
+    search, reward and pair settings and the judge (by its weights)."""
+    from evalsuite.manifest import checkpoint_hash
+
+    full = cfg.to_dict()
+    prompts = Path(cfg.prompts)
+    return {"prompts": sha256_file(prompts) if prompts.is_file() else str(prompts),
+            "image_root": str(cfg.image_root), "limit": cfg.limit, "tree": full["tree"],
+            "reward": full["reward"], "pairs": full["pairs"], "judge": checkpoint_hash(cfg.clip)}
 
 
 def _write_stats(cfg: CSRConfig, ckpt: str, t: int, result) -> None:
@@ -212,10 +225,6 @@ def _write_stats(cfg: CSRConfig, ckpt: str, t: int, result) -> None:
     gen_hash = checkpoint_hash(ckpt)
     iteration = manifest.get("iteration")
     full = cfg.to_dict()
-    prompts = Path(cfg.prompts)
-    result.identity = {"prompts": sha256_file(prompts) if prompts.is_file() else str(prompts),
-                       "image_root": str(cfg.image_root), "limit": cfg.limit, "tree": full["tree"],
-                       "reward": full["reward"], "pairs": full["pairs"], "judge": checkpoint_hash(cfg.clip)}
     meta = {"run_id": run_id, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "ckpt": str(Path(ckpt).resolve()), "ckpt_hash": gen_hash, "generator": gen_hash,
             "iteration": iteration if isinstance(iteration, int) else t - 1, "method": manifest.get("method"),

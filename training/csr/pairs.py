@@ -110,8 +110,10 @@ def _mean(xs: Sequence[float | None]) -> float:
     return sum(vals) / len(vals) if vals else float("nan")
 
 
-def pair_stats(pairs: Sequence[Pair], skipped: Counter, reward: RewardConfig, config: dict | None = None):
-    """The iteration's `TaskResult` (metrics + one sample record per pair)."""
+def pair_stats(pairs: Sequence[Pair], skipped: Counter, reward: RewardConfig, config: dict | None = None,
+               identity: dict | None = None):
+    """The iteration's `TaskResult` (metrics + one sample record per pair); `identity`: what makes two
+    iterations' statistics comparable (training/csr/loop.py pairs_identity), given, never patched in later."""
     from evalsuite.types import MetricValue, TaskResult
 
     n = len(pairs)
@@ -134,4 +136,4 @@ def pair_stats(pairs: Sequence[Pair], skipped: Counter, reward: RewardConfig, co
     return TaskResult(task=TASK, version=VERSION, metrics=metrics, samples=samples,
                       config={**(config or {}), "reward_mode": reward.mode, "lam": reward.lam,
                               "reward_definition": definition, "relevance": "sentence_mean CLIP score"},
-                      extra={"skipped": dict(skipped)})
+                      extra={"skipped": dict(skipped)}, identity=dict(identity or {}))

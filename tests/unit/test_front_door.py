@@ -66,6 +66,15 @@ def test_every_config_field_has_help():
     assert missing == []
 
 
+def test_every_trainer_field_has_help():
+    """TrainConfig: evalsuite's own fields and the transformers TrainingArguments ones it inherits."""
+    import dataclasses
+
+    from training.config import TrainConfig
+
+    assert [f.name for f in dataclasses.fields(TrainConfig) if f.init and not (f.metadata or {}).get("help")] == []
+
+
 def test_train_py_csr_help_shows_every_field_with_its_help(capsys):
     from training.csr.config import CSRConfig
     from training.train import main

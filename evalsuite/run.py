@@ -214,7 +214,7 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     run_id, outdir = None, None
     if dist.is_main:
         outdir = OutputDir(cfg.output) if cfg.output else None
-        run_id = (outdir.existing_run(config, ckpt_hash) if outdir else None) or new_run_id()
+        run_id = (outdir.existing_run(config, ckpt_hash, model.key()) if outdir else None) or new_run_id()
     run_id = dist.broadcast(run_id)
     out = Path(cfg.output) if cfg.output else Path(cfg.store) / "runs" / run_id
     ctx = dataclasses.replace(ctx, output_dir=out, ckpt_id=model.key(), loader=ctx.loader)

@@ -1,6 +1,6 @@
 """One ModelId (evalsuite/identity.py) keys the own-task answer cache, the lmms-eval response cache and
 store reuse: editing a checkpoint's chat template makes every task of the next `evalsuite run` recompute,
-with --rerun and without."""
+with --rerun and without; and an output directory of the old template is not resumed under the new one."""
 from __future__ import annotations
 
 import json
@@ -56,6 +56,9 @@ def test_edited_chat_template_recomputes_every_task(tiny_vlm_dir, world_dir, tmp
     assert second["caption"]["reused"] and second["pope_random"]["reused"]
 
     assert _edit_chat_template(ckpt, "edited once")
+    capsys.readouterr()
+    assert cli_main([*run, "--output", str(tmp_path / "o1")]) == 2   # o1 belongs to the run of the old template
+    assert "prompt files" in capsys.readouterr().err
     assert cli_main([*run, "--output", str(tmp_path / "o3")]) == 0
     third = _summary(tmp_path / "o3")
     assert "reused" not in third["caption"] and "reused" not in third["pope_random"]

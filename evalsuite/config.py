@@ -188,9 +188,8 @@ def _shown(value: Any) -> str:
 
 def coerce(value: Any, tp: Any, key: str) -> Any:
     """`value` checked (and for Text / nested sections, converted) against annotation `tp`."""
-    if isinstance(value, Bare):
-        if tp is bool or (typing.get_origin(tp) in (typing.Union, types.UnionType)
-                          and set(typing.get_args(tp)) == {bool, type(None)}):
+    if isinstance(value, Bare):  # true for a field that takes true/false (alone or among other types)
+        if tp is bool or (typing.get_origin(tp) in (typing.Union, types.UnionType) and bool in typing.get_args(tp)):
             return True
         raise _Mismatch(BARE_ERROR)
     if isinstance(value, Text):

@@ -42,6 +42,15 @@ def test_bare_boolean_flags_are_true(tmp_path, capsys):
     assert cfg.world is True and cfg.rerun is True and own == {"dry_run": True}
 
 
+def test_bare_flag_is_true_wherever_the_field_takes_true_false():
+    """`--resume_from_checkpoint` alone (str | bool | None: VL-RLHF's bool flag) is True; a str field is not."""
+    from evalsuite.config import Bare, _Mismatch, coerce
+
+    assert coerce(Bare(), bool, "k") is True and coerce(Bare(), str | bool | None, "k") is True
+    with pytest.raises(_Mismatch, match="needs a value"):
+        coerce(Bare(), str | None, "k")
+
+
 def test_bare_entry_point_option_is_refused():
     from evalsuite.config import split_args
     from evalsuite.errors import UserError

@@ -4,7 +4,8 @@
     backend.generate([GenRequest(...)], GenConfig(max_new_tokens=16))   # -> [str]
     backend.loglikelihood([(GenRequest(...), " yes")])                   # -> [(logp, is_greedy)]
 
-`fingerprint` (the checkpoint hash, device type and dtype) keys every cached answer. Any object with `generate`,
+`fingerprint` (the key of the run's ModelId, evalsuite/identity.py: weights, prompt files, prompt settings,
+device type and dtype) keys every cached answer. Any object with `generate`,
 `loglikelihood`, `fingerprint`, `name` and `device` can stand in (tests use stub answerers).
 """
 from __future__ import annotations
@@ -39,14 +40,15 @@ class VLMBackend:
     @classmethod
     def from_checkpoint(cls, path, device=None, dtype=None, trust_remote_code: bool = False,
                         fingerprint: str | None = None) -> "VLMBackend":
-        from evalsuite.manifest import checkpoint_hash
         from evalsuite.models.vlm import load_vlm
 
         vlm = load_vlm(path, trust_remote_code=trust_remote_code, device=device, dtype=dtype)
-        if fingerprint is None:  # weights and prompt files, like `evalsuite run` (evalsuite/identity.py)
-            from evalsuite.identity import prompt_files_id
+        if fingerprint is None:  # the ModelId `evalsuite run` keys on (evalsuite/identity.py)
+            from evalsuite.identity import ModelId
 
-            fingerprint = f"{checkpoint_hash(path)}+{prompt_files_id(path)}"
+            inputs = vlm.inputs.config if getattr(vlm, "inputs", None) else None
+            loaded = str(vlm.model.dtype).removeprefix("torch.")
+            return cls(vlm, ModelId.of(path, inputs, str(vlm.device).split(":")[0], loaded), name=str(path))
         return cls(vlm, fingerprint, name=str(path))
 
     def generate(self, requests: list[GenRequest], gen: GenConfig) -> list[str]:

@@ -391,6 +391,8 @@ def _typed_fields(cls, prefix: str = ""):
         if f.name.startswith("_") or not f.init:
             continue
         sub = _dataclass_in(hints[f.name])
+        if sub is not None and not sub.__module__.startswith(("evalsuite.", "training.")):
+            sub = None  # a library's own settings object (TrainingArguments.parallelism_config): one field
         yield f"{prefix}{f.name}", f, sub, hints[f.name]
         if sub is not None:
             yield from _typed_fields(sub, f"{prefix}{f.name}.")
@@ -419,7 +421,10 @@ def help_lines(cls, skip: set[str] | frozenset[str] = frozenset()) -> list[str]:
     for key, f, sub, tp in _typed_fields(cls):
         if key in skip:
             continue
-        text = (f.metadata.get("help", "") if f.metadata else "") + _choices(tp)
+        text = " ".join(str(f.metadata.get("help", "") if f.metadata else "").split())
+        if len(text) > 160:  # a library's paragraph (TrainingArguments): its first sentence
+            text = text.split(". ")[0].rstrip(".") + " ..."
+        text += _choices(tp)
         if sub is not None:
             lines.append(f"  {key + ':':30s} (section) {text}")
             continue

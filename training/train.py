@@ -104,26 +104,19 @@ def dry_run(cfg) -> int:
 
 def help_text(method: str | None, path: str | None) -> str:
     """USAGE, plus the fields of the method named on the command line or in the preset."""
-    import dataclasses
-
     from evalsuite.config import help_lines, read_yaml
 
     method = method or (read_yaml(path).get("method") if path else None)
     if method not in METHODS:
         return USAGE
-    if method in ("sft", "dpo"):
-        from transformers import TrainingArguments
-
+    if method in ("sft", "dpo"):  # evalsuite's fields and the transformers TrainingArguments ones
         from training.config import TrainConfig as cls
-        skip = {f.name for f in dataclasses.fields(TrainingArguments)}
+    elif method == "csr":
+        from training.csr.config import CSRConfig as cls
     else:
-        from training.csr.config import CSRConfig as cls0
-        from training.demo import DemoConfig as cls1
-        cls, skip = (cls0 if method == "csr" else cls1), set()
+        from training.demo import DemoConfig as cls
     lines = [USAGE, "", f"{method} fields ({cls.__module__}.{cls.__name__}; a section's keys as section.key):",
-             *help_lines(cls, skip)]
-    if skip:
-        lines.append("  ... and every transformers TrainingArguments field (output_dir, learning_rate, bf16, ...)")
+             *help_lines(cls)]
     return "\n".join(lines)
 
 

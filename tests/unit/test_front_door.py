@@ -94,6 +94,22 @@ def test_train_py_csr_help_shows_every_field_with_its_help(capsys):
         assert any(line.split()[:1] in ([key], [key + ":"]) and f.metadata["help"] in line for line in lines), key
 
 
+def test_train_py_dpo_help_shows_every_field_with_help(capsys):
+    """evalsuite's trainer fields and every inherited TrainingArguments field, each with help text
+    (a library paragraph shortened to its first sentence)."""
+    import dataclasses
+
+    from training.config import TrainConfig
+    from training.train import main
+
+    assert main(["--method", "dpo", "--help"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")}
+    for f in dataclasses.fields(TrainConfig):
+        if f.init:
+            text = " ".join(f.metadata["help"].split())
+            assert f.name in rows and text[:20] in rows[f.name], f.name   # long ones are shortened
+
+
 def test_choice_fields_are_literals_checked_by_the_loader():
     """chair.variant and the trainer's loss_type / lora_bias / dataset_name list the names their code knows."""
     from evalsuite.config import load

@@ -39,7 +39,7 @@ With no arguments: the demo (configs/demo.yaml).
   --dry-run       validate everything, print the resolved config as YAML, warn about missing paths, exit
   --help          this text; with --method/--config also the method's fields
 
-OVERRIDES (later wins over the preset): --key value, --key=value, --flag (= true), key=value,
+OVERRIDES (later wins over the preset): --key value, --key=value, --flag (= true; a true/false field only), key=value,
 section.key=value; values are read as YAML (1e-7, true, [chair, pope]).
 sft/dpo take the VL-RLHF names (model_name_or_path, data_path, image_root, dataset_name, beta, loss_type,
 lora_r, ...) on top of every transformers TrainingArguments field (output_dir, learning_rate, ...)."""

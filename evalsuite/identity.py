@@ -118,7 +118,7 @@ class ModelId:
     dtype: str | None = None
 
     @classmethod
-    def of(cls, ckpt: str | Path, inputs=None, device: str = "cpu", dtype: str | None = None) -> "ModelId":
+    def of(cls, ckpt: str | Path, inputs=None, device: str = "cpu", dtype: str | None = None) -> ModelId:
         return cls(checkpoint_hash(ckpt), prompt_files_id(ckpt), inputs_identity(inputs), device, dtype)
 
     def key(self) -> str:

@@ -50,7 +50,7 @@ def _adapter(out: Path) -> dict:
 def test_resumed_training_equals_the_uninterrupted_one(tiny_vlm_dir, world_dir, pairs, tmp_path, monkeypatch):
     from transformers import TrainerCallback
 
-    import training.trainers.dpo as dpo
+    from training.trainers import dpo
 
     full, cut = tmp_path / "full", tmp_path / "cut"
     assert train_main(_args(tiny_vlm_dir, world_dir, pairs, full)) == 0

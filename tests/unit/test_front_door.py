@@ -11,10 +11,9 @@ from evalsuite.config import config_fields
 
 
 def _config_classes():
+    from evalsuite.run_config import EvalConfig
     from training.csr.config import CSRConfig
     from training.demo import DemoConfig
-
-    from evalsuite.run_config import EvalConfig
 
     return [EvalConfig, CSRConfig, DemoConfig]
 

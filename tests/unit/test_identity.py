@@ -6,7 +6,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evalsuite.identity import (
-    EvalIdentity, ModelId, digest, file_sha256, gen_identity, options_identity, prompt_files_id,
+    EvalIdentity,
+    ModelId,
+    digest,
+    file_sha256,
+    gen_identity,
+    options_identity,
+    prompt_files_id,
 )
 from evalsuite.run_config import load_eval_config
 from evalsuite.tasks.lmms_results import leaf_identity

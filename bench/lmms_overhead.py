@@ -4,7 +4,7 @@
     .venv/bin/python bench/lmms_overhead.py --ckpt DIR --world W --task mme --repeats 3
 
 1. overhead: the same model (evalsuite's VLM wrapped as an lmms-eval model, no cache) on the same
-   task, once through raw `simple_evaluate` and once through `evalsuite.tasks.lmms.run_lmms_tasks`
+   task, once through raw `simple_evaluate` and once through `evalsuite.tasks.lmms.iter_lmms_tasks`
    (data resolution, per-batch cache writes, result conversion). Best of `--repeats` each, alternating.
    Target: ratio <= 1.05.
 2. resume: a child process runs the task and is SIGKILLed once about half of the answers are in the
@@ -26,14 +26,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _kw(ckpt, world, out, batch_size, limit=None) -> dict:
-    """run_lmms_tasks' arguments as `evalsuite run --output OUT` passes them (cache under OUT/.resume)."""
+    """iter_lmms_tasks' arguments as `evalsuite run --output OUT` passes them (cache under OUT/.resume)."""
     return dict(ckpt=str(ckpt), data_root=Path(world), limit=limit, batch_size=batch_size, device="cpu",
                 cache_root=Path(out) / ".resume" / "lmms")
 
 
 def _overhead(args, backend, scratch: Path) -> dict:
     from evalsuite.adapters import lmms_backend as adapter
-    from evalsuite.tasks.lmms import resolve_specs, run_lmms_tasks
+    from evalsuite.tasks.lmms import iter_lmms_tasks, resolve_specs
 
     (spec,) = resolve_specs([args.task], data_root=args.world, limit=args.limit)
     evaluator = adapter.import_evaluator()
@@ -46,8 +46,8 @@ def _overhead(args, backend, scratch: Path) -> dict:
                                   log_samples=True, bootstrap_iters=100, task_manager=tm, verbosity="WARNING")
         raw_times.append(time.perf_counter() - t0)
         t0 = time.perf_counter()  # a fresh output dir: a cold cache, every answer generated and written
-        run_lmms_tasks([args.task], backend=backend,
-                       **_kw(args.ckpt, args.world, scratch / f"ours{rep}", args.batch_size, args.limit))
+        list(iter_lmms_tasks([args.task], backend=backend,
+                       **_kw(args.ckpt, args.world, scratch / f"ours{rep}", args.batch_size, args.limit)))
         ours_times.append(time.perf_counter() - t0)
     return {"raw_s": min(raw_times), "evalsuite_s": min(ours_times), "ratio": min(ours_times) / min(raw_times)}
 
@@ -57,7 +57,7 @@ def _cache_lines(out: Path) -> int:
 
 
 def _resume(args, backend, scratch: Path) -> dict:
-    from evalsuite.tasks.lmms import run_lmms_tasks
+    from evalsuite.tasks.lmms import iter_lmms_tasks
 
     out = scratch / "resume"
     child = subprocess.Popen([sys.executable, __file__, "--child", "--ckpt", str(args.ckpt), "--world",
@@ -76,11 +76,11 @@ def _resume(args, backend, scratch: Path) -> dict:
     child.wait()
     kept = _cache_lines(out)
     t0 = time.perf_counter()
-    (second,) = run_lmms_tasks([args.task], backend=backend,
-                               **_kw(args.ckpt, args.world, out, args.batch_size, args.limit))
+    (second,) = list(iter_lmms_tasks([args.task], backend=backend,
+                               **_kw(args.ckpt, args.world, out, args.batch_size, args.limit)))
     second_s = time.perf_counter() - t0
-    (third,) = run_lmms_tasks([args.task], backend=backend,
-                              **_kw(args.ckpt, args.world, out, args.batch_size, args.limit))
+    (third,) = list(iter_lmms_tasks([args.task], backend=backend,
+                              **_kw(args.ckpt, args.world, out, args.batch_size, args.limit)))
     return {"killed": child.returncode == -signal.SIGKILL, "kept_after_kill": kept,
             "docs": len(second.samples), "rerun_generated": second.extra["responses"]["generated"],
             "rerun_s": second_s, "third_run_generated": third.extra["responses"]["generated"]}
@@ -89,14 +89,14 @@ def _resume(args, backend, scratch: Path) -> dict:
 def _child(args) -> None:
     import pyarrow.parquet as pq  # tell the parent how many docs to expect
 
-    from evalsuite.tasks.lmms import resolve_specs, run_lmms_tasks
+    from evalsuite.tasks.lmms import iter_lmms_tasks, resolve_specs
 
     (spec,) = resolve_specs([args.task], data_root=args.world, limit=args.limit)
     files = [f for leaf in spec.leaves for f in leaf.source.split(", ")]
     docs = sum(pq.read_metadata(f).num_rows for f in files)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "total.json").write_text(json.dumps({"docs": min(docs, args.limit or docs)}))
-    run_lmms_tasks([spec], **_kw(args.ckpt, args.world, args.out, args.batch_size, args.limit))
+    list(iter_lmms_tasks([spec], **_kw(args.ckpt, args.world, args.out, args.batch_size, args.limit)))
 
 
 def main() -> int:

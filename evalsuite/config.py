@@ -3,7 +3,8 @@
     cfg = load(CSRConfig, "configs/csr.yaml", ["iterations=1", "tree.max_depth=4", "--seed", "3"])
 
 Sources, later wins: the dataclass defaults < the YAML preset < the overrides. An override is
-`key=value`, `section.key=value`, `--key value`, `--key=value` or a bare `--flag` (= true); values are
+`key=value`, `section.key=value`, `--key value`, `--key=value` or a bare `--flag` (= true, for a
+true/false field only: any other field given bare is an error, not the string "true"); values are
 read as YAML scalars (`1e-4` is a float here, unlike PyYAML's YAML 1.1 reading), except for a field
 that takes a string: it gets the text exactly as typed (`--prompt 'A # b'`, `--save_strategy no`); the
 word `null` unsets an optional one.
@@ -36,6 +37,17 @@ CLI = "command line"
 
 class Text(str):
     """An override value as the user typed it: parsed as YAML, kept as text where a string fits better."""
+
+
+class Bare(Text):
+    """A `--flag` given without a value: true for a true/false field, an error for any other (a bare
+    `--prompt` must not become the prompt 'true')."""
+
+    def __new__(cls):
+        return super().__new__(cls, "true")
+
+
+BARE_ERROR = "needs a value (only a true/false option may be given without one)"
 
 
 # --------------------------------------------------------------------------------------- YAML
@@ -106,14 +118,16 @@ def split_args(argv: list[str], flags: tuple[str, ...] = ()) -> tuple[dict[str, 
             if not eq:
                 nxt = argv[i + 1] if i + 1 < len(argv) else None
                 if nxt is None or nxt.startswith("--"):
-                    value = "true"      # a bare --flag means true (HfArgumentParser's bool flags)
+                    value = Bare()      # true for a bool field (HfArgumentParser's bool flags), else an error
                 else:
                     value, i = nxt, i + 1
             i += 1
             if key in own:
+                if isinstance(value, Bare):
+                    raise UserError(f"--{key.replace('_', '-')}: {BARE_ERROR}")
                 found[key] = value
             else:
-                items.append((key, Text(value)))
+                items.append((key, value if isinstance(value, Bare) else Text(value)))
             continue
         key, eq, value = a.partition("=")
         if not eq or not key or key.startswith("-"):
@@ -174,6 +188,10 @@ def _shown(value: Any) -> str:
 
 def coerce(value: Any, tp: Any, key: str) -> Any:
     """`value` checked (and for Text / nested sections, converted) against annotation `tp`."""
+    if isinstance(value, Bare):  # true for a field that takes true/false (alone or among other types)
+        if tp is bool or (typing.get_origin(tp) in (typing.Union, types.UnionType) and bool in typing.get_args(tp)):
+            return True
+        raise _Mismatch(BARE_ERROR)
     if isinstance(value, Text):
         if tp is str or _is_optional_str(tp):
             # a prompt, path or label is taken as typed: YAML would drop "# ..." as a comment, fold
@@ -193,10 +211,13 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        for a in sorted((a for a in args if a is not type(None)), key=lambda a: a is str):
+        options = sorted((a for a in args if a is not type(None)), key=lambda a: a is str)
+        for a in options:
             try:
                 return coerce(value, a, key)
             except _Mismatch:
+                if len(options) == 1 and typing.get_origin(a) is typing.Literal:
+                    raise  # `Literal[...] | None`: name the choices ("'coco' is not one of ...")
                 continue
         raise _Mismatch(f"expected {_describe(tp)}, got {_shown(value)}")
     if origin is typing.Literal:
@@ -347,6 +368,69 @@ def load(cls, path: str | Path | None = None, overrides: list | None = None, bas
     origins: dict[str, str] = {}
     apply_overrides(data, items, origins)
     return build(cls, data, where, origins)
+
+
+# -------------------------------------------------------------------------------------- help
+def opt(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = None, **metadata: Any) -> Any:
+    """A dataclass field with its help text (every `--help` shows it) and other metadata
+    (`path`, `identity`: see evalsuite/identity.py)."""
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata={"help": help, **metadata})
+    return dataclasses.field(default=default, metadata={"help": help, **metadata})
+
+
+def config_fields(cls, prefix: str = ""):
+    """(dotted key, field, section class or None) of every field of `cls`, sections followed by their fields."""
+    for key, f, sub, _ in _typed_fields(cls, prefix):
+        yield key, f, sub
+
+
+def _typed_fields(cls, prefix: str = ""):
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name.startswith("_") or not f.init:
+            continue
+        sub = _dataclass_in(hints[f.name])
+        if sub is not None and not sub.__module__.startswith(("evalsuite.", "training.")):
+            sub = None  # a library's own settings object (TrainingArguments.parallelism_config): one field
+        yield f"{prefix}{f.name}", f, sub, hints[f.name]
+        if sub is not None:
+            yield from _typed_fields(sub, f"{prefix}{f.name}.")
+
+
+def _choices(tp: Any) -> str:
+    """' (one of: a | b)' for a Literal field (optional or not), else ''."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)] if typing.get_origin(tp) in (
+        typing.Union, types.UnionType) else [tp]
+    lits = [a for a in args if typing.get_origin(a) is typing.Literal]
+    return f" (one of: {_describe(lits[0])})" if len(lits) == 1 and len(typing.get_args(lits[0])) > 1 else ""
+
+
+def _default_shown(f) -> str:
+    if f.default is not dataclasses.MISSING:
+        return repr(f.default) if isinstance(f.default, str) else str(f.default)
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        value = f.default_factory()  # type: ignore[misc]
+        return "" if dataclasses.is_dataclass(value) else str(value)
+    return "required"
+
+
+def help_lines(cls, skip: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """One line per field of `cls` (sections recursed as `section.key`): name, type, help, default."""
+    lines = []
+    for key, f, sub, tp in _typed_fields(cls):
+        if key in skip:
+            continue
+        text = " ".join(str(f.metadata.get("help", "") if f.metadata else "").split())
+        if len(text) > 160:  # a library's paragraph (TrainingArguments): its first sentence
+            text = text.split(". ")[0].rstrip(".") + " ..."
+        text += _choices(tp)
+        if sub is not None:
+            lines.append(f"  {key + ':':30s} (section) {text}")
+            continue
+        default = _default_shown(f)
+        lines.append(f"  {key:30s} {text} [default: {default}]" if default else f"  {key:30s} {text}")
+    return lines
 
 
 # ------------------------------------------------------------------------------------ output

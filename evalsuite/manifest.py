@@ -7,22 +7,17 @@ checkpoint by content and a reader can tell when weights were changed behind its
 from __future__ import annotations
 
 import datetime as _dt
-import functools
-import hashlib
 import json
 from pathlib import Path
 
 from evalsuite.errors import UserError
 from evalsuite.files import sha256_file, write_json_atomic
 
+# the content hash of a checkpoint lives with every other identity (one file-hash memo)
+from evalsuite.identity import WEIGHT_SUFFIXES, checkpoint_hash, weight_files  # noqa: F401
+
 MANIFEST = "evalsuite.json"
 SCHEMA = 1
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
-
-
-def weight_files(ckpt: str | Path) -> list[Path]:
-    ckpt = Path(ckpt)
-    return sorted(p for p in ckpt.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES))
 
 
 def write_manifest(
@@ -80,40 +75,3 @@ def resolve_parent(parent):
     if isinstance(parent, str) and parent and Path(parent).is_dir():
         return str(Path(parent).resolve())
     return parent
-
-
-def verify_manifest(ckpt: str | Path) -> list[str]:
-    """Mismatches between the manifest and the weight files on disk (empty list = verified)."""
-    ckpt = Path(ckpt)
-    manifest = read_manifest(ckpt)
-    if manifest is None:
-        return [f"{ckpt}: no {MANIFEST}"]
-    problems = []
-    recorded = manifest.get("weights", {})
-    on_disk = {p.name: p for p in weight_files(ckpt)}
-    for name, digest in recorded.items():
-        if name not in on_disk:
-            problems.append(f"{ckpt / name}: listed in {MANIFEST} but missing")
-        elif sha256_file(on_disk[name]) != digest:
-            problems.append(f"{ckpt / name}: sha256 differs from {MANIFEST}")
-    for name in sorted(set(on_disk) - set(recorded)):
-        problems.append(f"{ckpt / name}: weight file not listed in {MANIFEST}")
-    return problems
-
-
-def checkpoint_hash(ckpt: str | Path) -> str:
-    """Content hash of a checkpoint: sha256 over its (weight file name, sha256) pairs.
-
-    Always computed from the bytes on disk (cached per file size + mtime within a process), so it
-    describes what was evaluated even when a manifest is stale.
-    """
-    h = hashlib.sha256()
-    for p in weight_files(ckpt):
-        st = p.stat()
-        h.update(f"{p.name}:{_file_digest(str(p.resolve()), st.st_size, st.st_mtime_ns)}\n".encode())
-    return h.hexdigest()[:16]
-
-
-@functools.lru_cache(maxsize=256)
-def _file_digest(path: str, size: int, mtime_ns: int) -> str:
-    return sha256_file(path)

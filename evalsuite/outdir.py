@@ -39,9 +39,9 @@ class OutputDir:
         self.flag = flag
         self._fd: int | None = None
 
-    def existing_run(self, config: dict, ckpt_hash: str) -> str | None:
+    def existing_run(self, config: dict, ckpt_hash: str, model_id: str | None = None) -> str | None:
         """The run id this directory holds when it is this same run (resume), None when it is new or
-        empty; a UserError when it holds anything else."""
+        empty; a UserError when it holds anything else. `model_id`: evalsuite/identity.py ModelId.key()."""
         p, flag = self.path, self.flag
         if not p.exists():
             return None
@@ -61,6 +61,8 @@ class OutputDir:
         diff = differences(old.get("config"), config)
         if old.get("ckpt_hash") != ckpt_hash:
             diff.insert(0, "the checkpoint's weights")
+        elif model_id is not None and old.get("model_id") not in (None, model_id):
+            diff.insert(0, "the checkpoint's prompt files (chat template, tokenizer, processor configs)")
         if diff:
             shown = ", ".join(diff[:4]) + (", ..." if len(diff) > 4 else "")
             raise UserError(f"{flag} {p}: holds run {old['run_id']} of another configuration ({shown} differ); "
@@ -82,7 +84,8 @@ class OutputDir:
             raise UserError(f"{self.flag} {self.path}: another evalsuite run is writing there now") from None
         self._fd = fd
         try:
-            resumed = self.existing_run(config, ckpt_hash)  # again under the lock: a run may have started since
+            # again under the lock: a run may have started since
+            resumed = self.existing_run(config, ckpt_hash, meta.get("model_id"))
             if not resumed:
                 write_json_atomic(self.path / "run.json", meta)
         except BaseException:

@@ -18,6 +18,7 @@ directory holding anything else is refused. OUT/.lock (flock) keeps two processe
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import logging
 import secrets
@@ -172,24 +173,12 @@ def plan_own_tasks(ctx: RunContext, cfg: EvalConfig, own: list[str]) -> list[Ste
     return list(steps.values())
 
 
-def ckpt_identity(ckpt: str) -> tuple[str, str]:
-    """(weights hash, answer-cache id = weights + prompt-format files: template, tokenizer, configs)."""
-    from evalsuite.manifest import checkpoint_hash
-    from evalsuite.tasks.answers import digest, prompt_files_id
+def model_identity(ctx: RunContext):
+    """The run's ModelId (evalsuite/identity.py): weights, prompt files, prompt settings, device type,
+    dtype. The own-task answer cache, the lmms-eval response cache and store reuse all key on it."""
+    from evalsuite.identity import ModelId
 
-    h = checkpoint_hash(ckpt)
-    return h, digest([h, prompt_files_id(ckpt)])
-
-
-def check_prompt_settings(cfg: EvalConfig) -> None:
-    """--system-prompt / --chat-template / --image-aspect pad need evalsuite.models.inputs; refuse them
-    rather than accept and ignore them in a build without it."""
-    if cfg.system_prompt is None and cfg.chat_template is None and cfg.image_aspect == "crop":
-        return
-    import importlib.util
-
-    if importlib.util.find_spec("evalsuite.models.inputs") is None:
-        raise UserError("system_prompt / chat_template / image_aspect: not supported by this build of evalsuite")
+    return ModelId.of(ctx.ckpt, ctx.loader.inputs, **ctx.model_setup())
 
 
 def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
@@ -206,7 +195,6 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     dist = dist or Dist.current()
     _check_dir(Path(cfg.ckpt))          # fail on a bad checkpoint before any work
     check_task_names(cfg.tasks)
-    check_prompt_settings(cfg)
     # a bad --store/--output must fail now, not after hours of generation
     ensure_writable_dir(cfg.store, "--store", create=False)
     if cfg.output:
@@ -215,19 +203,21 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     if data_root is not None and not data_root.is_dir():
         raise UserError(f"--data-root {data_root}: not a directory")
     dist.init_group()
-    ckpt_hash, ckpt_id = ckpt_identity(cfg.ckpt)
     config = to_plain(cfg)
     store = Store(cfg.store)
+    ctx = RunContext(
+        ckpt=cfg.ckpt, data_root=data_root, output_dir=None, dist=dist, device=dist.device(cfg.device), dtype=cfg.dtype,
+        limit=cfg.limit, batch_size=cfg.batch_size, gen=cfg.gen_config(), trust_remote_code=cfg.trust_remote_code,
+        inputs=cfg.inputs(), resume_root=Path(cfg.store) / ".resume")
+    model = model_identity(ctx)
+    ckpt_hash = model.weights
     run_id, outdir = None, None
     if dist.is_main:
         outdir = OutputDir(cfg.output) if cfg.output else None
-        run_id = (outdir.existing_run(config, ckpt_hash) if outdir else None) or new_run_id()
+        run_id = (outdir.existing_run(config, ckpt_hash, model.key()) if outdir else None) or new_run_id()
     run_id = dist.broadcast(run_id)
     out = Path(cfg.output) if cfg.output else Path(cfg.store) / "runs" / run_id
-    ctx = RunContext(
-        ckpt=cfg.ckpt, data_root=data_root, output_dir=out, dist=dist, device=dist.device(cfg.device), dtype=cfg.dtype,
-        limit=cfg.limit, batch_size=cfg.batch_size, gen=cfg.gen_config(), trust_remote_code=cfg.trust_remote_code,
-        inputs=cfg.inputs(), resume_root=Path(cfg.store) / ".resume", ckpt_id=ckpt_id)
+    ctx = dataclasses.replace(ctx, output_dir=out, ckpt_id=model.key(), loader=ctx.loader)
     # the prompt format now: a checkpoint without one fails before any generation (docs/inputs.md)
     prompt_record = ctx.loader.prompts().describe()
     own, lmms = split_tasks(cfg.tasks)
@@ -240,6 +230,7 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
 
     # every check passed: the run starts, and owns its output directory from here on
     meta = run_meta(cfg, run_id, ckpt_hash, data_root)
+    meta["model_id"] = ctx.ckpt_id  # store reuse matches it: an edited chat template is another model
     meta["inputs"] = prompt_record  # the settings, the format in use and the prompt around {question}
     summary: dict[str, dict] = {}
     if dist.is_main:
@@ -292,7 +283,7 @@ def _run_tasks(ctx: RunContext, cfg: EvalConfig, steps: list[Step], lmms: list[s
             summary[name] = {"task": name, "eval_key": key, "reused": store_run, "metrics": []}
             write_json_atomic(out / "summary.json", summary)
 
-    reused = _stored_already(steps, store, ckpt_hash, cfg, dist)
+    reused = _stored_already(ctx, steps, store, ckpt_hash, cfg, dist)
     needed = {d for st in steps if st.stored and st.name not in reused for d in st.requires}
     answers: dict[str, list[dict] | None] = {}
     for st in steps:
@@ -316,13 +307,14 @@ def _run_tasks(ctx: RunContext, cfg: EvalConfig, steps: list[Step], lmms: list[s
         _run_lmms(ctx, cfg, [n for n in lmms if n not in stored], specs, summary, finish, ckpt_hash)
 
 
-def _stored_already(steps: list[Step], store, ckpt_hash: str, cfg: EvalConfig, dist: Dist) -> dict[str, str]:
-    """{task: store run} of the own tasks whose (checkpoint, eval_key) the store holds (none with --rerun);
+def _stored_already(ctx: RunContext, steps: list[Step], store, ckpt_hash: str, cfg: EvalConfig,
+                    dist: Dist) -> dict[str, str]:
+    """{task: store run} of the own tasks whose (checkpoint, model id, eval_key) the store holds (none with --rerun);
     rank 0 reads the store, every rank follows its answer."""
     found: dict[str, str] = {}
     if dist.is_main and not cfg.rerun:
         for st in steps:
-            run = store.has_result(ckpt_hash, st.plan.eval_key) if st.stored else None
+            run = store.has_result(ckpt_hash, st.plan.eval_key, model_id=ctx.ckpt_id) if st.stored else None
             if run:
                 found[st.name] = run
     return dist.broadcast(found)
@@ -343,9 +335,10 @@ def _lmms_stored_already(ctx: RunContext, cfg: EvalConfig, specs: list, store, c
     if ctx.dist.is_main and not cfg.rerun:
         setup = {"seed": cfg.seed, **ctx.model_setup()}
         for spec in specs:
-            keys = leaf_keys(spec, limit=cfg.limit, gen_kwargs=cfg.lmms.gen_kwargs_arg(),
+            keys = leaf_keys(spec, limit=cfg.limit, gen_kwargs=cfg.lmms.gen_kwargs,
                              inputs=ctx.loader.inputs.identity(), setup=setup)
-            runs = {name: store.has_result(ckpt_hash, key) if key else None for name, key in keys.items()}
+            runs = {name: store.has_result(ckpt_hash, key, model_id=ctx.ckpt_id) if key else None
+                    for name, key in keys.items()}
             if runs and all(runs.values()):
                 found[spec.name] = {name: (keys[name], runs[name]) for name in keys}
     return ctx.dist.broadcast(found)
@@ -353,7 +346,7 @@ def _lmms_stored_already(ctx: RunContext, cfg: EvalConfig, specs: list, store, c
 
 def _run_lmms(ctx: RunContext, cfg: EvalConfig, lmms: list[str], specs, summary: dict, finish, ckpt_hash: str):
     """The lmms-eval tasks not finished earlier in this run (summary.json), through the same model."""
-    from evalsuite.tasks.lmms import iter_lmms_tasks as run_lmms_tasks  # each result lands as it finishes
+    from evalsuite.tasks.lmms import iter_lmms_tasks  # each result lands as it finishes
 
     done = [n for n in lmms if _finished(n, summary)]
     if done:
@@ -364,8 +357,9 @@ def _run_lmms(ctx: RunContext, cfg: EvalConfig, lmms: list[str], specs, summary:
 
     from evalsuite.models.backend import VLMBackend
 
-    backend = VLMBackend(ctx.vlm, ckpt_hash, name=str(ctx.ckpt))  # the data checks passed at planning
-    for result in run_lmms_tasks(
+    # keyed by the run's ModelId: an edited chat template misses the cache (the data checks passed at planning)
+    backend = VLMBackend(ctx.vlm, model_identity(ctx), name=str(ctx.ckpt))
+    for result in iter_lmms_tasks(
             [s for s in specs if s.name in pending], backend=backend, cache_root=Path(cfg.store) / ".resume" / "lmms",
             gen_kwargs=cfg.lmms.gen_kwargs_arg(), bootstrap_iters=cfg.lmms.bootstrap_iters, limit=cfg.limit,
             batch_size=cfg.batch_size, dist=ctx.dist, results_json=ctx.output_dir / "lmms_results.json",

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from evalsuite.config import opt
 from evalsuite.errors import UserError
 from evalsuite.tasks.caption import CaptionOptions
 from evalsuite.tasks.chair import ChairOptions
@@ -57,12 +58,13 @@ def _at_least(section: str, name: str, value, low) -> None:
 class GenOptions:
     """Decoding of evalsuite's own tasks (the run's `seed` seeds sampling)."""
 
-    max_new_tokens: int = 512
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
-    num_beams: int = 1
-    suppress_special_tokens: bool = False   # true = ours: no <image>/pad/BOS in answers (false = plain generate)
+    max_new_tokens: int = opt(512, "token cap of an answer")
+    do_sample: bool = opt(False, "sample instead of greedy decoding (seeded by the run's seed)")
+    temperature: float = opt(1.0, "sampling temperature (> 0; read only with do_sample)")
+    top_p: float = opt(1.0, "nucleus sampling mass in (0, 1] (read only with do_sample)")
+    num_beams: int = opt(1, "beam search width (1 = none)")
+    suppress_special_tokens: bool = opt(False, "true = ours: no <image>/pad/BOS in answers (false = plain "
+                                              "generate, as lmms-eval's backends and the released code)")
 
     def __post_init__(self) -> None:
         _at_least("gen.", "max_new_tokens", self.max_new_tokens, 1)
@@ -114,10 +116,13 @@ def parse_gen_kwargs(value: str | dict | None, where: str = "lmms.gen_kwargs") -
 class LmmsOptions:
     """lmms-eval tasks: which local files feed which task, and lmms-eval's generation overrides."""
 
-    data: dict[str, list[str]] = field(default_factory=dict)   # task -> [file, ...] or [dir]
-    gen_kwargs: dict[str, Any] | str | None = None            # 'k=v,k=v' or a mapping (GEN_KWARGS)
-    bootstrap_iters: int = 100
-    split: str = "val"                                        # split of DATA_ROOT/questions/ (world)
+    data: dict[str, list[str]] = opt(help="task -> [file, ...] or [dir]: the local data of an lmms-eval task",
+                                     factory=dict)
+    gen_kwargs: dict[str, Any] | str | None = opt(
+        None, "lmms-eval generation overrides, 'k=v,k=v' or a mapping (max_new_tokens, temperature, top_p, "
+              "num_beams, do_sample, seed, until)")
+    bootstrap_iters: int = opt(100, "lmms-eval's bootstrap resamples of its stderr")
+    split: str = opt("val", "split of DATA_ROOT/questions/ (world) for evalsuite's local lmms tasks")
 
     def __post_init__(self) -> None:
         self.gen_kwargs = parse_gen_kwargs(self.gen_kwargs) or None
@@ -128,7 +133,7 @@ class LmmsOptions:
 
     def gen_kwargs_arg(self) -> str | None:
         """The string lmms-eval's simple_evaluate takes."""
-        return ",".join(f"{k}={v}" for k, v in self.gen_kwargs.items()) if self.gen_kwargs else None
+        return ",".join(f"{k}={v}" for k, v in sorted(self.gen_kwargs.items())) if self.gen_kwargs else None
 
 
 def check_device(device: str | None, where: str = "device") -> None:
@@ -155,28 +160,28 @@ def check_device(device: str | None, where: str = "device") -> None:
 class EvalConfig:
     """One evaluation run. Saved, resolved, as `config` in OUT/run.json."""
 
-    ckpt: str = field(default="", metadata={"path": "dir", "help": "local HF checkpoint directory"})
-    tasks: list[str] = field(default_factory=list)
-    data_root: str | None = field(default=None, metadata={"path": "dir", "help": "COCO-format data folder"})
-    world: bool = False                   # the built-in synthetic world instead of a data root (opt-in)
-    output: str | None = None             # default STORE/runs/RUN_ID
-    store: str = "results"
-    limit: int | None = None              # at most N documents per task (null = all)
-    batch_size: int = 8
-    device: str | None = None             # cpu | cuda | cuda:N | mps (null = cuda if available)
-    dtype: Literal["float32", "float16", "bfloat16"] | None = None   # null = bfloat16 on cuda, else float32
-    label: str | None = None
-    trust_remote_code: bool = False
-    seed: int = 0                         # generation seed; chair's image sample seed unless chair.seed; lmms-eval's seeds
-    rerun: bool = False                   # score and store tasks even when the store has their result
-    system_prompt: str | None = None      # prompt settings (evalsuite/models/vlm.py)
-    chat_template: str | None = field(default=None, metadata={"path": "file"})
-    image_aspect: Literal["crop", "pad"] = "crop"
-    gen: GenOptions = field(default_factory=GenOptions)
-    caption: CaptionOptions = field(default_factory=CaptionOptions)
-    chair: ChairOptions = field(default_factory=ChairOptions)
-    relevance: RelevanceOptions = field(default_factory=RelevanceOptions)
-    lmms: LmmsOptions = field(default_factory=LmmsOptions)
+    ckpt: str = opt("", "local HF checkpoint directory (config.json + safetensors)", path="dir")
+    tasks: list[str] = opt(help="task names, e.g. caption,chair,relevance,mme,pope", factory=list)
+    data_root: str | None = opt(None, "COCO-format data folder (images + annotations[, questions])", path="dir")
+    world: bool = opt(False, "the built-in synthetic world instead of a data root (opt-in)")
+    output: str | None = opt(None, "output directory (null = STORE/runs/RUN_ID); the same run resumes there")
+    store: str = opt("results", "results store")
+    limit: int | None = opt(None, "at most N documents per task (null = all)")
+    batch_size: int = opt(8, "generation batch size")
+    device: str | None = opt(None, "cpu | cuda | cuda:N | mps (null = cuda if available)")
+    dtype: Literal["float32", "float16", "bfloat16"] | None = opt(None, "null = bfloat16 on cuda, else float32")
+    label: str | None = opt(None, "display name of this checkpoint in tables and reports")
+    trust_remote_code: bool = opt(False, "allow custom model code in the checkpoint")
+    seed: int = opt(0, "generation seed; chair's image sample seed unless chair.seed; lmms-eval's four seeds")
+    rerun: bool = opt(False, "score and store tasks even when the store has their result")
+    system_prompt: str | None = opt(None, "system prompt of every request (null = the checkpoint's default)")
+    chat_template: str | None = opt(None, "a Jinja chat template file replacing the checkpoint's", path="file")
+    image_aspect: Literal["crop", "pad"] = opt("crop", "crop = the processor's; pad = LLaVA-1.5's pad to square")
+    gen: GenOptions = opt(help="decoding of evalsuite's own tasks", factory=GenOptions)
+    caption: CaptionOptions = opt(help="task caption", factory=CaptionOptions)
+    chair: ChairOptions = opt(help="task chair", factory=ChairOptions)
+    relevance: RelevanceOptions = opt(help="task relevance", factory=RelevanceOptions)
+    lmms: LmmsOptions = opt(help="lmms-eval tasks", factory=LmmsOptions)
 
     def __post_init__(self) -> None:
         dup = sorted({t for t in self.tasks if self.tasks.count(t) > 1})

@@ -65,12 +65,9 @@ def eval_key(task: str, version: str, identity: dict) -> str:
     sha256 (first 16 hex) over canonical JSON of the task name and version and `identity`: everything
     that can change the number other than the checkpoint itself (data fingerprint, split, sampled
     document ids, prompt and system prompt, prompt format, generation settings, variant, options)."""
-    import hashlib
-    import json
+    from evalsuite.identity import EvalIdentity
 
-    text = json.dumps({"task": task, "version": str(version), "identity": identity}, sort_keys=True,
-                      default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return EvalIdentity(task, str(version), identity).key()
 
 
 @dataclass

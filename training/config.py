@@ -90,7 +90,7 @@ class TrainConfig(TrainingArguments):
                                           "from warmup_steps < 1; give one of the two).")
     resume_from_checkpoint: str | bool | None = _f(None, "A checkpoint dir, or true = the latest OUTPUT_DIR/checkpoint-N "
                                                          "(VL-RLHF's bool flag).")
-    dataset_name: str | None = _f(None, "vlquery_json (SFT) | plain_dpo | csr_pairs | vlfeedback_paired | rlhfv.")
+    dataset_name: Literal["vlquery_json", "plain_dpo", "csr_pairs", "vlfeedback_paired", "rlhfv"] | None = _f(None, "vlquery_json (SFT) | plain_dpo | csr_pairs | vlfeedback_paired | rlhfv.")
     data_path: str | None = _f(None, "Data file (json/jsonl/parquet) or local dataset snapshot directory.", path="any")
     image_root: str | None = _f(None, "Directory joined with each record's image path (escapes refused).", path="dir")
     data_ratio: float = _f(1.0, "Share of the train split kept (VL-RLHF): after the eval_split is held out, the "
@@ -109,7 +109,7 @@ class TrainConfig(TrainingArguments):
         "vlrlhf", "vlrlhf: TRL 0.8.1 / VL-RLHF length rules; per_field: every field capped by its own limit.")
     label_pad_token_id: int = _f(-100, "Label id ignored by the loss.")
     beta: float = _f(0.1, "DPO beta.")
-    loss_type: str = _f("sigmoid", "sigmoid | hinge | ipo | kto_pair | ddpo.")
+    loss_type: Literal["sigmoid", "hinge", "ipo", "kto_pair", "ddpo"] = _f("sigmoid", "sigmoid | hinge | ipo | kto_pair | ddpo.")
     ipo_logps: Literal["sum", "mean"] = _f("sum", "ipo on summed sequence log-probs (VL-RLHF) or token means (TRL).")
     ddpo_mask: Literal["replaced", "changed"] = _f(
         "replaced", "ddpo tokens: replaced spans of the label rows (VL-RLHF) or every token outside shared runs.")
@@ -123,7 +123,7 @@ class TrainConfig(TrainingArguments):
     lora_alpha: int = _f(16, "LoRA alpha.")
     lora_dropout: float = _f(0.05, "LoRA dropout.")
     lora_target_modules: str = _f("auto", "Comma list of module names/suffixes, or 'auto' (all LM linears).")
-    lora_bias: str = _f("none", "none | all | lora_only.")
+    lora_bias: Literal["none", "all", "lora_only"] = _f("none", "none | all | lora_only.")
     q_lora: bool = _f(False, "QLoRA: load the base quantised (needs CUDA + bitsandbytes).")
     bits: int = _f(4, "QLoRA bits: 4 or 8.")
     modules_to_save: str = _f("", "Comma list of extra modules trained fully and saved (e.g. multi_modal_projector).")

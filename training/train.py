@@ -39,7 +39,7 @@ With no arguments: the demo (configs/demo.yaml).
   --dry-run       validate everything, print the resolved config as YAML, warn about missing paths, exit
   --help          this text; with --method/--config also the method's fields
 
-OVERRIDES (later wins over the preset): --key value, --key=value, --flag (= true), key=value,
+OVERRIDES (later wins over the preset): --key value, --key=value, --flag (= true; a true/false field only), key=value,
 section.key=value; values are read as YAML (1e-7, true, [chair, pope]).
 sft/dpo take the VL-RLHF names (model_name_or_path, data_path, image_root, dataset_name, beta, loss_type,
 lora_r, ...) on top of every transformers TrainingArguments field (output_dir, learning_rate, ...)."""
@@ -117,30 +117,19 @@ def dry_run(cfg) -> int:
 
 def help_text(method: str | None, path: str | None) -> str:
     """USAGE, plus the fields of the method named on the command line or in the preset."""
-    import dataclasses
-
-    from evalsuite.config import read_yaml
+    from evalsuite.config import help_lines, read_yaml
 
     method = method or (read_yaml(path).get("method") if path else None)
     if method not in METHODS:
         return USAGE
-    if method in ("sft", "dpo"):
-        from transformers import TrainingArguments
-
+    if method in ("sft", "dpo"):  # evalsuite's fields and the transformers TrainingArguments ones
         from training.config import TrainConfig as cls
-        skip = {f.name for f in dataclasses.fields(TrainingArguments)}
+    elif method == "csr":
+        from training.csr.config import CSRConfig as cls
     else:
-        from training.csr.config import CSRConfig as cls0
-        from training.demo import DemoConfig as cls1
-        cls, skip = (cls0 if method == "csr" else cls1), set()
-    lines = [USAGE, "", f"{method} fields ({cls.__module__}.{cls.__name__}):"]
-    for f in dataclasses.fields(cls):
-        if f.name in skip or f.name.startswith("_"):
-            continue
-        default = f.default if f.default is not dataclasses.MISSING else "(section)"
-        lines.append(f"  {f.name:28s} {f.metadata.get('help', '')} [default: {default}]")
-    if skip:
-        lines.append("  ... and every transformers TrainingArguments field (output_dir, learning_rate, bf16, ...)")
+        from training.demo import DemoConfig as cls
+    lines = [USAGE, "", f"{method} fields ({cls.__module__}.{cls.__name__}; a section's keys as section.key):",
+             *help_lines(cls)]
     return "\n".join(lines)
 
 

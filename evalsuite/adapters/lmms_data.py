@@ -111,10 +111,9 @@ def _local_files(task: dict) -> list[tuple[str, Path]]:
 
 
 def _digest(payload) -> str:
-    import hashlib
-    import json
+    from evalsuite.identity import digest
 
-    return hashlib.sha256(json.dumps(payload, default=str).encode()).hexdigest()[:12]
+    return digest(payload, 12)
 
 
 def data_fingerprint(task: dict | str) -> str:
@@ -126,23 +125,16 @@ def data_fingerprint(task: dict | str) -> str:
     return _digest([task.get("dataset_path"), task.get("dataset_name"), stats])
 
 
-_CONTENT: dict[tuple, str] = {}
-
-
 def content_fingerprint(task: dict | str) -> str:
     """Short hash of a task's data by content (sha256 of every file, names relative to their root): the
     same data gives the same value wherever it lies, so results on it stay comparable (TaskResult.identity).
     A hub dataset (no local files) is identified by its id and config name."""
-    from evalsuite.files import sha256_file
+    from evalsuite.identity import file_sha256
 
     if not isinstance(task, dict):
         return _digest(["hub", str(task)])
     files = []
     for rel, f in _local_files(task):
-        st = f.stat()
-        key = (str(f.resolve()), st.st_size, st.st_mtime_ns)
-        if key not in _CONTENT:
-            _CONTENT[key] = sha256_file(f)
-        files.append([rel, _CONTENT[key]])
+        files.append([rel, file_sha256(f)])
     source = task.get("dataset_path") if not files else None  # a local path is not part of the data
     return _digest([source, task.get("dataset_name"), files])

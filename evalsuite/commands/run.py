@@ -7,41 +7,25 @@ from __future__ import annotations
 
 import argparse
 
-EPILOG = """\
-flags (each sets the eval config field of the same name; values are read as YAML):
-  --ckpt DIR              local HF checkpoint directory (config.json + safetensors)       [required]
-  --tasks A,B             task names, e.g. caption,chair,relevance,mme,pope                [required]
-  --data-root DIR         COCO-format folder (images + annotations[, questions]): real COCO or
-                          one written by `evalsuite world build`
-  --world                 use the built-in synthetic world instead (opt-in; one of the two is required)
-  --output DIR            output directory (default STORE/runs/RUN_ID); an existing one is resumed
-                          if it holds this same run, refused otherwise
-  --store DIR             results store (default results)
-  --limit N               at most N documents per task (N >= 1)
-  --batch-size N          generation batch size (default 8)
-  --device D              cpu | cuda | cuda:N | mps (default: cuda if available)
-  --dtype T               float32 | bfloat16 | float16 (default: bfloat16 on cuda, else float32)
-  --seed N                generation seed, chair's image sample seed, and lmms-eval's four seeds
-                          (python, numpy, torch, few-shot; as `lmms-eval --seed N`) (default 0)
-  --label NAME            display name of this checkpoint in tables and reports
-  --trust-remote-code     allow custom model code in the checkpoint
-  --rerun                 score and store tasks (own and lmms-eval) already in the store for this
-                          checkpoint and setup
-                          (answers still come from STORE/.resume where finished)
-  --system-prompt TEXT, --chat-template FILE, --image-aspect crop|pad    prompt settings
-convenience flags (set typed fields of the sections the run's tasks read):
-  --split S               caption.split, chair.split, lmms.split (default val)
-  --prompt TEXT           caption.prompt, chair.prompt
-  --chair-images N        chair.n_images (default 500)
-  --variant V             chair.variant: original | opera | opera_lemma
-  --clip DIR              relevance.clip: local CLIP checkpoint dir
-  --max-new-tokens N      gen.max_new_tokens of the own tasks (default 512)
-  --gen-kwargs K=V,...    lmms.gen_kwargs: lmms-eval generation overrides (max_new_tokens, temperature,
-                          top_p, num_beams, do_sample, seed, until)
-nested options: section.key=value, e.g. chair.n_boot=200 gen.num_beams=3 lmms.data.mme=/data/mme.parquet
-  --config FILE           a YAML eval preset (configs/eval/); flags and key=value override it
-  --dry-run               validate, print the resolved config as YAML, exit
-"""
+
+def epilog() -> str:
+    """--help's field list, generated from EvalConfig's fields and their help metadata (never hand-kept)."""
+    from evalsuite.config import help_lines
+    from evalsuite.run_config import ALIASES, EvalConfig
+
+    lines = ["fields (--flag value sets a top-level one, section.key=value a section's; values are read as YAML;",
+             "a bare --flag is true for a true/false field and an error for any other):"]
+    for line in help_lines(EvalConfig):
+        key = line.split()[0]
+        if "." not in key and not key.endswith(":"):   # a top-level field: shown as its flag
+            line = line.replace(f"  {key:30s}", f"  {'--' + key.replace('_', '-'):30s}", 1)
+        lines.append(line)
+    lines.append("convenience flags (set the fields of the sections the run's tasks read):")
+    lines += [f"  {'--' + k.replace('_', '-'):30s} sets {', '.join(v)}" for k, v in ALIASES.items()]
+    lines += ["entry point:",
+              f"  {'--config FILE':30s} a YAML eval preset (configs/eval/); flags and key=value override it",
+              f"  {'--dry-run':30s} validate, print the resolved config as YAML, exit"]
+    return "\n".join(lines)
 
 
 def register(sub) -> None:
@@ -53,7 +37,7 @@ def register(sub) -> None:
                     "OUT/<task>/samples.jsonl, and appends every metric to the results store. A task already\n"
                     "in the store for this checkpoint and setup is not run again; a killed run started again\n"
                     "resumes from its last finished batch.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=epilog(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.set_defaults(func=main, raw_args=True)
 

@@ -9,7 +9,6 @@ raises a one-line `UserError` naming it and how to get it.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import shutil
@@ -111,14 +110,17 @@ def find_resource(resource: str) -> Path:
 
 def tree_sha256(root: Path) -> str:
     """sha256 over (relative path, file sha256) of every file under `root`, sorted: one id per resource."""
+    from evalsuite.identity import (
+        file_sha256,  # the one file-hash memo (an edited file is hashed again)
+    )
+
     h = hashlib.sha256()
     for f in sorted(p for p in root.rglob("*") if p.is_file()):
         h.update(f.relative_to(root).as_posix().encode() + b"\0")
-        h.update(hashlib.sha256(f.read_bytes()).hexdigest().encode() + b"\n")
+        h.update(file_sha256(f).encode() + b"\n")
     return h.hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
 def _checksum(path: str) -> str:
     return tree_sha256(Path(path))
 

@@ -15,7 +15,6 @@ Layout: `ROOT/<checkpoint hash>/<task>.rank<R>.jsonl`, one JSON object per line:
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -30,10 +29,9 @@ _MISSING = object()
 
 def request_key(ckpt_hash: str, task: str, request_type: str, doc_id: int, prompt: str, gen_args: dict) -> str:
     """Stable sha256 over everything that determines one answer (dict order does not matter)."""
-    payload = json.dumps(
-        [ckpt_hash, task, request_type, int(doc_id), prompt, gen_args], sort_keys=True, default=str,
-    )
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    from evalsuite.identity import digest
+
+    return digest([ckpt_hash, task, request_type, int(doc_id), prompt, gen_args], 64)
 
 
 def _safe_name(task: str) -> str:

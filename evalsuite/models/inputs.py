@@ -99,10 +99,9 @@ class InputConfig:
         ident = self.identity()
         if not ident:
             return ""
-        import hashlib
-        import json
+        from evalsuite.identity import digest
 
-        return "+inputs-" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
+        return "+inputs-" + digest(ident, 12)
 
     def to_dict(self) -> dict[str, Any]:
         """For run.json / manifests: the settings plus the template file's hash."""

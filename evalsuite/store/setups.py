@@ -8,7 +8,6 @@ tells the setups apart.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 
 _MISSING = object()
@@ -51,7 +50,9 @@ def _short(v) -> str | None:
 
 
 def _long(v) -> str:
-    digest = hashlib.sha256(json.dumps(v, sort_keys=True, default=str).encode()).hexdigest()[:6]
+    from evalsuite.identity import digest as canonical_digest
+
+    digest = canonical_digest(v, 6)
     if isinstance(v, (list, tuple)):
         return f"[{len(v)} items #{digest}]"
     return f"#{digest}"

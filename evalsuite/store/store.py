@@ -24,7 +24,6 @@ Temp files start with "." so pandas/pyarrow directory reads skip them.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import logging
 import os
@@ -53,8 +52,9 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
 
 def config_hash(config: dict | None) -> str:
     """sha256 (first 16 hex) of the config as canonical JSON: equal configs, equal hashes."""
-    text = json.dumps(config or {}, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    from evalsuite.identity import digest
+
+    return digest(config or {})
 
 
 def _publish(path: Path, data: bytes) -> None:
@@ -212,8 +212,10 @@ class Store:
         return name
 
     # ---- reading -------------------------------------------------------------------------------
-    def has_result(self, ckpt_hash: str, eval_key: str) -> str | None:
+    def has_result(self, ckpt_hash: str, eval_key: str, model_id: str | None = None) -> str | None:
         """The run id of a committed result of evaluation `eval_key` on checkpoint `ckpt_hash`, else None.
+        With `model_id` (evalsuite/identity.py ModelId.key(): weights plus prompt files and settings),
+        only a run that recorded the same one counts: an edited chat template is not the same model.
 
         Reads only the Parquet footers (`tasks[..]["eval_key"]`, written by write_run); files that cannot
         be read are skipped here (the table/report commands name them)."""
@@ -227,6 +229,8 @@ class Store:
             except (pa.ArrowException, OSError, ValueError):
                 continue
             if not isinstance(meta, dict) or meta.get("ckpt_hash") != ckpt_hash:
+                continue
+            if model_id is not None and meta.get("model_id") != model_id:
                 continue
             tasks = meta.get("tasks")
             if isinstance(tasks, dict) and any(isinstance(t, dict) and t.get("eval_key") == eval_key

@@ -5,7 +5,7 @@
 - Per-sample resume: every finished batch is appended to `RESUME/own/<ckpt id>/answers.rank<R>.jsonl`
   (evalsuite/models/cache.py: durable appends, torn last lines skipped), so a run killed mid-task and
   started again generates only the answers it had not finished. An entry's key covers everything that
-  changes an answer: the checkpoint (weights and the prompt-format files beside them: `ckpt_id`), the
+  changes an answer: the checkpoint (`ckpt_id`, evalsuite/identity.py's ModelId: weights, prompt files), the
   data (`data_id`, a fingerprint of the annotation files) and image id, the question and the prompt
   settings (system prompt, chat template, image aspect), the decoding settings, and the device type
   (bf16 on GPU, fp32 on CPU). caption and chair share entries: the same request is answered once.
@@ -18,54 +18,18 @@
 """
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import logging
 from pathlib import Path
 
+# one digest and one file-hash memo for every identity (evalsuite/identity.py)
+from evalsuite.identity import digest, file_fingerprint, prompt_files_id  # noqa: F401
 from evalsuite.types import GenConfig, GenRequest
 
 log = logging.getLogger(__name__)
 
 # above this share of empty answers a task's metrics measure the absence of answers, not the model
 MAX_EMPTY_SHARE = 0.5
-
-# files beside the weights that shape an answer: configs, tokenizer, processor, chat template
-PROMPT_FILE_SUFFIXES = (".json", ".jinja", ".model", ".txt", ".tiktoken")
-# ... except metadata no model reads: the evalsuite manifest, trainer state, the weights' own index
-SKIPPED_FILES = ("evalsuite.json", "trainer_state.json")
-
-
-def digest(obj) -> str:
-    """sha256 (first 16 hex) of canonical JSON."""
-    text = json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-@functools.lru_cache(maxsize=64)
-def _file_sha(path: str, size: int, mtime_ns: int) -> str:
-    from evalsuite.files import sha256_file
-
-    return sha256_file(path)[:16]
-
-
-def file_fingerprint(paths: list[Path]) -> dict[str, str]:
-    """{file name: sha256 (16 hex)} of data files (cached per size + mtime within a process)."""
-    out = {}
-    for p in paths:
-        st = Path(p).stat()
-        out[Path(p).name] = _file_sha(str(Path(p).resolve()), st.st_size, st.st_mtime_ns)
-    return out
-
-
-def prompt_files_id(ckpt: str | Path) -> str:
-    """Fingerprint of a checkpoint's non-weight files (chat template, tokenizer, processor and generation
-    configs): they change answers without changing the weights' hash."""
-    files = sorted(p for p in Path(ckpt).iterdir()
-                   if p.is_file() and p.suffix in PROMPT_FILE_SUFFIXES and p.name not in SKIPPED_FILES
-                   and not p.name.endswith(".index.json"))
-    return digest(file_fingerprint(files))
 
 
 def _cache(ctx):
@@ -98,7 +62,9 @@ def generate_answers(ctx, images: list[dict], prompt: str, gen: GenConfig, data_
 
     mine = ctx.dist.shard(images)
     cache = _cache(ctx)
-    setting = {"data": data_id, "inputs": ctx.inputs, "device": ctx.device_type}
+    from evalsuite.identity import inputs_identity
+
+    setting = {"data": data_id, "inputs": inputs_identity(ctx.loader.inputs), "device": ctx.device_type}
     if ctx.dtype:  # an explicit dtype (the default one follows from the device, keeping older keys valid)
         setting["dtype"] = ctx.dtype
     keys = [request_key(ctx.ckpt_id, "answers", "generate", im["id"], json.dumps([prompt, setting], sort_keys=True),

@@ -80,7 +80,7 @@ class RunContext:
     trust_remote_code: bool = False
     inputs: dict = field(default_factory=dict)          # system_prompt, chat_template, image_aspect
     resume_root: Path | None = None     # per-sample answer cache root (STORE/.resume); None = no resume
-    ckpt_id: str = ""                   # what identifies the model's answers (weights + prompt files)
+    ckpt_id: str = ""                   # ModelId.key() (evalsuite/identity.py): what the model's answers depend on
     loader: ModelLoader | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

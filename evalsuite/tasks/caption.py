@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from evalsuite.config import opt
 from evalsuite.errors import UserError
 from evalsuite.tasks.base import Plan, RunContext
 from evalsuite.tasks.metric_spec import MetricSpec, score, specs_extra
@@ -34,8 +35,8 @@ def check_prompt(section: str, prompt: str) -> None:
 
 @dataclass
 class CaptionOptions:
-    split: str = "val"                      # split of the data root (val, val2014, ...)
-    prompt: str = DEFAULT_PROMPT
+    split: str = opt("val", "split of the data root (val, val2014, ...)")
+    prompt: str = opt(DEFAULT_PROMPT, "the question asked about every image")
 
     def __post_init__(self) -> None:
         check_prompt("caption", self.prompt)
@@ -63,8 +64,10 @@ def answer_identity(ctx: RunContext, data: dict, split: str, image_ids: list, pr
     """What makes two sets of answers the same evaluation (besides the checkpoint): the data (annotation
     file hashes), split, the documents answered, the prompt and prompt settings, the decoding, and the
     device type and dtype the model runs in."""
-    return {"data": data, "split": split, "prompt": prompt, "image_ids": list(image_ids), "gen": gen.to_dict(),
-            "inputs": ctx.inputs, **ctx.model_setup()}
+    from evalsuite.identity import gen_identity, inputs_identity
+
+    return {"data": data, "split": split, "prompt": prompt, "image_ids": list(image_ids), "gen": gen_identity(gen),
+            "inputs": inputs_identity(ctx.loader.inputs), **ctx.model_setup()}
 
 
 class CaptionTask:
@@ -83,7 +86,10 @@ class CaptionTask:
         if not images:
             raise UserError(f"caption: split {opts.split!r} of {ctx.data_root} has no images")
         data = file_fingerprint([CocoLayout(ctx.data_root, opts.split).instances_json])
-        identity = answer_identity(ctx, data, opts.split, [im["id"] for im in images], opts.prompt, ctx.gen)
+        from evalsuite.identity import options_identity
+
+        identity = {**answer_identity(ctx, data, opts.split, [im["id"] for im in images], opts.prompt, ctx.gen),
+                    **options_identity(opts)}
         config = {"split": opts.split, "prompt": opts.prompt, "limit": ctx.limit, "gen": ctx.gen.to_dict()}
         return Plan(self.name, self.version, identity, config, state={"images": images, "data_id": digest(data)})
 

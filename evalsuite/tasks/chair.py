@@ -15,9 +15,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
+from evalsuite.config import opt
 from evalsuite.errors import UserError
 from evalsuite.tasks.base import Plan, RunContext
 from evalsuite.tasks.caption import DEFAULT_PROMPT, check_prompt
@@ -29,20 +31,24 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ChairOptions:
-    split: str = "val"
-    prompt: str = DEFAULT_PROMPT
-    n_images: int = 500
-    seed: int | None = None                 # image sample seed; null = the run's `seed`
-    variant: str = "original"               # original | opera | opera_lemma (evalsuite/metrics/chair.py)
-    tokenizer: str = "nltk38"               # nltk38 (reference) | nltk310 (evalsuite/metrics/chair_tokenize.py)
-    max_new_tokens: int | None = None       # null = the run's gen.max_new_tokens
-    cache_dir: str | None = None            # GT cache dir; null = ~/.cache/evalsuite/chair_gt
-    nltk_data: str | None = field(default=None, metadata={"path": "dir"})
-    n_boot: int = 1000                      # bootstrap resamples of the confidence intervals
+    split: str = opt("val", "split of the data root (val, val2014, ...)")
+    prompt: str = opt(DEFAULT_PROMPT, "the captioning prompt")
+    n_images: int = opt(500, "images sampled from the split")
+    seed: int | None = opt(None, "image sample seed (null = the run's seed)")
+    variant: Literal["original", "opera", "opera_lemma"] = opt("original", "CHAIR variant (evalsuite/metrics/chair.py)")
+    tokenizer: Literal["nltk38", "nltk310"] = opt(
+        "nltk38", "word tokenizer rules: NLTK <= 3.8's (the reference scripts') or 3.10's "
+        "(evalsuite/metrics/chair_tokenize.py)")
+    # identity False: the resolved value is in the identity already (gen.max_new_tokens), or the
+    # option cannot change a number (where the GT cache lives; NLTK data enters by its checksums)
+    max_new_tokens: int | None = opt(None, "token cap of a caption (null = the run's gen.max_new_tokens)",
+                                     identity=False)
+    cache_dir: str | None = opt(None, "GT cache dir (null = ~/.cache/evalsuite/chair_gt)", identity=False)
+    nltk_data: str | None = opt(None, "an NLTK data dir searched first", path="dir", identity=False)
+    # bootstrap resamples of the confidence intervals: changes a CI, never a value (not identity)
+    n_boot: int = opt(1000, "bootstrap resamples of the confidence intervals (0 = none)", identity=False)
 
     def __post_init__(self) -> None:
-        from evalsuite.metrics import chair
-
         check_prompt("chair", self.prompt)
         if self.n_images < 1:
             raise UserError(f"chair.n_images: must be >= 1, got {self.n_images}")
@@ -52,10 +58,6 @@ class ChairOptions:
             raise UserError(f"chair.nltk_data: {self.nltk_data}: no such directory")
         if self.n_boot < 0:
             raise UserError(f"chair.n_boot: must be >= 0, got {self.n_boot}")
-        try:
-            chair.get_variant(self.variant)
-        except UserError as e:
-            raise UserError(f"chair.variant: {str(e).split(': ', 1)[-1]}") from None
         from evalsuite.metrics.chair_tokenize import get_tokenizer
 
         get_tokenizer(self.tokenizer, "chair.tokenizer")
@@ -110,9 +112,12 @@ class ChairTask:
         gen = ctx.gen if opts.max_new_tokens is None else dataclasses.replace(ctx.gen, max_new_tokens=opts.max_new_tokens)
         data = file_fingerprint(files)
         resources = nltk_resources.resource_checksums(scorer.resources)
+        from evalsuite.identity import options_identity
+
         identity = {**answer_identity(ctx, data, opts.split, [im["id"] for im in images], opts.prompt, gen),
-                    "n_images": opts.n_images, "seed": seed, "variant": variant.name, "n_boot": opts.n_boot,
-                    "tokenizer": opts.tokenizer, "nltk": resources}
+                    **options_identity(opts), "seed": seed, "variant": variant.name,
+                    # by content: where the NLTK data lies changes no number
+                    "nltk": {res: r["sha256"] for res, r in resources.items()}}
         config = {"split": opts.split, "prompt": opts.prompt, "n_images": opts.n_images, "seed": seed,
                   "limit": ctx.limit, "variant": variant.name, "tokenizer": opts.tokenizer, "n_boot": opts.n_boot,
                   "gen": gen.to_dict()}

@@ -2,7 +2,7 @@
 
     specs = resolve_specs(["mme", "pope_full", "scienceqa_img"], data_root=W, split="val",
                           data={"scienceqa_img": "sqa.parquet"}, limit=None)
-    results = run_lmms_tasks(specs, ckpt=CK, ...)         # -> [TaskResult, ...]; names work as well
+    for result in iter_lmms_tasks(specs, ckpt=CK, ...):   # TaskResults as each name finishes; names work too
 
 Order of work (all checks before the model is loaded, so a typo costs seconds, not a model load):
 1. resolve each name: evalsuite's local tasks (`LMMS_LOCAL_TASKS`: mme -> evalsuite_mme, ...) or any
@@ -181,7 +181,7 @@ def _check_run(specs: list[LmmsSpec], data: dict, limit: int | None) -> None:
                         f"(its lmms-eval tasks: {', '.join(sorted(known))})")
 
 
-def leaf_keys(spec: LmmsSpec, *, limit: int | None, gen_kwargs: str | None, inputs: dict | None,
+def leaf_keys(spec: LmmsSpec, *, limit: int | None, gen_kwargs: str | dict | None, inputs: dict | None,
               setup: dict) -> dict[str, str | None]:
     """{leaf name: the eval_key its result will have} before anything runs (None where the version is
     known only from lmms-eval's run): what `evalsuite run` looks up in the store to reuse a result."""
@@ -242,13 +242,3 @@ def iter_lmms_tasks(names: list, *, ckpt=None, data_root=None, split: str = "val
         yield from to_task_results(spec, raw, dict(lm.counts), gen_kwargs=gen_kwargs, limit=limit,
                                    bootstrap_iters=bootstrap_iters, backend=backend, setup=setup)
 
-
-def run_lmms_tasks(names: list, *, ckpt=None, data_root=None, split: str = "val", data: dict | None = None,
-                   limit: int | None = None, batch_size: int = 8, gen_kwargs: str | None = None,
-                   bootstrap_iters: int = 100, cache_root=None, dist: Dist | None = None,
-                   device: str | None = None, backend=None, results_json=None, seed: int = 0) -> list[TaskResult]:
-    """`iter_lmms_tasks` as a list ([] on ranks != 0)."""
-    return list(iter_lmms_tasks(
-        names, ckpt=ckpt, data_root=data_root, split=split, data=data, limit=limit, batch_size=batch_size,
-        gen_kwargs=gen_kwargs, bootstrap_iters=bootstrap_iters, cache_root=cache_root, dist=dist, device=device,
-        backend=backend, results_json=results_json, seed=seed))

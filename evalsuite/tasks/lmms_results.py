@@ -20,13 +20,18 @@ LAYOUT_KEYS = ("results", "groups", "group_subtasks", "configs", "versions", "n-
                "n-samples")
 
 
-def leaf_identity(lmms_task: str, data_id, *, limit: int | None, gen_kwargs: str | None, inputs: dict | None,
-                  setup: dict) -> dict:
+def leaf_identity(lmms_task: str, data_id, *, limit: int | None, gen_kwargs: str | dict | None,
+                  inputs: dict | None, setup: dict) -> dict:
     """What changes a leaf's numbers besides the checkpoint: its data (content fingerprint), the limit,
-    the generation overrides, non-default prompt settings (`inputs`; {} adds no key, so default runs keep
-    their keys), and `setup` = {"seed", "device", "dtype"}. Computed before the run too (evalsuite/run.py
-    reuses a stored result of the same identity), so both sides build it here."""
-    return {"lmms_task": lmms_task, "data": data_id, "limit": limit, "gen_kwargs": gen_kwargs,
+    the generation overrides (a typed dict, whatever order they were typed in: identity.gen_identity),
+    non-default prompt settings (`inputs`; {} adds no key, so default runs keep their keys), and `setup` =
+    {"seed", "device", "dtype"}. Computed before the run too (evalsuite/run.py reuses a stored result of
+    the same identity), so both sides build it here."""
+    from evalsuite.identity import gen_identity
+    from evalsuite.run_config import parse_gen_kwargs
+
+    gen = parse_gen_kwargs(gen_kwargs) if gen_kwargs is not None else None  # typed, order-free
+    return {"lmms_task": lmms_task, "data": data_id, "limit": limit, "gen_kwargs": gen_identity(gen),
             **({"inputs": inputs} if inputs else {}), **setup}
 
 

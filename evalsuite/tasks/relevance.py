@@ -13,12 +13,13 @@ over sentences (`response_score` in the config), and the whole-response score is
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
+from evalsuite.config import opt
 from evalsuite.errors import UserError
 from evalsuite.tasks.base import Plan, RunContext
 from evalsuite.tasks.metric_spec import MetricSpec, score, specs_extra
@@ -29,9 +30,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RelevanceOptions:
-    clip: str | None = field(default=None, metadata={"path": "dir"})
-    batch_size: int = 32
-    source: Literal["caption", "chair"] | None = None
+    # identity False: the judge enters by its weights' hash, the source by its eval_key; batching
+    # does not change a score
+    clip: str | None = opt(None, "a local CLIP/SigLIP checkpoint directory (required)", path="dir", identity=False)
+    batch_size: int = opt(32, "CLIP batch size", identity=False)
+    source: Literal["caption", "chair"] | None = opt(
+        None, "the task whose answers are scored (null = caption if in the run, else chair if it is, else caption)",
+        identity=False)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -92,8 +97,10 @@ class RelevanceTask:
         family = clip_family(Path(opts.clip))   # a bad --clip fails now, not after minutes of generation
         (source,) = sources.values()
         clip_hash = _clip_hash(opts.clip)
-        identity = {"source": {"task": source.task, "eval_key": source.eval_key}, "clip_hash": clip_hash,
-                    "clip_family": family, "response_score": RESPONSE_SCORE}
+        from evalsuite.identity import options_identity
+
+        identity = {**options_identity(opts), "source": {"task": source.task, "eval_key": source.eval_key},
+                    "clip_hash": clip_hash, "clip_family": family, "response_score": RESPONSE_SCORE}
         config = {"source": {"task": source.task, "split": source.config.get("split"),
                              "prompt": source.config.get("prompt")},
                   "limit": ctx.limit, "response_score": RESPONSE_SCORE, "batch_size": opts.batch_size}

@@ -18,13 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from evalsuite.world.captions import (  # noqa: F401  (re-exported: the demo writes SFT captions)
-    caption_for,
-    describe,
-    pick_absent,
-    reference_captions,
-    sft_captions,
-)
+from evalsuite.world.captions import reference_captions
 from evalsuite.world.categories import BACKGROUND, CATEGORIES, CELLS, COLOURS
 from evalsuite.world.draw import render_png
 from evalsuite.world.scene import WorldObject, objects_from_annotations, sample_scene  # noqa: F401

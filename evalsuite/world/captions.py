@@ -143,9 +143,3 @@ def absent_partner(objects, rng: random.Random) -> int | None:
     partners = sorted({PARTNERS[c] for c in present} - present)
     return rng.choice(partners) if partners else None
 
-
-def sft_captions(objects, rng: random.Random, hallucination_rate: float) -> tuple[str, int | None]:
-    """A training caption; with probability `hallucination_rate` it also mentions one absent object.
-    Returns (caption, the absent category id mentioned or None)."""
-    absent = pick_absent(objects, rng) if rng.random() < hallucination_rate else None
-    return caption_for(objects, rng, absent=absent), absent

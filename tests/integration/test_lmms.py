@@ -89,12 +89,12 @@ class AnswerBackend:
 
 
 def _run(tmp_path, data_root, names, **kw):
-    """run_lmms_tasks as `evalsuite run` calls it, answers cached under tmp_path/out/.resume/lmms."""
-    from evalsuite.tasks.lmms import run_lmms_tasks
+    """iter_lmms_tasks as `evalsuite run` calls it, answers cached under tmp_path/out/.resume/lmms."""
+    from evalsuite.tasks.lmms import iter_lmms_tasks
 
     kw.setdefault("cache_root", tmp_path / "out" / ".resume" / "lmms")
     kw.setdefault("backend", AnswerBackend())
-    return run_lmms_tasks(names, data_root=data_root, **kw)
+    return list(iter_lmms_tasks(names, data_root=data_root, **kw))
 
 
 def _values(result) -> dict[str, float]:
@@ -221,7 +221,7 @@ def test_gen_kwargs_and_limit_pass_through(adapter, mini_world, tmp_path):
     assert {g.do_sample for g in backend.gens} == {False}
     assert len(res.samples) == 4 and res.config["gen_kwargs"] == "max_new_tokens=3"
     assert res.config["limit"] == 4 and res.config["n"] == 4 and res.config["n_total"] == 8
-    assert res.identity["limit"] == 4 and res.identity["gen_kwargs"] == "max_new_tokens=3"
+    assert res.identity["limit"] == 4 and res.identity["gen_kwargs"] == {"max_new_tokens": 3}   # typed, not the text
     assert _values(res)["mme_perception_score"] == 100.0
 
 
@@ -323,16 +323,16 @@ def test_entry_point_registers_the_evalsuite_model(adapter):
 def test_tiny_checkpoint_end_to_end(adapter, tiny_vlm_dir, world_dir, tmp_path):
     """The real path: the tiny LLaVA answers MME and POPE (8 docs each) through lmms-eval's scoring;
     a rerun regenerates nothing and reproduces the scores exactly."""
-    from evalsuite.tasks.lmms import run_lmms_tasks
+    from evalsuite.tasks.lmms import iter_lmms_tasks
 
     kw = dict(ckpt=str(tiny_vlm_dir), data_root=world_dir, limit=8, batch_size=4, cache_root=tmp_path / "cache")
-    first = run_lmms_tasks(["mme", "pope"], **kw)
+    first = list(iter_lmms_tasks(["mme", "pope"], **kw))
     assert [r.task for r in first] == ["mme", "pope"]
     for r in first:
         assert len(r.samples) == 8 and all(isinstance(s["answer"], str) for s in r.samples)
         assert r.extra["responses"] == {"generated": 8, "cached": 0}
     assert 0 <= _values(first[1])["pope_accuracy"] <= 1
-    again = run_lmms_tasks(["mme", "pope"], **kw)
+    again = list(iter_lmms_tasks(["mme", "pope"], **kw))
     assert [r.extra["responses"] for r in again] == [{"generated": 0, "cached": 8}] * 2
     assert [_values(r) for r in again] == [_values(r) for r in first]
     assert [s["answer"] for s in again[0].samples] == [s["answer"] for s in first[0].samples]

@@ -23,7 +23,7 @@ WORKER = textwrap.dedent('''
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     from evalsuite.dist import Dist
-    from evalsuite.tasks.lmms import run_lmms_tasks
+    from evalsuite.tasks.lmms import iter_lmms_tasks
 
     class Yes:
         device, fingerprint, name = "cpu", "yes-model", "yes"
@@ -35,8 +35,8 @@ WORKER = textwrap.dedent('''
 
     world, out = Path(sys.argv[1]), Path(sys.argv[2])
     backend = Yes()
-    results = run_lmms_tasks(["mme", "pope"], data_root=world, batch_size=2, backend=backend,
-                             cache_root=out / ".resume" / "lmms", dist=Dist.current())
+    results = list(iter_lmms_tasks(["mme", "pope"], data_root=world, batch_size=2, backend=backend,
+                             cache_root=out / ".resume" / "lmms", dist=Dist.current()))
     (out / f"docs_rank{rank}.json").write_text(json.dumps(backend.generated))
     if Dist.current().is_main:
         (out / "results.json").write_text(json.dumps(

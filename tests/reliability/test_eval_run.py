@@ -47,7 +47,7 @@ BAD = [
     (["--tasks", "caption", "--batch-size", "0"], "command line: batch_size: must be >= 1, got 0"),
     (["--tasks", "caption", "--max-new-tokens", "0"], "--max-new-tokens: gen.max_new_tokens: must be >= 1, got 0"),
     (["--tasks", "chair", "--chair-images", "-1"], "--chair-images: chair.n_images: must be >= 1, got -1"),
-    (["--tasks", "chair", "--variant", "nosuch"], "--variant: chair.variant: unknown CHAIR variant 'nosuch'"),
+    (["--tasks", "chair", "--variant", "nosuch"], "--variant: chair.variant: 'nosuch' is not one of 'original', 'opera', 'opera_lemma'"),
     (["--tasks", "caption", "--device", "bogus"], "command line: device: 'bogus' is not cpu, cuda, cuda:N or mps"),
     (["--tasks", "caption", "--device", "cuda:99"], "command line: device: 'cuda:99' requested but this machine has"),
     (["--tasks", "pope", "--gen-kwargs", "temperature=abc"],

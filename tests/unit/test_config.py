@@ -132,7 +132,7 @@ def test_every_preset_dry_runs(preset):
     (["--config", "configs/demo_tiny.yaml", "csr.reward.lam=2"],
      "train.py: error: command line: demo.csr: reward.lam: must be in [0, 1]"),
     (["--config", "configs/train/tiny_cpu.yaml", "--loss_type", "dpo"],
-     "train.py: error: command line: loss_type: 'dpo' is not one of sigmoid, hinge, ipo, kto_pair, ddpo"),
+     "train.py: error: command line: loss_type: 'dpo' is not one of 'sigmoid', 'hinge', 'ipo', 'kto_pair', 'ddpo'"),
     (["--model_name_or_path", "x"],
      "train.py: error: no method: pass --method sft|dpo|csr|demo or a --config preset that names its `method:`"),
 ])

@@ -70,7 +70,7 @@ def test_overrides_and_run_dir():
     ({"train": {"loss_type": "dpoo"}}, "csr.train: loss_type: 'dpoo' is not one of"),
     ({"train": {"lora_rank": 8}}, "csr.train: unknown key 'lora_rank'"),
     ({"model": ""}, "csr.model"),
-    ({"dtype": "fp16"}, "dtype: expected 'float32' | 'float16' | 'bfloat16' or null"),
+    ({"dtype": "fp16"}, "dtype: 'fp16' is not one of 'float32', 'float16', 'bfloat16'"),
 ])
 def test_bad_values_name_the_field(data, field):
     base = {"model": "m", "prompts": "p", "image_root": "i", "clip": "c"}

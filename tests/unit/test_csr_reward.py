@@ -9,7 +9,7 @@ import pytest
 
 from training.csr.config import PairConfig, RewardConfig
 from training.csr.generate import Node, Tree
-from training.csr.pairs import Pair, build_pairs, llava_record, pair_stats, plain_dpo_record, select_pair
+from training.csr.pairs import Pair, build_pairs, llava_record, pair_stats, select_pair
 from training.csr.reward import node_costs, path_rewards, rank_path_score, sibling_ranks
 
 OURS = {"template": "single", "post_eos": "cut", "guards": True}  # our pair rules (configs/csr_tiny.yaml)
@@ -132,8 +132,6 @@ def test_build_pairs_records_and_stats():
     rec = llava_record(p)
     assert rec["conversations"][0] == {"from": "human", "value": "<image>\nDescribe."}
     assert rec["conversations"][1]["value"] == "w12" and rec["rejected_conversations"][1]["value"] == "w11 w14"
-    assert plain_dpo_record(p) == {"id": "t", "image": "x.png", "prompt": "Describe.", "chosen": "w12",
-                                   "rejected": "w11 w14"}
     p.chosen_relevance, p.rejected_relevance = 30.0, 20.0
     res = pair_stats(pairs, skipped, RewardConfig())
     m = {x.metric: x.value for x in res.metrics}

@@ -58,7 +58,7 @@ def test_single_task_keeps_the_users_name():
     raw = {**raw, "results": {"a": raw["results"]["a"]}, "group_subtasks": {"a": []}, "samples": {"a": raw["samples"]["a"]}}
     spec = LmmsSpec("mine", "a", "task", ["a"], [Leaf("a", "mine", "mine", source="/d/a.parquet")])
     (res,) = to_task_results(spec, raw, {}, gen_kwargs="max_new_tokens=3", limit=None, bootstrap_iters=100)
-    assert res.task == "mine" and res.config["group"] is None and res.identity["gen_kwargs"] == "max_new_tokens=3"
+    assert res.task == "mine" and res.config["group"] is None and res.identity["gen_kwargs"] == {"max_new_tokens": 3}
 
 
 def test_layout_merges_calls_without_samples(tmp_path):

@@ -1,7 +1,7 @@
-"""Checkpoint manifests: written with sha256 per weight file, verified, mismatches reported."""
+"""Checkpoint manifests: written with sha256 per weight file; the checkpoint hash follows the bytes on disk."""
 import json
 
-from evalsuite.manifest import checkpoint_hash, read_manifest, verify_manifest, write_manifest
+from evalsuite.manifest import checkpoint_hash, read_manifest, write_manifest
 
 
 def test_manifest_roundtrip_and_tamper(tmp_path):
@@ -15,21 +15,12 @@ def test_manifest_roundtrip_and_tamper(tmp_path):
     assert (m["iteration"], m["parent"], m["method"], m["config"], m["data_hash"]) == (
         2, "/p/iter_1", "csr", {"beta": 0.1}, "d1")
     assert m["code_version"] and m["created_at"]
-    assert verify_manifest(ckpt) == []
     h1 = checkpoint_hash(ckpt)
 
     (ckpt / "model.safetensors").write_bytes(b"abd")
-    problems = verify_manifest(ckpt)
-    assert len(problems) == 1 and "sha256 differs" in problems[0]
     assert checkpoint_hash(ckpt) != h1
-
-    (ckpt / "extra.safetensors").write_bytes(b"x")
-    assert any("not listed" in p for p in verify_manifest(ckpt))
-    (ckpt / "model.safetensors").unlink()
-    assert any("missing" in p for p in verify_manifest(ckpt))
 
 
 def test_no_manifest(tmp_path):
     assert read_manifest(tmp_path) is None
-    assert verify_manifest(tmp_path) == [f"{tmp_path}: no evalsuite.json"]
     json.dumps(checkpoint_hash(tmp_path))  # hash of an empty weight set is still defined

@@ -49,7 +49,7 @@ def test_dict_source_and_defaults(paths):
     (["--beta", "0"], "beta: must be > 0"),
     (["--beta", "abc"], "beta: expected a number, got the string 'abc'"),
     (["--loss_type", "dpo"], "loss_type: 'dpo' is not one of"),
-    (["--dataset_name", "coco"], "dataset_name: 'coco' is not a dpo dataset"),
+    (["--dataset_name", "coco"], "dataset_name: 'coco' is not one of 'vlquery_json', 'plain_dpo'"),
     (["--method", "sft", "--dataset_name", "plain_dpo"], "not a sft dataset"),
     (["--data_ratio", "1.5"], "data_ratio: must be in"),
     (["--max_prompt_length", "512"], "max_prompt_length"),

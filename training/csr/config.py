@@ -15,10 +15,11 @@ data, output dir) per iteration.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from evalsuite.config import opt
 from evalsuite.errors import UserError
 from evalsuite.run_config import EvalConfig
 
@@ -100,34 +101,41 @@ class TreeConfig:
     naming both fields, since it would otherwise be accepted and ignored.
     """
 
-    expander: Literal["group_beam", "sample"] = "group_beam"
-    num_beams: int = 5
-    num_beam_groups: int = 5
-    diversity_penalty: float = 3.0
-    length_penalty: float = 1.0
-    num_samples: int = 5
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 70
-    stop: Literal["released", "sentence_marks"] = "released"
-    period_id: int | None = None
-    sentence_end: list[str] = field(default_factory=lambda: [".", "!", "?"])
-    max_chars: int | None = 1024
-    max_response_tokens: int | None = None
-    max_depth: int | None = None
-    keep_top: int | None = None
-    keep_bottom: int | None = None
-    prune_threshold: int | None = None
-    min_sentence_chars: int = 4
-    dedupe_siblings: bool = False
-    junk_filter: Literal["after_pruning", "before_pruning"] = "after_pruning"
-    suppress_special_tokens: bool = False
-    batch_nodes: int = 32
-    prompt_batch: int = 16
-    engine: Literal["pool", "reference"] = "pool"
-    kv_budget: int | str = "auto"
-    seed: int = 0
-    image_aspect: Literal["crop", "pad"] | None = None
+    expander: Literal["group_beam", "sample"] = opt(
+        "group_beam", "how a node's next sentences are drawn: diverse group beam search (the paper's) or sampling")
+    num_beams: int = opt(5, "group_beam: beams (children per node)")
+    num_beam_groups: int = opt(5, "group_beam: beam groups (5 of 5 = one beam per group)")
+    diversity_penalty: float = opt(3.0, "group_beam: Hamming diversity penalty between groups")
+    length_penalty: float = opt(1.0, "group_beam: length penalty of the beam scores")
+    num_samples: int = opt(5, "sample: draws (children per node)")
+    temperature: float = opt(1.0, "sample: sampling temperature")
+    top_p: float = opt(1.0, "sample: nucleus sampling mass")
+    max_new_tokens: int = opt(70, "token cap of one sentence")
+    stop: Literal["released", "sentence_marks"] = opt(
+        "released", "where a sentence ends: at the '.' token (released) or at any of sentence_end or EOS")
+    period_id: int | None = opt(None, "released stop: the '.' token id (null = the vocabulary's '.')")
+    sentence_end: list[str] = opt(help="sentence_marks stop: the marks that end a sentence",
+                                  factory=lambda: [".", "!", "?"])
+    max_chars: int | None = opt(1024, "a branch is final once prompt + response reach this many characters")
+    max_response_tokens: int | None = opt(None, "a branch is final once its response has this many tokens")
+    max_depth: int | None = opt(None, "a branch is final after this many sentences (null = no cap)")
+    keep_top: int | None = opt(None, "partial responses kept per depth, best by LM score (null = released rule)")
+    keep_bottom: int | None = opt(None, "partial responses kept per depth, worst by LM score (null = released rule)")
+    prune_threshold: int | None = opt(None, "prune only with at least this many live children (null = num_beams)")
+    min_sentence_chars: int = opt(4, "shorter new sentences are dropped with their subtree")
+    dedupe_siblings: bool = opt(False, "drop exact-duplicate sibling sentences (released: kept)")
+    junk_filter: Literal["after_pruning", "before_pruning"] = opt(
+        "after_pruning", "when junk and too-short sentences are dropped (released: after pruning)")
+    suppress_special_tokens: bool = opt(
+        False, "ban pad and BOS in the search too (released: only the image placeholder, which cannot be fed back)")
+    batch_nodes: int = opt(32, "nodes expanded in one batched forward (1 = one at a time)")
+    prompt_batch: int = opt(16, "prompts whose trees grow together")
+    engine: Literal["pool", "reference"] = opt(
+        "pool", "pool = continuously refilled rows with prefix reuse (same trees); reference = level lockstep")
+    kv_budget: int | str = opt("auto", "pool: cached tokens the pool may hold, or auto (half the free CUDA memory)")
+    seed: int = opt(0, "search seed")
+    image_aspect: Literal["crop", "pad"] | None = opt(
+        None, "image preparation of generation and LM scoring (null = the top-level image_aspect)")
 
     def __post_init__(self) -> None:
         w = "tree"
@@ -195,12 +203,14 @@ class RewardConfig:
       `sentence` (ours): the node's own decoded sentence.
     """
 
-    mode: Literal["rank", "value"] = "rank"
-    lam: float = 0.9
-    language_score: Literal["beam", "teacher_forced"] = "beam"
-    clip_text: Literal["released", "sentence"] = "released"
-    lm_batch: int = 32
-    clip_batch: int = 64
+    mode: Literal["rank", "value"] = opt("rank", "rank = released code (sibling ranks), value = paper formula")
+    lam: float = opt(0.9, "weight of the visual (CLIP) term, the paper's lambda")
+    language_score: Literal["beam", "teacher_forced"] = opt(
+        "beam", "the sentence's language score: the search's own (released) or a penalty-free forward pass")
+    clip_text: Literal["released", "sentence"] = opt(
+        "released", "what CLIP scores: the released cut text (len(parent)+3, whitelist) or the sentence")
+    lm_batch: int = opt(32, "teacher_forced: rows per scoring forward pass")
+    clip_batch: int = opt(64, "CLIP scoring batch")
 
     def __post_init__(self) -> None:
         _check(self.mode in REWARD_MODES, "reward.mode", f"{self.mode!r} is not one of {REWARD_MODES}")
@@ -229,11 +239,12 @@ class PairConfig:
       `min_paths` of them is skipped, so is a pair whose two sides decode the same or whose reward gap is
       below `min_gap` (None = no gap filter). min_paths / min_gap need guards: true."""
 
-    template: Literal["released", "single"] = "released"
-    post_eos: Literal["keep", "cut"] = "keep"
-    guards: bool = False
-    min_paths: int = 2
-    min_gap: float | None = None
+    template: Literal["released", "single"] = opt(
+        "released", "the pair file's human turn: the templated prompt (released) or <image>+question (single)")
+    post_eos: Literal["keep", "cut"] = opt("keep", "text generated after EOS: kept (released) or cut")
+    guards: bool = opt(False, "dedupe paths, need min_paths distinct responses, drop equal sides / small gaps")
+    min_paths: int = opt(2, "guards: prompts with fewer distinct complete responses are skipped")
+    min_gap: float | None = opt(None, "guards: pairs whose reward gap is below this are skipped (null = no filter)")
 
     def __post_init__(self) -> None:
         _check(self.template in PAIR_TEMPLATES, "pairs.template", f"{self.template!r} is not one of {PAIR_TEMPLATES}")
@@ -246,7 +257,7 @@ class PairConfig:
 
 @dataclass
 class CSRConfig:
-    """The loop. Paths are resolved relative to the current directory by the caller (loop.main).
+    """The loop. Paths are resolved relative to the current directory by the caller (training/train.py).
 
     name / output_dir: run name; iterations land in `output_dir/iter_t/` (default runs/NAME).
     model: the base checkpoint (iteration 0). prompts: json/jsonl of {id, image, question}.
@@ -266,26 +277,29 @@ class CSRConfig:
       LM scoring) and for DPO: the released sampler centre-crops, its DPO pads.
     """
 
-    method: Literal["csr"] = "csr"
-    name: str = "csr"
-    model: str = field(default="", metadata={"path": "dir"})
-    prompts: str = field(default="", metadata={"path": "file"})
-    image_root: str = field(default="", metadata={"path": "dir"})
-    clip: str = field(default="", metadata={"path": "dir"})
-    iterations: int = 3
-    output_dir: str | None = None
-    limit: int | None = None
-    store: str = "results"
-    eval: EvalConfig | None = None
-    device: str | None = None
-    dtype: Literal["float32", "float16", "bfloat16"] | None = None
-    system_prompt: str | None = None
-    chat_template: str | None = field(default=None, metadata={"path": "file"})
-    image_aspect: Literal["crop", "pad"] = "crop"
-    tree: TreeConfig = field(default_factory=TreeConfig)
-    reward: RewardConfig = field(default_factory=RewardConfig)
-    pairs: PairConfig = field(default_factory=PairConfig)
-    train: dict[str, Any] = field(default_factory=dict)
+    method: Literal["csr"] = opt("csr", "the CSR loop")
+    name: str = opt("csr", "run name (default output_dir runs/NAME)")
+    model: str = opt("", "the base checkpoint directory (iteration 0)", path="dir")
+    prompts: str = opt("", "json/jsonl of {id, image, question}", path="file")
+    image_root: str = opt("", "images are image_root/image", path="dir")
+    clip: str = opt("", "the CLIP directory used as visual judge", path="dir")
+    iterations: int = opt(3, "iterations T")
+    output_dir: str | None = opt(None, "iterations land in output_dir/iter_t/ (null = runs/NAME)")
+    limit: int | None = opt(None, "use only the first N prompts (null = all)")
+    store: str = opt("results", "results store (evaluations and pair statistics)")
+    eval: EvalConfig | None = opt(None, "the coupled evaluation of the base and every merged checkpoint "
+                                        "(an evalsuite run config; null = none)")
+    device: str | None = opt(None, "cpu | cuda | cuda:N | mps for generation and scoring (null = cuda if available)")
+    dtype: Literal["float32", "float16", "bfloat16"] | None = opt(
+        None, "dtype of generation and scoring (null = bfloat16 on cuda, else float32)")
+    system_prompt: str | None = opt(None, "system prompt of generation, scoring, DPO and evaluation")
+    chat_template: str | None = opt(None, "a Jinja chat template file replacing the checkpoint's", path="file")
+    image_aspect: Literal["crop", "pad"] = opt("crop", "crop = the processor's; pad = LLaVA-1.5's pad to square")
+    tree: TreeConfig = opt(help="sentence-level search", factory=TreeConfig)
+    reward: RewardConfig = opt(help="calibrated reward", factory=RewardConfig)
+    pairs: PairConfig = opt(help="preference pair selection", factory=PairConfig)
+    train: dict[str, Any] = opt(help="DPO settings on top of what the loop sets (lora_r, learning_rate, beta, ...)",
+                                factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("model", "prompts", "image_root", "clip"):

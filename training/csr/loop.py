@@ -10,7 +10,7 @@ Layout of `output_dir` (default runs/NAME/):
     iter_t/trees.rank{r}.jsonl       rank r's shard of search trees (prompts r, r+W, ...)
     iter_t/trees.jsonl               all trees, prompt order (rank 0 merges the shards)
     iter_t/scores.jsonl              per tree: node id -> {lm, clip, cos}
-    iter_t/pairs.json, plain_dpo.json, pair_stats.json
+    iter_t/pairs.json, pair_stats.json
     iter_t/train/                    trainer output (adapter, logs); iter_t/merged/ = checkpoint M_t
     iter_t/manifest.json             iteration, parent, pairs hash, merged path, CSR config
     iter_t/<stage>.done              stage markers, written last (JSON with what the stage produced)
@@ -171,11 +171,24 @@ def stage_pairs(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> 
         raise RunFailure(no_pairs_message(t, trees, scores, skipped, cfg.reward))
     add_relevance(pairs, models.scorer(), cfg.image_root)
     pairs_path = write_pair_files(d, pairs)
-    result = pair_stats(pairs, skipped, cfg.reward, config={"iteration": t, "generator": str(ckpt)})
+    result = pair_stats(pairs, skipped, cfg.reward, config={"iteration": t, "generator": str(ckpt)},
+                        identity=pairs_identity(cfg))
     write_json_atomic(d / "pair_stats.json", {**result.to_dict(), "skipped": dict(skipped)})
     _write_stats(cfg, ckpt, t, result)
     log.info("iter %d: %d pairs, %d skipped %s", t, len(pairs), sum(skipped.values()), dict(skipped))
     _mark(d, "pairs", pairs=len(pairs), skipped=dict(skipped), pairs_hash=sha256_file(pairs_path))
+
+
+def pairs_identity(cfg: CSRConfig) -> dict:
+    """What makes two iterations' pair statistics comparable: the prompts (by content), the images, the
+    search, reward and pair settings and the judge (by its weights)."""
+    from evalsuite.manifest import checkpoint_hash
+
+    full = cfg.to_dict()
+    prompts = Path(cfg.prompts)
+    return {"prompts": sha256_file(prompts) if prompts.is_file() else str(prompts),
+            "image_root": str(cfg.image_root), "limit": cfg.limit, "tree": full["tree"],
+            "reward": full["reward"], "pairs": full["pairs"], "judge": checkpoint_hash(cfg.clip)}
 
 
 def _write_stats(cfg: CSRConfig, ckpt: str, t: int, result) -> None:
@@ -201,10 +214,6 @@ def _write_stats(cfg: CSRConfig, ckpt: str, t: int, result) -> None:
     gen_hash = checkpoint_hash(ckpt)
     iteration = manifest.get("iteration")
     full = cfg.to_dict()
-    prompts = Path(cfg.prompts)
-    result.identity = {"prompts": sha256_file(prompts) if prompts.is_file() else str(prompts),
-                       "image_root": str(cfg.image_root), "limit": cfg.limit, "tree": full["tree"],
-                       "reward": full["reward"], "pairs": full["pairs"], "judge": checkpoint_hash(cfg.clip)}
     meta = {"run_id": run_id, "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "ckpt": str(Path(ckpt).resolve()), "ckpt_hash": gen_hash, "generator": gen_hash,
             "iteration": iteration if isinstance(iteration, int) else t - 1, "method": manifest.get("method"),
@@ -317,13 +326,3 @@ def _check_dist(dist: Dist) -> None:
         raise UserError(f"run_csr: this process is rank {td.get_rank()} of {td.get_world_size()}, "
                         "but run_csr was given a single-process Dist: pass the entry point's Dist.current()")
 
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m training.csr.loop --config X.yaml [overrides]` = `python training/train.py --method csr ...`."""
-    from training.train import main as train_main
-
-    return train_main(["--method", "csr", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,12 +7,11 @@ prompts are skipped, and counted, when they have fewer than `min_paths` distinct
 when the two sides decode to the same text, or when the reward gap is below `min_gap` (`guards`; the
 released code has none).
 
-Files (written atomically):
+File (written atomically):
   * `pairs.json`       LLaVA style, read by the trainer as dataset `csr_pairs`:
         {"id", "image" (relative to image_root), "conversations": [{"from": "human", "value": human},
         {"from": "gpt", "value": chosen}], "rejected_conversations": [...]}, human = "<image>\\n{question}"
         (template: single) or the templated generation prompt, with "template": "released"
-  * `plain_dpo.json`   VL-RLHF/TRL `plain_dpo`: {"id", "image", "prompt", "chosen", "rejected"}
 Statistics: a `TaskResult(task="csr_pairs")` with the chosen/rejected reward and relevance means, the
 gap, #pairs and #skipped, plus one sample record per pair, written to the results store.
 """
@@ -137,17 +136,11 @@ def llava_record(p: Pair) -> dict:
     return rec
 
 
-def plain_dpo_record(p: Pair) -> dict:
-    prompt = p.human.replace("<image>", "").strip() if p.human is not None else p.question
-    return {"id": p.id, "image": p.image, "prompt": prompt, "chosen": p.chosen, "rejected": p.rejected}
-
-
 def write_pair_files(out_dir: str | Path, pairs: Sequence[Pair]) -> Path:
-    """pairs.json (csr_pairs) + plain_dpo.json; returns the pairs.json path."""
+    """pairs.json (csr_pairs), the file the DPO stage reads; returns its path."""
     from evalsuite.files import write_json_atomic
 
     out_dir = Path(out_dir)
-    write_json_atomic(out_dir / "plain_dpo.json", [plain_dpo_record(p) for p in pairs])
     return write_json_atomic(out_dir / "pairs.json", [llava_record(p) for p in pairs])
 
 
@@ -156,8 +149,10 @@ def _mean(xs: Sequence[float | None]) -> float:
     return sum(vals) / len(vals) if vals else float("nan")
 
 
-def pair_stats(pairs: Sequence[Pair], skipped: Counter, reward: RewardConfig, config: dict | None = None):
-    """The iteration's `TaskResult` (metrics + one sample record per pair)."""
+def pair_stats(pairs: Sequence[Pair], skipped: Counter, reward: RewardConfig, config: dict | None = None,
+               identity: dict | None = None):
+    """The iteration's `TaskResult` (metrics + one sample record per pair); `identity`: what makes two
+    iterations' statistics comparable (training/csr/loop.py pairs_identity), given, never patched in later."""
     from evalsuite.types import MetricValue, TaskResult
 
     n = len(pairs)
@@ -180,4 +175,4 @@ def pair_stats(pairs: Sequence[Pair], skipped: Counter, reward: RewardConfig, co
     return TaskResult(task=TASK, version=VERSION, metrics=metrics, samples=samples,
                       config={**(config or {}), "reward_mode": reward.mode, "lam": reward.lam,
                               "reward_definition": definition, "relevance": "sentence_mean CLIP score"},
-                      extra={"skipped": dict(skipped)})
+                      extra={"skipped": dict(skipped)}, identity=dict(identity or {}))

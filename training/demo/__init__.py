@@ -17,10 +17,11 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from evalsuite.config import opt
 from evalsuite.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -30,30 +31,33 @@ log = logging.getLogger(__name__)
 class DemoConfig:
     """What the demo builds. `sft` / `csr` are passed to the trainer / CSR loop configs unchanged."""
 
-    method: Literal["demo"] = "demo"
-    name: str = "demo"
-    output_dir: str = "runs/demo"
-    report_dir: str = "reports/demo"
-    store: str = "runs/demo/results"
-    seed: int = 0
-    world_images: int = 2500
-    val_fraction: float = 0.2
-    hallucination_rate: float = 0.3
-    hallucination: Literal["partner", "random"] = "partner"  # co-occurrence partner appended, or random (data.py)
-    qa_per_image: int = 2
-    model_hidden: int = 128
-    model_layers: int = 2
-    csr_prompts: int = 256
-    judge_steps: int = 600
-    judge_patch_size: int = 16          # the VLM's vision tower is the judge's: 32 px / 16 = 4 image tokens
-    vision_from_judge: bool = True
-    vision_feature_layer: int = -2      # LLaVA's choice: the penultimate layer's patch features
-    expected_minutes: float = 15.0
-    sft: dict[str, Any] = field(default_factory=dict)
-    csr: dict[str, Any] = field(default_factory=dict)
+    method: Literal["demo"] = opt("demo", "the built-in demo")
+    name: str = opt("demo", "run name (report title)")
+    output_dir: str = opt("runs/demo", "where every stage writes (a rerun resumes there)")
+    report_dir: str = opt("reports/demo", "where the HTML report goes")
+    store: str = opt("runs/demo/results", "results store of the evaluations")
+    seed: int = opt(0, "seed of the world, the data, the models and the training")
+    world_images: int = opt(2500, "images of the synthetic world")
+    val_fraction: float = opt(0.2, "share of the world held out for evaluation")
+    hallucination_rate: float = opt(0.3, "share of SFT captions with a hallucinated object")
+    hallucination: Literal["partner", "random"] = opt(
+        "partner", "the hallucinated object: a co-occurrence partner, or random (training/demo/data.py)")
+    qa_per_image: int = opt(2, "yes/no questions per SFT image")
+    model_hidden: int = opt(128, "hidden size of the tiny VLM's language model")
+    model_layers: int = opt(2, "layers of the tiny VLM's language model")
+    csr_prompts: int = opt(256, "CSR prompts (images) per iteration")
+    judge_steps: int = opt(600, "training steps of the CLIP judge")
+    # the VLM's vision tower is the judge's: 32 px / 16 = 4 image tokens
+    judge_patch_size: int = opt(16, "patch size of the CLIP judge (32 px images)")
+    vision_from_judge: bool = opt(True, "the VLM's vision tower starts from the judge's (as LLaVA's from CLIP)")
+    vision_feature_layer: int = opt(-2, "vision layer whose patch features the VLM reads (LLaVA: penultimate)")
+    expected_minutes: float = opt(15.0, "the run time announced at the start (on a 2-core CPU)")
+    sft: dict[str, Any] = opt(help="SFT trainer settings (training/config.py TrainConfig fields)", factory=dict)
+    csr: dict[str, Any] = opt(help="CSR loop settings (training/csr/config.py CSRConfig fields)", factory=dict)
     # ranges a fresh clone lands in ("base.POPE acc": [lo, hi], "last.CHAIR_i": ...; columns of summary.py),
     # measured over seeds 0-2 x 1-2 threads; checked and printed at the end of the run
-    expect: dict[str, list[float]] = field(default_factory=dict)
+    expect: dict[str, list[float]] = opt(help="ranges the summary's numbers must land in (base|last.<column>)",
+                                         factory=dict)
 
     def __post_init__(self) -> None:
         for name, ok, want in (
@@ -192,9 +196,3 @@ def _report(cfg: DemoConfig) -> Path:
 
     return build_report(Store(cfg.store), cfg.report_dir, title=f"evalsuite {cfg.name}: CSR on the synthetic world")
 
-
-def main(argv: list[str] | None = None) -> int:
-    """`python training/train.py --config configs/demo.yaml [overrides]` (the dispatcher's `demo` method)."""
-    from training.train import main as train_main
-
-    return train_main(["--method", "demo", *(argv or [])])

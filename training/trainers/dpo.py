@@ -162,11 +162,3 @@ def run_dpo(cfg) -> Path:
     trainer.train(resume_from_checkpoint=resume_checkpoint(cfg))
     return finish_training(trainer, cfg, processor, info, method="csr" if cfg.method == "csr" else "dpo")
 
-
-def main(argv: list[str]) -> int:
-    from training.config import load_config
-
-    cfg = load_config(argv)
-    path = run_dpo(cfg)
-    print(path)
-    return 0

@@ -59,10 +59,3 @@ def run_sft(cfg) -> Path:
     trainer.train(resume_from_checkpoint=resume_checkpoint(cfg))
     return finish_training(trainer, cfg, processor, info, method="sft")
 
-
-def main(argv: list[str]) -> int:
-    from training.config import load_config
-
-    cfg = load_config(argv)
-    print(run_sft(cfg))
-    return 0

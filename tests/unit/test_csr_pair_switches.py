@@ -13,7 +13,7 @@ import pytest
 
 from training.csr.config import PairConfig, RewardConfig
 from training.csr.generate import Node, Tree
-from training.csr.pairs import build_pairs, llava_record, plain_dpo_record, select_pair
+from training.csr.pairs import build_pairs, llava_record, select_pair
 from training.csr.reward import path_rewards
 from training.csr.search import Hyp
 
@@ -81,7 +81,6 @@ def test_released_pair_file_and_same_text_kept():
     assert (p.chosen, p.rejected, p.num_paths, sum(skipped.values())) == ("w5 w8 w7", "w5 w6 w7", 3, 0)
     rec = llava_record(p)
     assert rec["template"] == "released" and rec["conversations"][0] == {"from": "human", "value": prompt}
-    assert plain_dpo_record(p)["prompt"] == "SYS USER: \nDescribe. ASSISTANT:"
     same = {1: SCORES[1], 2: {**SCORES[2], "cos": 0.95}, 3: SCORES[3]}  # rejected = 1, chosen = 2: equal ids
     scores = [{"id": "t", "nodes": {str(k): v for k, v in same.items()}}]
     (p,), _ = build_pairs([_dup_tree()], scores, _Tok(), RewardConfig(), PairConfig(), [prompt])

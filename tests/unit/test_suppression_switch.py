@@ -4,6 +4,8 @@ pad and BOS is a named switch, off by default (`tree.suppress_special_tokens`, `
 lmms `gen_kwargs: suppress_special_tokens=true`) and part of the result's identity."""
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from evalsuite.types import GenConfig, GenRequest
@@ -61,7 +63,7 @@ def test_eval_switch_is_in_the_identity_and_lmms_kwargs(tmp_path):
 
     class Ctx:
         def __init__(self):
-            self.inputs = {}
+            self.loader = types.SimpleNamespace(inputs=None)  # default prompt settings
 
         def model_setup(self):
             return {}

@@ -6,7 +6,6 @@ one-line `UserError` naming the path.
 """
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,10 +39,9 @@ def _check_dir(path: Path) -> dict:
     cfg_path = path / "config.json"
     if not cfg_path.exists():
         raise UserError(f"{path}: no config.json (not a Hugging Face checkpoint directory)")
-    try:
-        config = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{cfg_path}: not valid JSON ({exc.msg})") from None
+    from evalsuite.safeio import read_json_object
+
+    config = read_json_object(cfg_path)   # non-UTF-8, a list, too deep: one line naming the file
     shards = sorted(path.glob("*.safetensors"))
     if not shards:
         if any(path.glob("*.bin")) or any(path.glob("*.pt")):
@@ -56,24 +54,10 @@ def _check_dir(path: Path) -> dict:
 
 
 def _check_safetensors(path: Path) -> None:
-    """Read the header and compare the declared tensor extent with the file size (catches truncation)."""
-    import struct
+    """The whole header validated against the file (evalsuite/safeio.py) before any library reads it."""
+    from evalsuite.safeio import check_safetensors
 
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
-        raw = fh.read(8)
-        if len(raw) < 8:
-            raise UserError(f"{path}: truncated safetensors file (no header)")
-        (n,) = struct.unpack("<Q", raw)
-        if n > size - 8:
-            raise UserError(f"{path}: truncated or corrupt safetensors file (header length {n} > file size)")
-        try:
-            header = json.loads(fh.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise UserError(f"{path}: corrupt safetensors header") from None
-    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-    if 8 + n + end > size:
-        raise UserError(f"{path}: truncated safetensors file ({size} bytes, header needs {8 + n + end})")
+    check_safetensors(path)
 
 
 def resolve_dtype(device: str, dtype: str | None) -> str:

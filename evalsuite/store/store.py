@@ -35,6 +35,7 @@ from typing import Iterable
 
 from evalsuite.errors import UserError
 from evalsuite.files import write_bytes_atomic
+from evalsuite.safeio import loads_json
 from evalsuite.store import schema
 from evalsuite.types import TaskResult
 
@@ -223,7 +224,7 @@ class Store:
         for path in self._metric_files():
             try:
                 md = pq.read_schema(path).metadata or {}
-                meta = json.loads(md.get(META_KEY, b"{}"))
+                meta = loads_json(md.get(META_KEY, b"{}"), "footer")  # depth-limited: a crafted footer is one line
             except (pa.ArrowException, OSError, ValueError):
                 continue
             if not isinstance(meta, dict) or meta.get("ckpt_hash") != ckpt_hash:
@@ -252,7 +253,7 @@ class Store:
                             "to read the other runs (they are untouched)") from None
         md = table.schema.metadata or {}
         try:
-            meta = json.loads(md.get(META_KEY, b"{}"))
+            meta = loads_json(md.get(META_KEY, b"{}"), "footer")  # depth-limited: a crafted footer is one line
             version = int(md.get(SCHEMA_KEY, b"0"))
         except ValueError as e:
             raise UserError(f"{path}: damaged run metadata in the Parquet footer ({e})") from None
@@ -398,7 +399,7 @@ class Store:
         try:
             table = pq.read_table(path, columns=["run_id", "task", "record"],
                                   filters=[("task", "=", task)] if task else None)
-            return [{**json.loads(rec), "run_id": rid, "task": t}
+            return [{**loads_json(rec, "record"), "run_id": rid, "task": t}
                     for rid, t, rec in zip(*(table.column(c).to_pylist() for c in ("run_id", "task", "record")))]
         except (pa.ArrowException, OSError, ValueError, TypeError) as e:
             raise UserError(f"{self.samples_dir / name}: samples file unreadable "

@@ -30,6 +30,16 @@ class JsonLogCallback(TrainerCallback):
         self.path = Path(path)
         self.rows: list[dict] = []
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        # resumed at step N: the rows logged up to N by the run that saved the checkpoint are history
+        # this run continues, not a log to start afresh (the file is rewritten from self.rows)
+        if state.global_step > 0 and not self.rows and self.path.is_file():
+            from evalsuite.safeio import read_jsonl_records
+
+            self.rows = [r for r in read_jsonl_records(self.path, "metrics log")
+                         if isinstance(r.get("step"), int) and r["step"] <= state.global_step
+                         and "train_runtime" not in r]   # an earlier train() call's closing summary
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:
             return

@@ -60,6 +60,27 @@ def _check_safetensors(path: Path) -> None:
     check_safetensors(path)
 
 
+def check_checkpoint(path: Path, trust_remote_code: bool = False):
+    """The checkpoint's transformers config, after every check that needs no weights: the directory,
+    config.json, each safetensors header, a vision config and an image-text-to-text model class."""
+    from transformers import AutoConfig
+
+    _check_dir(path)
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
+    except (ValueError, OSError, KeyError, TypeError) as exc:
+        raise UserError(f"{path}: cannot read config ({(str(exc).splitlines() or [type(exc).__name__])[0]})") from None
+    if getattr(config, "vision_config", None) is None:
+        raise UserError(f"{path}: model_type {config.model_type!r} is not a vision-language model "
+                        "(no vision_config)")
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    if config.model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES and not trust_remote_code:
+        raise UserError(f"{path}: not a loadable vision-language checkpoint (model_type {config.model_type!r} "
+                        "has no image-text-to-text model class in transformers)")
+    return config
+
+
 def resolve_dtype(device: str, dtype: str | None) -> str:
     """The torch dtype name a model is loaded in: `dtype`, else bfloat16 on a GPU and float32 elsewhere."""
     return dtype or ("bfloat16" if device.startswith("cuda") else "float32")
@@ -80,22 +101,10 @@ def load_vlm(
     """Load model + processor from `path`; raise UserError for a dir that is not a local VLM, or whose
     processor has no prompt format for `inputs` (no chat template and none given, ...)."""
     import torch
-    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers import AutoModelForImageTextToText
 
     path = Path(path)
-    _check_dir(path)
-    try:
-        config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
-    except (ValueError, OSError, KeyError) as exc:
-        raise UserError(f"{path}: cannot read config ({str(exc).splitlines()[0]})") from None
-    if getattr(config, "vision_config", None) is None:
-        raise UserError(f"{path}: model_type {config.model_type!r} is not a vision-language model "
-                        "(no vision_config)")
-    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
-
-    if config.model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES and not trust_remote_code:
-        raise UserError(f"{path}: not a loadable vision-language checkpoint (model_type {config.model_type!r} "
-                        "has no image-text-to-text model class in transformers)")
+    config = check_checkpoint(path, trust_remote_code)
     model_inputs = load_inputs(path, inputs, trust_remote_code)  # a missing prompt format fails before the weights
     device = _pick_device(device)
     torch_dtype = getattr(torch, resolve_dtype(device, dtype))

@@ -160,6 +160,25 @@ class Store:
         log.info("store %s: wrote run %s (%d metric rows)", self.path, run_id, len(rows))
         return run_id
 
+    def write_run_once(self, meta: dict, results: list[TaskResult], ckpt_hash: str, dedup: bool = True) -> str:
+        """write_run, unless (with `dedup`) the store already holds a result of the same checkpoint and
+        eval_key: that run's id is returned instead. The check and the write are made under one lock
+        (STORE/.store.lock, an flock), so concurrent runs of one task store it once."""
+        import fcntl
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / ".store.lock", os.O_CREAT | os.O_RDWR, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if dedup:
+                keys = [r.eval_key for r in results]
+                found = [self.has_result(ckpt_hash, k) for k in keys if k]
+                if found and all(found):
+                    return found[0]
+            return self.write_run(meta, results)
+        finally:
+            os.close(fd)
+
     def _write_marker(self) -> None:
         from evalsuite.files import write_json_atomic
 

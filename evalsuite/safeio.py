@@ -27,6 +27,7 @@ from evalsuite.errors import UserError
 
 log = logging.getLogger(__name__)
 
+YAML_MAX_BYTES = 256 * 1024   # a preset is a few KB; PyYAML (pure Python) reads ~100 KB/s on a busy core
 YAML_MAX_DEPTH = 64
 YAML_MAX_NODES = 200_000      # values in the whole document, aliases expanded
 YAML_MAX_ALIASED = 5_000      # values that exist only as alias copies: presets share a few small sections
@@ -60,6 +61,9 @@ def load_yaml(text: str, loader: Any, where: str) -> Any:
     and UserError naming `where` for a document over a budget."""
     import yaml
 
+    if len(text) > YAML_MAX_BYTES:
+        raise UserError(f"{where}: {len(text)} characters of YAML, more than a preset needs "
+                        f"({YAML_MAX_BYTES} at most); refusing to read it")
     depth = 0
     for event in yaml.parse(text, Loader=loader):   # PyYAML's event parser keeps an explicit stack, no recursion
         if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
@@ -79,7 +83,12 @@ def load_yaml(text: str, loader: Any, where: str) -> Any:
         if n > YAML_MAX_NODES or n - len(memo) > YAML_MAX_ALIASED:
             raise UserError(f"{where}: YAML expands to {n if n < 10**12 else 'over 10^12'} values through its "
                             f"aliases (&anchor/*alias), more than the {YAML_MAX_ALIASED} alias copies allowed; refusing to read it")
-        return ld.construct_document(node)
+        try:
+            return ld.construct_document(node)
+        except ValueError as e:   # e.g. an int of more than 4300 digits (Python's own limit)
+            if isinstance(e, yaml.YAMLError):
+                raise
+            raise UserError(f"{where}: a value YAML cannot convert ({str(e)[:120]})") from None
     finally:
         ld.dispose()
 
@@ -155,6 +164,8 @@ def read_json_file(path: str | Path, what: str | None = None, max_depth: int = J
         raise UserError(str(e)) from None
     except json.JSONDecodeError as e:
         raise UserError(f"{name}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except ValueError as e:   # e.g. an int of more than 4300 digits
+        raise UserError(f"{name}: not valid JSON ({str(e)[:120]})") from None
 
 
 def read_json_object(path: str | Path, what: str | None = None) -> dict:

@@ -41,6 +41,10 @@ def main(args: argparse.Namespace) -> int:
     from evalsuite.metrics import chair, chair_io, nltk_resources
 
     variant = chair.get_variant(args.variant)  # unknown variant fails before anything loads
+    out = args.output or Path("runs") / "chair" / f"{args.captions.stem}-{variant.name}"
+    from evalsuite.ownership import looks_like_chair_summary, refuse_foreign
+
+    refuse_foreign(out / "summary.json", "--output", looks_like_chair_summary)   # never a user's own file
     if args.gt is None:
         raise UserError("--gt: required (a GT cache .json[.gz] or a COCO annotations folder)")
     items = chair_io.read_captions(args.captions)
@@ -55,7 +59,6 @@ def main(args: argparse.Namespace) -> int:
         nltk_resources=nltk_resources.resource_checksums(scorer.resources),
         missing_gt=sum(1 for i, _ in items if i not in gt),
     )
-    out = args.output or Path("runs") / "chair" / f"{args.captions.stem}-{variant.name}"
     write_jsonl_atomic(out / "per_caption.jsonl", records)
     write_json_atomic(out / "summary.json", summary)
     # fractions with their 95% CIs, as `evalsuite table` and the report show them (papers print percent)

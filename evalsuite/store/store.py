@@ -244,7 +244,10 @@ class Store:
             try:
                 md = pq.read_schema(path).metadata or {}
                 meta = loads_json(md.get(META_KEY, b"{}"), "footer")  # depth-limited: a crafted footer is one line
-            except (pa.ArrowException, OSError, ValueError):
+            except (pa.ArrowException, OSError, ValueError) as e:
+                # a run into this store must not pass a damaged file in silence (table/report refuse it)
+                log.warning("%s: not a readable store file (%s); the already-stored check skips it: move it "
+                            "out of the store", path, (str(e).splitlines() or [type(e).__name__])[0][:200])
                 continue
             if not isinstance(meta, dict) or meta.get("ckpt_hash") != ckpt_hash:
                 continue

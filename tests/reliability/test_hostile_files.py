@@ -161,3 +161,15 @@ def test_json_depth_counts_brackets_outside_strings():
     assert safeio.loads_json(b'{"a": "[[[["}') == {"a": "[[[["}
     with pytest.raises(ValueError):
         safeio.loads_json("[" * 200 + "]" * 200)
+
+
+def test_S1_damaged_store_file_is_named_in_a_warning_by_the_reuse_check(tmp_path, caplog):
+    """S1: a truncated metrics file is skipped by the "already stored" check with a warning naming it."""
+    from tests.reliability.test_store import two_runs
+
+    store, ids = two_runs(tmp_path)
+    path = store.metrics_dir / f"{ids[1]}.parquet"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with caplog.at_level("WARNING"):
+        assert store.has_result("h1", "x") is None
+    assert any(str(path) in r.getMessage() and "move it out" in r.getMessage() for r in caplog.records)

@@ -17,6 +17,12 @@ def trainer_args(cfg) -> dict:
     # transformers 5's `activation_checkpointing` so no FutureWarning is printed on every run
     kw["activation_checkpointing"] = bool(kw.get("activation_checkpointing") or kw.get("gradient_checkpointing"))
     kw["gradient_checkpointing"] = None
+    # resuming a LoRA run, peft's load_adapter reads the model's old-name `is_gradient_checkpointing`
+    # property, which transformers 5 deprecates with a FutureWarning each time (4x per resume): not ours
+    # to act on, and the run uses the new name
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
     kw["prediction_loss_only"] = True
     if kw.get("ddp_find_unused_parameters") is None and cfg.use_lora:
         kw["ddp_find_unused_parameters"] = False  # LoRA on the LLM only: every trainable param gets a grad

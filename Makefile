@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 NLTK    := $(abspath .cache/nltk_data)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup system-deps nltk-data demo test test-fast bench clean
+.PHONY: setup system-deps nltk-data demo test test-fast fuzz-soak bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -48,6 +48,13 @@ test: setup
 
 test-fast: $(VENV)/.installed
 	NLTK_DATA=$(NLTK) $(BIN)/python -m pytest -q -m "not slow"
+
+# the fuzz suite (tests/fuzz/) with many more hostile variants per input and a fresh seed; a failure
+# prints the seed: rerun with FUZZ_SEED=<it> to reproduce
+FUZZ_N ?= 3000
+fuzz-soak: $(VENV)/.installed
+	seed=$${FUZZ_SEED:-$$(date +%s)}; echo "fuzz-soak: FUZZ_SEED=$$seed FUZZ_N=$(FUZZ_N)"; \
+	  FUZZ_SEED=$$seed FUZZ_N=$(FUZZ_N) NLTK_DATA=$(NLTK) $(BIN)/python -m pytest -q tests/fuzz
 
 # bench/gpu_*.py are the GPU figures: `bash bench/gpu.sh` runs them (their 7B shapes need CUDA)
 bench: $(VENV)/.installed

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from evalsuite.errors import UserError
+from evalsuite.safeio import load_yaml
 
 CLI = "command line"
 
@@ -70,7 +71,7 @@ def parse_scalar(text: str) -> Any:
     import yaml
 
     try:
-        return yaml.load(text, Loader=_loader())  # noqa: S506 - SafeLoader subclass
+        return load_yaml(text, _loader(), CLI)  # SafeLoader subclass, depth/alias budgets (evalsuite/safeio.py)
     except yaml.YAMLError:
         return str(text)
 
@@ -84,7 +85,7 @@ def read_yaml(path: str | Path, what: str = "--config") -> dict[str, Any]:
         raise UserError(f"{what}: no such file {str(p)!r}")
     try:
         text = p.read_text(encoding="utf-8")
-        data = yaml.load(text, Loader=_loader()) or {}  # noqa: S506 - SafeLoader subclass
+        data = load_yaml(text, _loader(), str(p)) or {}  # SafeLoader subclass, depth/alias budgets
     except UnicodeDecodeError as e:
         raise UserError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except yaml.YAMLError as e:

@@ -1,10 +1,23 @@
 """The one exception type the CLI turns into a one-line message and exit code 2."""
 
 
+MAX_MESSAGE = 2000   # characters: a message quoting a user's value never grows with the value
+
+
 class UserError(Exception):
-    """Bad input from the user (a path, a field, a flag). The message names the file/field."""
+    """Bad input from the user (a path, a field, a flag). The message names the file/field.
+
+    The message is one line of at most MAX_MESSAGE characters, whatever value it quotes (a hostile
+    preset's value can be megabytes; the line must stay readable and cheap)."""
 
     exit_code = 2
+
+    def __init__(self, message="", *args):
+        if isinstance(message, str):
+            message = " ".join(message.splitlines()) if "\n" in message or "\r" in message else message
+            if len(message) > MAX_MESSAGE:
+                message = message[:MAX_MESSAGE - 40] + f"... ({len(message)} characters in all)"
+        super().__init__(message, *args)
 
 
 class RunFailure(RuntimeError):

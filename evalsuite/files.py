@@ -153,3 +153,5 @@ def _json(text: str, path: Path, line: int | None) -> Any:
         raise UserError(f"{path}:{line or e.lineno}: not valid JSON ({e.msg}, column {e.colno})") from None
     except RecursionError:
         raise UserError(f"{path}:{line or 1}: not valid JSON (nested too deeply)") from None
+    except ValueError as e:   # an int of more than 4300 digits: Python's own limit
+        raise UserError(f"{path}:{line or 1}: not valid JSON ({str(e)[:120]})") from None

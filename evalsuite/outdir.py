@@ -14,6 +14,7 @@ trying to write into the same directory while the first runs is refused.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -75,6 +76,7 @@ class OutputDir:
 
         from evalsuite.files import write_json_atomic
 
+        created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path / LOCK, os.O_CREAT | os.O_RDWR, 0o644)
         try:
@@ -88,6 +90,14 @@ class OutputDir:
             resumed = self.existing_run(config, ckpt_hash, meta.get("model_id"))
             if not resumed:
                 write_json_atomic(self.path / "run.json", meta)
+        except OSError as e:  # e.g. the disk is full: one line, and no directory holding only our lock
+            self.release()
+            if created and not any(p.name != LOCK for p in self.path.iterdir()):
+                (self.path / LOCK).unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    self.path.rmdir()
+            raise UserError(f"{self.flag} {self.path}: cannot write run.json ({e.strerror or e}); "
+                            "nothing was run") from None
         except BaseException:
             self.release()
             raise

@@ -188,12 +188,12 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     Under world size > 1 own tasks shard their images across ranks and rank 0 gathers the answers,
     scores and writes; lmms-eval tasks split their documents the same way."""
     from evalsuite.config import to_plain
-    from evalsuite.models.vlm import _check_dir
+    from evalsuite.precheck import check_before_claim
     from evalsuite.outdir import OutputDir
     from evalsuite.store import Store
 
     dist = dist or Dist.current()
-    _check_dir(Path(cfg.ckpt))          # fail on a bad checkpoint before any work
+    check_before_claim(cfg)     # checkpoint, text encodings, free space: before any work (evalsuite/precheck.py)
     check_task_names(cfg.tasks)
     # a bad --store/--output must fail now, not after hours of generation
     ensure_writable_dir(cfg.store, "--store", create=False)
@@ -265,13 +265,21 @@ def _run_tasks(ctx: RunContext, cfg: EvalConfig, steps: list[Step], lmms: list[s
             # one store run per task, so each lands as soon as it finishes; eval_run groups them
             if (store.metrics_dir / f"{rid}.parquet").exists():  # stored by this run before it was stopped
                 log.info("%s: already stored by this run as %s", result.task, rid)
-            else:
-                store.write_run({**meta, "run_id": rid, "eval_run": run_id}, [result])
+            else:  # the "already stored" check and the write under one store lock (concurrent runs)
+                got = store.write_run_once({**meta, "run_id": rid, "eval_run": run_id}, [result], ckpt_hash,
+                                           dedup=not cfg.rerun)
+                if got != rid:
+                    log.info("%s: stored meanwhile by run %s; not stored again", result.task, got)
             summary[result.task] = result.to_dict()
             write_json_atomic(out / "summary.json", summary)
         except OSError as e:  # e.g. the disk filled or went read-only mid-run; writes are atomic
-            raise RunFailure(f"{result.task}: cannot write its results ({e.strerror or e}: {e.filename}); "
-                             f"tasks finished before it are kept in {out} and {cfg.store}") from None
+            raise RunFailure(f"{result.task}: cannot write its results ({e.strerror or e}"
+                             f"{': ' + str(e.filename) if e.filename else ''}); tasks finished before it are "
+                             f"kept in {out} and {cfg.store}") from None
+        except (MemoryError, ValueError) as e:  # the store writer (pyarrow) out of memory, or refusing a value
+            raise RunFailure(f"{result.task}: cannot store its results ({type(e).__name__}: "
+                             f"{(str(e).splitlines() or [''])[0][:200]}); its answers are kept, so the same "
+                             "command again stores it without generating them again") from None
         log.info("%s: %s", result.task, ", ".join(f"{m.metric}={m.value:.4g}" for m in result.metrics))
 
     def mark_reused(name: str, key: str, store_run: str) -> None:

@@ -117,7 +117,10 @@ def save_checkpoint(model, processor, out_dir: str | Path, *, iteration: int, pa
     `base`: the checkpoint the model was trained from (its weights are re-read for the merge)."""
     from evalsuite.manifest import write_manifest
 
+    from training.outdir import apply_umask, check_merged_dir
+
     out = Path(out_dir)
+    check_merged_dir(out)   # never replace a folder evalsuite did not write
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
@@ -128,6 +131,7 @@ def save_checkpoint(model, processor, out_dir: str | Path, *, iteration: int, pa
         extra = {**(extra or {}), **({"merge": stats} if stats else {})}
         write_manifest(tmp, iteration=iteration, parent=parent, method=method, config=config,
                        data_hash=data_hash, extra=extra)
+        apply_umask(tmp)   # mkdtemp made it 0700: give it the modes every other output of the run has
         if out.exists():
             old = out.with_name(f".{out.name}.old")
             shutil.rmtree(old, ignore_errors=True)

@@ -152,7 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load(own.get("method"), own.get("config"), items, dry_run=bool(own.get("dry_run")))
         if own.get("dry_run"):
             return dry_run(cfg)
-        print(run(cfg))
+        from training.outdir import interrupt_exit
+
+        out = getattr(cfg, "output_dir", None)
+        hint = f" (checkpoints saved so far stay in {out}; continue with --resume_from_checkpoint true)" if out else ""
+        with interrupt_exit("train.py", hint):   # SIGINT/SIGTERM: one line, exit 130/143
+            print(run(cfg))
         return 0
     except UserError as e:
         print(f"train.py: error: {e}", file=sys.stderr)

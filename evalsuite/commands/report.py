@@ -49,6 +49,11 @@ def main(args) -> int:
     if args.n_boot < 1:
         raise UserError(f"--n-boot: must be >= 1, got {args.n_boot}")
     ensure_writable_dir(args.out, "--out", create=False)
+    from pathlib import Path
+
+    from evalsuite.ownership import looks_like_report, refuse_foreign
+
+    refuse_foreign(Path(args.out) / "index.html", "--out", looks_like_report)   # never a user's own page
     path = build_report(store, args.out, as_of=args.as_of, runs=args.run, base=args.base, max_images=args.max_images,
                         page_size=args.page_size, image_roots=args.image_root, title=args.title,
                         max_questions=args.max_questions, n_boot=args.n_boot, seed=args.seed)

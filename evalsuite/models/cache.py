@@ -55,17 +55,14 @@ class ResponseCache:
     def _load(self) -> None:
         if not self.dir.is_dir():
             return
-        skipped = 0
+        from evalsuite.safeio import read_jsonl_records
+
         for path in sorted(self.dir.glob(f"{_safe_name(self.task)}.rank*.jsonl")):
-            with open(path, encoding="utf-8") as fh:
-                for line in fh:
-                    try:
-                        rec = json.loads(line)
-                        self._entries[rec["key"]] = rec["response"]
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        skipped += 1  # the torn last line of a killed writer
-        if skipped:
-            log.warning("%s: skipped %d unreadable cache line(s) (an interrupted write)", self.dir, skipped)
+            # a torn last line of a killed writer, or bytes that are not UTF-8, are skipped with a
+            # warning naming the file, never fatal: the cache only saves work
+            for rec in read_jsonl_records(path, "cache"):
+                if isinstance(rec.get("key"), str) and "response" in rec:
+                    self._entries[rec["key"]] = rec["response"]
         log.info("response cache %s/%s: %d finished answers", self.dir, self.task, len(self._entries))
 
     def __len__(self) -> int:

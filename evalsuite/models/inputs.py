@@ -83,10 +83,9 @@ class InputConfig:
     def template_text(self) -> str | None:
         if not self.chat_template:
             return None
-        try:
-            return Path(self.chat_template).read_text()
-        except OSError as exc:
-            raise UserError(f"chat_template: cannot read {self.chat_template!r} ({exc.strerror or exc})") from None
+        from evalsuite.models.template import read_template_file
+
+        return read_template_file(self.chat_template)   # missing, huge or not UTF-8: one line naming it
 
     def identity(self) -> dict[str, Any]:
         """The settings that change a model's answers, by content (the template file's hash, not its
@@ -186,8 +185,13 @@ class ModelInputs:
         if self.prompt_format not in ("chat_template", "chat_template_file"):
             raise UserError(f"{self.where}: the {self.prompt_format} prompt format has one user turn and no "
                             "roles; pass --chat-template FILE for conversations")
+        from evalsuite.models import template
+
         kw = {"chat_template": self._template} if self._template is not None else {}
-        return self._owner.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=False, **kw)
+        where = self.config.chat_template if self._template is not None else f"{self.where} (its chat template)"
+        # untrusted code: bounded in time and size, any failure one line naming the template
+        return template.render(lambda: self._owner.apply_chat_template(
+            messages, add_generation_prompt=generation_prompt, tokenize=False, **kw), where)
 
     def prompt(self, question: str, with_image: bool = True) -> str:
         """The text handed to the processor for one question (the prompt actually sent)."""

@@ -6,7 +6,6 @@ one-line `UserError` naming the path.
 """
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,10 +39,9 @@ def _check_dir(path: Path) -> dict:
     cfg_path = path / "config.json"
     if not cfg_path.exists():
         raise UserError(f"{path}: no config.json (not a Hugging Face checkpoint directory)")
-    try:
-        config = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{cfg_path}: not valid JSON ({exc.msg})") from None
+    from evalsuite.safeio import read_json_object
+
+    config = read_json_object(cfg_path)   # non-UTF-8, a list, too deep: one line naming the file
     refuse_encoder_decoder(path, config)
     shards = sorted(path.glob("*.safetensors"))
     if not shards:
@@ -67,24 +65,34 @@ def refuse_encoder_decoder(path: Path, config: dict) -> None:
 
 
 def _check_safetensors(path: Path) -> None:
-    """Read the header and compare the declared tensor extent with the file size (catches truncation)."""
-    import struct
+    """The whole header validated against the file (evalsuite/safeio.py) before any library reads it."""
+    from evalsuite.safeio import check_safetensors
 
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
-        raw = fh.read(8)
-        if len(raw) < 8:
-            raise UserError(f"{path}: truncated safetensors file (no header)")
-        (n,) = struct.unpack("<Q", raw)
-        if n > size - 8:
-            raise UserError(f"{path}: truncated or corrupt safetensors file (header length {n} > file size)")
-        try:
-            header = json.loads(fh.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise UserError(f"{path}: corrupt safetensors header") from None
-    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-    if 8 + n + end > size:
-        raise UserError(f"{path}: truncated safetensors file ({size} bytes, header needs {8 + n + end})")
+    check_safetensors(path)
+
+
+def check_checkpoint(path: Path, trust_remote_code: bool = False):
+    """The checkpoint's transformers config, after every check that needs no weights: the directory,
+    config.json, each safetensors header, a vision config and an image-text-to-text model class."""
+    from transformers import AutoConfig
+
+    _check_dir(path)
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
+    except (ValueError, OSError, KeyError, TypeError) as exc:
+        raise UserError(f"{path}: cannot read config ({(str(exc).splitlines() or [type(exc).__name__])[0]})") from None
+    refuse_encoder_decoder(path, {"model_type": config.model_type, "is_encoder_decoder": config.is_encoder_decoder,
+                                  "text_config": {"is_encoder_decoder": getattr(getattr(config, "text_config", None),
+                                                                                "is_encoder_decoder", False)}})
+    if getattr(config, "vision_config", None) is None:
+        raise UserError(f"{path}: model_type {config.model_type!r} is not a vision-language model "
+                        "(no vision_config)")
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    if config.model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES and not trust_remote_code:
+        raise UserError(f"{path}: not a loadable vision-language checkpoint (model_type {config.model_type!r} "
+                        "has no image-text-to-text model class in transformers)")
+    return config
 
 
 def resolve_dtype(device: str, dtype: str | None) -> str:
@@ -107,25 +115,10 @@ def load_vlm(
     """Load model + processor from `path`; raise UserError for a dir that is not a local VLM, or whose
     processor has no prompt format for `inputs` (no chat template and none given, ...)."""
     import torch
-    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers import AutoModelForImageTextToText
 
     path = Path(path)
-    _check_dir(path)
-    try:
-        config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
-    except (ValueError, OSError, KeyError) as exc:
-        raise UserError(f"{path}: cannot read config ({str(exc).splitlines()[0]})") from None
-    refuse_encoder_decoder(path, {"model_type": config.model_type, "is_encoder_decoder": config.is_encoder_decoder,
-                                  "text_config": {"is_encoder_decoder": getattr(getattr(config, "text_config", None),
-                                                                                "is_encoder_decoder", False)}})
-    if getattr(config, "vision_config", None) is None:
-        raise UserError(f"{path}: model_type {config.model_type!r} is not a vision-language model "
-                        "(no vision_config)")
-    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
-
-    if config.model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES and not trust_remote_code:
-        raise UserError(f"{path}: not a loadable vision-language checkpoint (model_type {config.model_type!r} "
-                        "has no image-text-to-text model class in transformers)")
+    config = check_checkpoint(path, trust_remote_code)
     model_inputs = load_inputs(path, inputs, trust_remote_code)  # a missing prompt format fails before the weights
     device = _pick_device(device)
     torch_dtype = getattr(torch, resolve_dtype(device, dtype))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+from evalsuite.safeio import loads_json
+
 _MISSING = object()
 MAX_FIELDS = 3
 MAX_VALUE = 40
@@ -32,7 +34,7 @@ def parse_setup(text) -> dict:
     if not isinstance(text, str) or not text:
         return {}
     try:
-        value = json.loads(text)
+        value = loads_json(text, "eval_setup")
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}

@@ -34,6 +34,7 @@ from typing import Iterable
 
 from evalsuite.errors import UserError
 from evalsuite.files import write_bytes_atomic
+from evalsuite.safeio import loads_json
 from evalsuite.store import schema
 from evalsuite.types import TaskResult
 
@@ -159,6 +160,25 @@ class Store:
         log.info("store %s: wrote run %s (%d metric rows)", self.path, run_id, len(rows))
         return run_id
 
+    def write_run_once(self, meta: dict, results: list[TaskResult], ckpt_hash: str, dedup: bool = True) -> str:
+        """write_run, unless (with `dedup`) the store already holds a result of the same checkpoint and
+        eval_key: that run's id is returned instead. The check and the write are made under one lock
+        (STORE/.store.lock, an flock), so concurrent runs of one task store it once."""
+        import fcntl
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / ".store.lock", os.O_CREAT | os.O_RDWR, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if dedup:
+                keys = [r.eval_key for r in results]
+                found = [self.has_result(ckpt_hash, k) for k in keys if k]
+                if found and all(found):
+                    return found[0]
+            return self.write_run(meta, results)
+        finally:
+            os.close(fd)
+
     def _write_marker(self) -> None:
         from evalsuite.files import write_json_atomic
 
@@ -225,8 +245,11 @@ class Store:
         for path in self._metric_files():
             try:
                 md = pq.read_schema(path).metadata or {}
-                meta = json.loads(md.get(META_KEY, b"{}"))
-            except (pa.ArrowException, OSError, ValueError):
+                meta = loads_json(md.get(META_KEY, b"{}"), "footer")  # depth-limited: a crafted footer is one line
+            except (pa.ArrowException, OSError, ValueError) as e:
+                # a run into this store must not pass a damaged file in silence (table/report refuse it)
+                log.warning("%s: not a readable store file (%s); the already-stored check skips it: move it "
+                            "out of the store", path, (str(e).splitlines() or [type(e).__name__])[0][:200])
                 continue
             if not isinstance(meta, dict) or meta.get("ckpt_hash") != ckpt_hash:
                 continue
@@ -256,7 +279,7 @@ class Store:
                             "to read the other runs (they are untouched)") from None
         md = table.schema.metadata or {}
         try:
-            meta = json.loads(md.get(META_KEY, b"{}"))
+            meta = loads_json(md.get(META_KEY, b"{}"), "footer")  # depth-limited: a crafted footer is one line
             version = int(md.get(SCHEMA_KEY, b"0"))
         except ValueError as e:
             raise UserError(f"{path}: damaged run metadata in the Parquet footer ({e})") from None
@@ -402,7 +425,7 @@ class Store:
         try:
             table = pq.read_table(path, columns=["run_id", "task", "record"],
                                   filters=[("task", "=", task)] if task else None)
-            return [{**json.loads(rec), "run_id": rid, "task": t}
+            return [{**loads_json(rec, "record"), "run_id": rid, "task": t}
                     for rid, t, rec in zip(*(table.column(c).to_pylist() for c in ("run_id", "task", "record")))]
         except (pa.ArrowException, OSError, ValueError, TypeError) as e:
             raise UserError(f"{self.samples_dir / name}: samples file unreadable "

@@ -17,6 +17,12 @@ def trainer_args(cfg) -> dict:
     # transformers 5's `activation_checkpointing` so no FutureWarning is printed on every run
     kw["activation_checkpointing"] = bool(kw.get("activation_checkpointing") or kw.get("gradient_checkpointing"))
     kw["gradient_checkpointing"] = None
+    # resuming a LoRA run, peft's load_adapter reads the model's old-name `is_gradient_checkpointing`
+    # property, which transformers 5 deprecates with a FutureWarning each time (4x per resume): not ours
+    # to act on, and the run uses the new name
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
     kw["prediction_loss_only"] = True
     if kw.get("ddp_find_unused_parameters") is None and cfg.use_lora:
         kw["ddp_find_unused_parameters"] = False  # LoRA on the LLM only: every trainable param gets a grad
@@ -29,6 +35,16 @@ class JsonLogCallback(TrainerCallback):
     def __init__(self, path: Path):
         self.path = Path(path)
         self.rows: list[dict] = []
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # resumed at step N: the rows logged up to N by the run that saved the checkpoint are history
+        # this run continues, not a log to start afresh (the file is rewritten from self.rows)
+        if state.global_step > 0 and not self.rows and self.path.is_file():
+            from evalsuite.safeio import read_jsonl_records
+
+            self.rows = [r for r in read_jsonl_records(self.path, "metrics log")
+                         if isinstance(r.get("step"), int) and r["step"] <= state.global_step
+                         and "train_runtime" not in r]   # an earlier train() call's closing summary
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:

@@ -151,14 +151,17 @@ def run_dpo(cfg) -> Path:
     from training.data import load_examples
     from training.trainers.model import load_model_and_processor, setup_reporting
 
-    setup_reporting(cfg)
-    train_ds, eval_ds, info = load_examples(cfg)
-    model, processor = load_model_and_processor(cfg)
-    trainer = build_dpo_trainer(cfg, model, processor, train_ds, eval_ds)
-    if cfg.precompute_ref_log_probs:
-        trainer.train_dataset = trainer.precompute_reference(trainer.train_dataset)
-        if trainer.eval_dataset is not None:
-            trainer.eval_dataset = trainer.precompute_reference(trainer.eval_dataset)
-    trainer.train(resume_from_checkpoint=resume_checkpoint(cfg))
-    return finish_training(trainer, cfg, processor, info, method="csr" if cfg.method == "csr" else "dpo")
+    from training.outdir import owned_output_dir
+
+    with owned_output_dir(cfg):   # one run per output_dir: locked, another run's folder refused
+        setup_reporting(cfg)
+        train_ds, eval_ds, info = load_examples(cfg)
+        model, processor = load_model_and_processor(cfg)
+        trainer = build_dpo_trainer(cfg, model, processor, train_ds, eval_ds)
+        if cfg.precompute_ref_log_probs:
+            trainer.train_dataset = trainer.precompute_reference(trainer.train_dataset)
+            if trainer.eval_dataset is not None:
+                trainer.eval_dataset = trainer.precompute_reference(trainer.eval_dataset)
+        trainer.train(resume_from_checkpoint=resume_checkpoint(cfg))
+        return finish_training(trainer, cfg, processor, info, method="csr" if cfg.method == "csr" else "dpo")
 

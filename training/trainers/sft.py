@@ -52,10 +52,13 @@ def run_sft(cfg) -> Path:
     from training.data import load_examples
     from training.trainers.model import load_model_and_processor, setup_reporting
 
-    setup_reporting(cfg)
-    train_ds, eval_ds, info = load_examples(cfg)
-    model, processor = load_model_and_processor(cfg)
-    trainer = build_sft_trainer(cfg, model, processor, train_ds, eval_ds)
-    trainer.train(resume_from_checkpoint=resume_checkpoint(cfg))
-    return finish_training(trainer, cfg, processor, info, method="sft")
+    from training.outdir import owned_output_dir
+
+    with owned_output_dir(cfg):   # one run per output_dir: locked, another run's folder refused
+        setup_reporting(cfg)
+        train_ds, eval_ds, info = load_examples(cfg)
+        model, processor = load_model_and_processor(cfg)
+        trainer = build_sft_trainer(cfg, model, processor, train_ds, eval_ds)
+        trainer.train(resume_from_checkpoint=resume_checkpoint(cfg))
+        return finish_training(trainer, cfg, processor, info, method="sft")
 

@@ -1,0 +1,150 @@
+"""A training `--output_dir` belongs to one run, as an evaluation `--output` does (evalsuite/outdir.py).
+
+    with owned_output_dir(cfg):        # flock on OUTPUT_DIR/.lock + OUTPUT_DIR/train_run.json
+        trainer.train(...)
+
+- Only one process trains into a folder at a time: a second one is refused with one line (the lock is
+  an flock, dropped by the kernel when its holder dies, kill -9 included).
+- A folder holding the training artefacts of a run with another configuration (checkpoint-N, metrics,
+  adapter, the merged checkpoint) is refused unless `--resume_from_checkpoint` is set; the same
+  configuration is the same run (started again). Files the project did not write are left alone.
+- An existing merged checkpoint folder is replaced only when it is one evalsuite wrote (it holds an
+  evalsuite.json manifest); a folder of the user's is refused before training starts.
+
+`interrupt_exit()` turns SIGINT / SIGTERM into one line and exit 130 / 143 (train.py).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from evalsuite.errors import UserError
+
+LOCK = ".lock"
+MARKER = "train_run.json"
+# settings that may change between a run and its continuation without making it another run
+_RESUME_FREE = {"resume_from_checkpoint", "logging_dir", "overwrite_output_dir", "local_rank"}
+
+
+def _fingerprint(cfg) -> dict[str, Any]:
+    plain = cfg.resolved() if hasattr(cfg, "resolved") else {}
+    return json.loads(json.dumps({k: v for k, v in plain.items() if k not in _RESUME_FREE and not k.startswith("_")},
+                                 default=str, sort_keys=True))
+
+
+def _is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0") or 0) == 0
+
+
+def training_artefacts(out: Path) -> list[str]:
+    """Names in `out` that a training run writes (what another run's start would overwrite)."""
+    if not out.is_dir():
+        return []
+    return sorted(p.name for p in out.iterdir()
+                  if p.name.startswith("checkpoint-") or p.name in ("metrics.jsonl", "adapter", "merged"))
+
+
+def check_merged_dir(path: Path) -> None:
+    """Refuse a merged-checkpoint folder that exists and was not written by evalsuite (no manifest)."""
+    if path.exists() and not (path / "evalsuite.json").is_file():
+        if path.is_dir() and not any(path.iterdir()):
+            return
+        raise UserError(f"merged_dir {path}: exists and was not written by evalsuite (no evalsuite.json); "
+                        "it would be replaced by the merged checkpoint: move it, or pass another --merged_dir")
+
+
+@contextlib.contextmanager
+def owned_output_dir(cfg):
+    """Hold OUTPUT_DIR for the duration of a training run (see the module docstring); ranks > 0 only check."""
+    import fcntl
+
+    from evalsuite.outdir import differences
+
+    out = Path(cfg.output_dir)
+    if cfg.save_merged:
+        check_merged_dir(Path(cfg.merged_path))
+    if not _is_main_process():
+        yield
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / LOCK, os.O_CREAT | os.O_RDWR, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UserError(f"output_dir {out}: another training run is writing there now") from None
+    try:
+        mine = _fingerprint(cfg)
+        marker = out / MARKER
+        old = None
+        if marker.is_file():
+            from evalsuite.safeio import read_json_file
+
+            try:
+                old = read_json_file(marker)
+            except UserError:
+                old = None
+        artefacts = training_artefacts(out)
+        resuming = bool(cfg.resume_from_checkpoint)
+        if not resuming and (artefacts or old is not None):
+            if not isinstance(old, dict) or not isinstance(old.get("config"), dict):
+                raise UserError(f"output_dir {out}: holds a training run's files ({', '.join(artefacts[:3])}) "
+                                "of unknown configuration; pass another directory, or --resume_from_checkpoint "
+                                "true to continue it")
+            diff = differences(old["config"], mine)
+            if diff:
+                shown = ", ".join(diff[:4]) + (", ..." if len(diff) > 4 else "")
+                raise UserError(f"output_dir {out}: holds a training run of another configuration ({shown} "
+                                "differ); pass another directory, or --resume_from_checkpoint true to continue it")
+        from evalsuite.files import write_json_atomic
+
+        write_json_atomic(marker, {"config": mine})
+        yield
+    finally:
+        os.close(fd)
+
+
+def apply_umask(root: Path) -> None:
+    """Give `root` (a folder made by mkdtemp, 0700) and everything in it the modes the process umask
+    gives new files, as any other output of the run has."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o777 & ~mask)
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            if not os.path.islink(p):
+                os.chmod(p, 0o666 & ~mask)
+
+
+class Terminated(BaseException):
+    """SIGTERM as an exception (like KeyboardInterrupt for SIGINT), so the entry point prints one line."""
+
+
+@contextlib.contextmanager
+def interrupt_exit(prog: str, out_hint: str = ""):
+    """Within: SIGTERM raises Terminated. On KeyboardInterrupt/Terminated: one stderr line, SystemExit(130/143)."""
+    import signal
+    import sys
+    import threading
+
+    installed = threading.current_thread() is threading.main_thread()
+    old = None
+    if installed:
+        def on_term(signum, frame):
+            raise Terminated()
+        old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted{out_hint}", file=sys.stderr)
+        raise SystemExit(130) from None
+    except Terminated:
+        print(f"{prog}: terminated{out_hint}", file=sys.stderr)
+        raise SystemExit(143) from None
+    finally:
+        if installed:
+            signal.signal(signal.SIGTERM, old)

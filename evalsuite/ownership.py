@@ -33,13 +33,3 @@ def looks_like_report(path: Path) -> bool:
     """An `evalsuite report` page (its generator tag, or an older page that names evalsuite)."""
     return b"evalsuite" in _head(path)
 
-
-def looks_like_chair_summary(path: Path) -> bool:
-    """A `evalsuite chair` summary.json: a JSON object with the CHAIR counts evalsuite writes."""
-    from evalsuite.safeio import loads_json
-
-    try:
-        doc = loads_json(_head(path, 1 << 22), str(path))
-    except ValueError:
-        return False
-    return isinstance(doc, dict) and "num_caps" in doc and "variant" in doc

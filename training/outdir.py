@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,7 @@ def owned_output_dir(cfg):
     if not _is_main_process():
         yield
         return
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     fd = os.open(out / LOCK, os.O_CREAT | os.O_RDWR, 0o666)
     try:
@@ -103,6 +105,11 @@ def owned_output_dir(cfg):
 
         write_json_atomic(marker, {"config": mine})
         yield
+    except BaseException:
+        # a run that failed before writing anything (bad data, a bad flag) leaves no folder it made
+        if created and {p.name for p in out.iterdir()} <= {LOCK, MARKER}:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     finally:
         os.close(fd)
 

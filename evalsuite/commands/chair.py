@@ -57,9 +57,6 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--n-boot: must be >= 0, got {args.n_boot}")
     out = args.output or Path("runs") / "chair" / f"{args.captions.stem}-{variant.name}"
     chair_io.check_output_dir(out)
-    from evalsuite.ownership import looks_like_chair_summary, refuse_foreign
-
-    refuse_foreign(out / "summary.json", "--output", looks_like_chair_summary)   # never a user's own file
     image_ids = chair_io.caption_image_ids(args.captions)  # every record checked before anything loads
     nltk_resources.add_data_dir(args.nltk_data)
     scorer = chair.ChairScorer(variant.name, tokenizer=tokenizer)

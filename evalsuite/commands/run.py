@@ -29,6 +29,8 @@ flags (each sets the eval config field of the same name; values are read as YAML
                           checkpoint and setup
                           (answers still come from STORE/.resume where finished)
   --system-prompt TEXT, --chat-template FILE, --image-aspect crop|pad    prompt settings
+  --engine hf|vllm        what generates: transformers (default) or a vLLM worker in its own
+                          environment (`make vllm-env`; vllm.* options; docs/engines.md)
 convenience flags (set typed fields of the sections the run's tasks read):
   --split S               caption.split, chair.split, lmms.split (default val)
   --prompt TEXT           caption.prompt, chair.prompt

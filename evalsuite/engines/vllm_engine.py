@@ -22,6 +22,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ class VllmOptions:
     kv_cache_gib: float = 1.0          # CPU only: VLLM_CPU_KVCACHE_SPACE
     gpu_memory_utilization: float | None = None   # GPU only: vLLM's default (0.9) when null
     tensor_parallel_size: int = 1      # GPUs one model is split over
-    data_parallel_size: int = 1        # model replicas in the one worker (GPUs = tp x dp)
+    data_parallel_size: int = 1        # model replicas, one worker each (GPUs = tp x dp; GPU only)
     prefix_caching: bool = True        # reuse KV blocks of shared prompt prefixes (answers unchanged)
     start_timeout_s: float = 900.0     # import + engine start (40-50 s on a 2-core CPU)
 
@@ -168,8 +169,9 @@ class VllmEngine:
     """A vLLM worker for one checkpoint, started on first use."""
 
     def __init__(self, spec: EngineSpec, ckpt: str | Path, dtype: str = "float32", device: str = "cpu",
-                 log_path: str | Path | None = None, seed: int = 0):
+                 log_path: str | Path | None = None, seed: int = 0, gpus: list[str] | None = None):
         self.spec, self.ckpt, self.dtype, self.device, self.seed = spec, str(ckpt), dtype, device, seed
+        self.gpus = gpus  # a data-parallel replica's GPUs (CUDA_VISIBLE_DEVICES); None = all visible
         self.log_path = Path(log_path) if log_path else None
         self.proc: subprocess.Popen | None = None
         self.info: dict = {}
@@ -180,8 +182,7 @@ class VllmEngine:
     def command(self) -> list[str]:
         o = self.spec.options
         cmd = [self.spec.python, str(WORKER), "--model", self.ckpt, "--dtype", self.dtype, "--seed", str(self.seed),
-               "--tensor-parallel-size", str(o.tensor_parallel_size),
-               "--data-parallel-size", str(o.data_parallel_size)]
+               "--tensor-parallel-size", str(o.tensor_parallel_size)]
         if o.max_model_len is not None:
             cmd += ["--max-model-len", str(o.max_model_len)]
         if o.prefix_caching:
@@ -198,6 +199,8 @@ class VllmEngine:
                    VLLM_CPU_KVCACHE_SPACE=str(max(1, round(self.spec.options.kv_cache_gib))))
         if self.device == "cpu":
             env.setdefault("VLLM_TARGET_DEVICE", "cpu")
+        if self.gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus)
         return env
 
     @property
@@ -207,8 +210,12 @@ class VllmEngine:
     def start(self) -> None:
         if self.running:
             return
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the worker process (it then imports vLLM and builds the engine: `wait_ready`)."""
         import tempfile
-        import time
 
         if self.log_path is None:
             self.log_path = Path(tempfile.mkdtemp(prefix="evalsuite-vllm-")) / "vllm_worker.log"
@@ -216,17 +223,19 @@ class VllmEngine:
         self._log_fh = open(self.log_path, "ab")
         log.info("starting the vLLM worker (%s, %s) for %s; its log: %s", self.spec.versions.get("package"),
                  self.spec.python, self.ckpt, self.log_path)
-        t0 = time.monotonic()
+        self._t0 = time.monotonic()
         # own session: a Ctrl-C reaches this process, which then shuts the worker down (close())
         self.proc = subprocess.Popen(self.command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._log_fh, env=self.env(), start_new_session=True,
                                      preexec_fn=_set_parent_death_signal if sys.platform == "linux" else None)
+
+    def wait_ready(self) -> None:
         msg = self._read(self.spec.options.start_timeout_s, starting=True)
         if "ready" not in msg:
             self._stop(kill=True)
             raise RunFailure(f"vLLM worker failed to start: {msg.get('error', msg)} (log: {self.log_path})")
         self.info = msg["ready"]
-        log.info("vLLM worker ready in %.0f s (vllm %s, torch %s)", time.monotonic() - t0, self.info.get("vllm"),
+        log.info("vLLM worker ready in %.0f s (vllm %s, torch %s)", time.monotonic() - self._t0, self.info.get("vllm"),
                  self.info.get("torch"))
 
     def close(self) -> None:
@@ -293,6 +302,9 @@ class VllmEngine:
                           f"are kept in the resume cache: run the same command again to resume (log: {self.log_path})")
 
     def request(self, op: str, **body) -> dict:
+        return self.receive(self.send(op, **body), op)
+
+    def send(self, op: str, **body) -> int:
         self.start()
         self._next += 1
         rid = self._next
@@ -300,6 +312,9 @@ class VllmEngine:
             self._write({"id": rid, "op": op, **body})
         except (BrokenPipeError, OSError, ValueError):
             raise self._died() from None
+        return rid
+
+    def receive(self, rid: int, op: str) -> dict:
         msg = self._read()
         if msg.get("id") != rid:
             raise RunFailure(f"vLLM worker: answer {msg.get('id')} to request {rid} (log: {self.log_path})")
@@ -311,14 +326,83 @@ class VllmEngine:
         """Per prompt, its `params["n"]` (default 1) outputs {ids, finish_reason, stop_reason, logprobs, ...}."""
         if not prompts:
             return []
+        return self.finish_generate(prompts, self.send_generate(prompts, params))
+
+    def send_generate(self, prompts: list[PromptIds], params: dict) -> int:
         payload = [{"ids": [int(i) for i in p.ids], "image": image_payload(p.image)} for p in prompts]
-        msg = self.request("generate", prompts=payload, params=params)
+        return self.send("generate", prompts=payload, params=params)
+
+    def finish_generate(self, prompts: list[PromptIds], rid: int) -> list[list[dict]]:
+        msg = self.receive(rid, "generate")
         for p, ran in zip(prompts, msg.get("prompt_ids") or [None] * len(prompts)):
             if p.expanded is not None and ran is not None and list(p.expanded) != list(ran):
                 raise RunFailure(f"vLLM worker: its processor expanded a prompt to {len(ran)} tokens where the "
                                  f"checkpoint's processor gives {len(p.expanded)}: the two would answer different "
                                  f"inputs (log: {self.log_path})")
         return msg["outputs"]
+
+
+class VllmReplicas:
+    """vLLM's data parallelism as `n` workers (vLLM's offline LLM class has none: "not supported for
+    single-process usage"), each on its own `tp` GPUs; a batch is split in contiguous parts, one per worker,
+    sent to all before any answer is read, and put back in order."""
+
+    def __init__(self, spec: EngineSpec, ckpt: str | Path, dtype: str, device: str, log_path: Path | None,
+                 seed: int = 0):
+        n, tp = spec.options.data_parallel_size, spec.options.tensor_parallel_size
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        gpus = [g for g in visible.split(",") if g.strip()] if visible else [str(i) for i in range(n * tp)]
+        if len(gpus) < n * tp:
+            raise UserError(f"vllm.data_parallel_size={n} x vllm.tensor_parallel_size={tp}: needs {n * tp} GPUs, "
+                            f"{len(gpus)} visible")
+        base = Path(log_path) if log_path else None
+        self.replicas = [VllmEngine(spec, ckpt, dtype, device, None if base is None else
+                                    base.with_name(f"{base.stem}.{i}{base.suffix}"), seed, gpus[i * tp:(i + 1) * tp])
+                         for i in range(n)]
+        self.log_path = base
+
+    @property
+    def proc(self):
+        return self.replicas[0].proc
+
+    def start(self) -> None:
+        todo = [r for r in self.replicas if not r.running]
+        for r in todo:
+            r.launch()
+        for r in todo:
+            r.wait_ready()
+
+    def generate_ids(self, prompts: list[PromptIds], params: dict) -> list[list[dict]]:
+        if not prompts:
+            return []
+        self.start()
+        n = len(self.replicas)
+        size = -(-len(prompts) // n)
+        parts = [(i * size, min(len(prompts), (i + 1) * size)) for i in range(n) if i * size < len(prompts)]
+        sent = []
+        for (a, b), r in zip(parts, self.replicas):
+            p = dict(params)
+            if params.get("seeds"):
+                p["seeds"] = params["seeds"][a:b]
+            sent.append((r, prompts[a:b], r.send_generate(prompts[a:b], p)))
+        out: list[list[dict]] = []
+        for r, chunk, rid in sent:
+            out.extend(r.finish_generate(chunk, rid))
+        return out
+
+    def close(self) -> None:
+        for r in self.replicas:
+            r.close()
+
+
+def make_engine(spec: EngineSpec, ckpt: str | Path, dtype: str = "float32", device: str = "cpu",
+                log_path: str | Path | None = None, seed: int = 0):
+    """One worker, or `vllm.data_parallel_size` of them (GPU only: on CPU one engine uses every core)."""
+    if spec.options.data_parallel_size > 1:
+        if device == "cpu":
+            raise UserError("vllm.data_parallel_size: GPU only (on CPU one vLLM engine already uses every core)")
+        return VllmReplicas(spec, ckpt, dtype, device, Path(log_path) if log_path else None, seed)
+    return VllmEngine(spec, ckpt, dtype, device, log_path, seed)
 
 
 # ---------------------------------------------------------------------------------- evalsuite requests
@@ -440,7 +524,8 @@ class VllmBackend:
 
 
 def _last_line(path: Path | None) -> str:
-    """The last non-empty line of the worker's log (the error a dead worker printed), shortened."""
+    """The last error line of the worker's log (what a dead worker printed), shortened; "" when its last
+    lines are ordinary log lines (a killed worker prints nothing)."""
     if path is None or not path.is_file():
         return ""
     try:
@@ -449,4 +534,5 @@ def _last_line(path: Path | None) -> str:
             lines = [ln.strip() for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
     except OSError:
         return ""
-    return lines[-1][:300] if lines else ""
+    tail = [ln for ln in lines[-20:] if "Error" in ln or "error:" in ln or ln.startswith("Killed")]
+    return tail[-1][:300] if tail else ""

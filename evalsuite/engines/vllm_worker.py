@@ -16,7 +16,8 @@ Protocol: one JSON object per line each way. The worker first answers
        IMAGE is {"rgb": base64 of raw RGB bytes, "size": [w, h]} (the exact pixels the project prepared)
        or {"path": file}. params: max_tokens, temperature, top_p, top_k, n, seed (per prompt: "seeds"),
        stop_token_ids, suppress_ids (never generated: HF's suppress_tokens), logprobs (bool: the sampled
-       token's log-prob, before temperature, as HF's log_softmax of the logits), repetition_penalty.
+       token's log-prob, before temperature, as HF's log_softmax of the logits), repetition_penalty,
+       ignore_eos (EOS an ordinary token: CSR's released stop rule).
        Prompt ids are the project's tokenization of its rendered prompt with ONE placeholder per image:
        vLLM's processor expands it (given expanded ids it would expand them again).
     op "ping" -> {"id": I, "pong": true};  op "shutdown" -> {"id": I, "bye": true}, then exit 0.
@@ -72,8 +73,6 @@ class Worker:
                   enforce_eager=args.enforce_eager, enable_prefix_caching=args.prefix_caching,
                   tensor_parallel_size=args.tensor_parallel_size, trust_remote_code=False,
                   limit_mm_per_prompt={"image": 1}, skip_tokenizer_init=False)
-        if args.data_parallel_size > 1:
-            kw["data_parallel_size"] = args.data_parallel_size
         if args.gpu_memory_utilization is not None:
             kw["gpu_memory_utilization"] = args.gpu_memory_utilization
         self.llm = LLM(**kw)
@@ -116,6 +115,7 @@ class Worker:
                 allowed_token_ids=self._allowed_ids(list(p.get("suppress_ids") or [])),
                 logprobs=0 if p.get("logprobs") else None,
                 repetition_penalty=float(p.get("repetition_penalty", 1.0)),
+                ignore_eos=bool(p.get("ignore_eos", False)),
                 detokenize=False, skip_special_tokens=False))
         inputs = []
         for item in prompts:
@@ -157,7 +157,6 @@ def main(argv=None) -> int:
     ap.add_argument("--enforce-eager", action="store_true")
     ap.add_argument("--prefix-caching", action="store_true")
     ap.add_argument("--tensor-parallel-size", type=int, default=1)
-    ap.add_argument("--data-parallel-size", type=int, default=1)
     ap.add_argument("--gpu-memory-utilization", type=float, default=None)
     args = ap.parse_args(argv)
     out = _protocol_out()

@@ -63,10 +63,10 @@ class ModelLoader:
     def generator(self, device_type: str, dtype: str):
         """The engine's generator (evalsuite/engines/vllm_engine.py), its worker started on first use."""
         if self._generator is None:
-            from evalsuite.engines.vllm_engine import VllmEngine, VllmGenerator
+            from evalsuite.engines.vllm_engine import VllmGenerator, make_engine
 
             log_path = Path(self.log_dir) / "vllm_worker.log" if self.log_dir else None
-            engine = VllmEngine(self.engine, self.ckpt, dtype=dtype, device=device_type, log_path=log_path)
+            engine = make_engine(self.engine, self.ckpt, dtype=dtype, device=device_type, log_path=log_path)
             self._generator = VllmGenerator(engine, self.prompts(), self.ckpt)
         return self._generator
 

@@ -82,6 +82,7 @@ class TreeConfig:
     """
 
     expander: Literal["group_beam", "sample"] = "group_beam"
+    engine: Literal["hf", "vllm"] = "hf"    # vllm: the sample expander on a vLLM worker (docs/engines.md)
     num_beams: int = 5
     num_beam_groups: int = 5
     diversity_penalty: float = 3.0
@@ -109,6 +110,9 @@ class TreeConfig:
     def __post_init__(self) -> None:
         w = "tree"
         _check(self.expander in EXPANDERS, f"{w}.expander", f"{self.expander!r} is not one of {EXPANDERS}")
+        _check(self.engine in ("hf", "vllm"), f"{w}.engine", f"{self.engine!r} is not one of ('hf', 'vllm')")
+        _check(self.engine == "hf" or self.expander == "sample", f"{w}.engine",
+               "vllm runs the sample expander only (set tree.expander: sample)")
         _check(self.stop in STOP_RULES, f"{w}.stop", f"{self.stop!r} is not one of {STOP_RULES}")
         _check(self.junk_filter in JUNK_FILTERS, f"{w}.junk_filter", f"{self.junk_filter!r} is not one of {JUNK_FILTERS}")
         _check(self.num_beams >= 1, f"{w}.num_beams", "must be >= 1")

@@ -29,6 +29,7 @@ import argparse
 import base64
 import json
 import os
+import signal
 import sys
 
 
@@ -159,6 +160,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tensor-parallel-size", type=int, default=1)
     ap.add_argument("--gpu-memory-utilization", type=float, default=None)
     args = ap.parse_args(argv)
+    # SIGTERM (the client's stop, or the parent-death signal when evalsuite dies) exits through Python, so
+    # vLLM's exit hooks stop its engine processes too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     out = _protocol_out()
     try:
         worker = Worker(args)

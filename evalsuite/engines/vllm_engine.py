@@ -177,6 +177,8 @@ class VllmEngine:
         self.info: dict = {}
         self._next = 0
         self._log_fh = None
+        self._launched = False
+        self._code: int | None = None
 
     # ------------------------------------------------------------------ life cycle
     def command(self) -> list[str]:
@@ -210,6 +212,8 @@ class VllmEngine:
     def start(self) -> None:
         if self.running:
             return
+        if self._launched:  # a worker that died is not silently replaced: its run fails (and resumes)
+            raise self._died()
         self.launch()
         self.wait_ready()
 
@@ -224,6 +228,7 @@ class VllmEngine:
         log.info("starting the vLLM worker (%s, %s) for %s; its log: %s", self.spec.versions.get("package"),
                  self.spec.python, self.ckpt, self.log_path)
         self._t0 = time.monotonic()
+        self._launched = True
         # own session: a Ctrl-C reaches this process, which then shuts the worker down (close())
         self.proc = subprocess.Popen(self.command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._log_fh, env=self.env(), start_new_session=True,
@@ -252,11 +257,17 @@ class VllmEngine:
 
     def _stop(self, kill: bool) -> None:
         proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
+        if proc is not None:
+            self._code = proc.poll()
+            # the worker's whole session (it was started as its leader): its engine processes, and what a
+            # killed worker leaves behind (multiprocessing's resource tracker), even once the worker is gone
             try:
-                os.killpg(proc.pid, 9 if kill else 15)   # its engine processes too (same session)
+                os.killpg(proc.pid, 9 if kill else 15)
+            except OSError:  # nothing left in the session
+                pass
+            try:
                 proc.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
+            except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
         for fh in (getattr(proc, "stdin", None), getattr(proc, "stdout", None), self._log_fh):
@@ -295,7 +306,7 @@ class VllmEngine:
         return json.loads(line)
 
     def _died(self) -> RunFailure:
-        code = self.proc.wait() if self.proc is not None else None
+        code = self.proc.wait() if self.proc is not None else self._code
         last = _last_line(self.log_path)
         self._stop(kill=True)
         return RunFailure(f"vLLM worker exited (code {code}){f': {last}' if last else ''}; answers finished before "

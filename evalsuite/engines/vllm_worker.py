@@ -149,6 +149,16 @@ def _has_dist(metadata, name: str) -> bool:
         return False
 
 
+def _on_sigterm(*_) -> None:
+    """SIGTERM (the client's stop, or the parent-death signal when evalsuite dies): exit through Python, so
+    vLLM's exit hooks stop its engine processes; whatever still runs 20 s later (an exit stuck in engine
+    start-up) is killed with the whole process group, this worker's session."""
+    import threading
+
+    threading.Timer(20.0, lambda: os.killpg(0, signal.SIGKILL)).start()
+    sys.exit(0)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
@@ -160,9 +170,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tensor-parallel-size", type=int, default=1)
     ap.add_argument("--gpu-memory-utilization", type=float, default=None)
     args = ap.parse_args(argv)
-    # SIGTERM (the client's stop, or the parent-death signal when evalsuite dies) exits through Python, so
-    # vLLM's exit hooks stop its engine processes too
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGTERM, _on_sigterm)
     out = _protocol_out()
     try:
         worker = Worker(args)

@@ -38,6 +38,20 @@ def _worker_pid(parent: int) -> int | None:
     return None
 
 
+def _session_alive(sid: int) -> list[int]:
+    """Live (not zombie) processes of session `sid`: what a killed worker might leave (its engine processes)."""
+    alive = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                alive.append(int(d.name))
+    return alive
+
+
 def _results(out: Path) -> dict:
     tasks = {}
     for name in TASKS.split(","):
@@ -79,6 +93,7 @@ def test_run_vllm_killed_resumes_and_stores_hf_scores(vllm_spec, vllm_ckpts, wor
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert lines[-1].startswith("evalsuite: failed: vLLM worker exited (code -9)"), lines[-5:]
     assert "resume" in lines[-1] and "Traceback" not in err
+    assert _session_alive(killed) == []  # the worker's engine processes went with it
 
     again = run_cli(*_args(ckpt, world_dir, store, tmp_path / "vllm", "vllm"), env=env)
     assert again.returncode == 0, again.stderr[-3000:]

@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 NLTK    := $(abspath .cache/nltk_data)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup system-deps nltk-data demo test test-fast fuzz-soak bench clean
+.PHONY: setup system-deps nltk-data demo test test-fast fuzz-soak test-engines vllm-env bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -55,6 +55,18 @@ FUZZ_N ?= 3000
 fuzz-soak: $(VENV)/.installed
 	seed=$${FUZZ_SEED:-$$(date +%s)}; echo "fuzz-soak: FUZZ_SEED=$$seed FUZZ_N=$(FUZZ_N)"; \
 	  FUZZ_SEED=$$seed FUZZ_N=$(FUZZ_N) NLTK_DATA=$(NLTK) $(BIN)/python -m pytest -q tests/fuzz
+
+# vLLM's own environment for `evalsuite run --engine vllm` (docs/engines.md): ~3-7 minutes and ~6 GB once,
+# in ~/.cache/evalsuite/vllm-env (VLLM_ENV=DIR elsewhere; EVALSUITE_VLLM_PYTHON points a run at another)
+VLLM_ENV ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/evalsuite/vllm-env
+vllm-env:
+	bash evalsuite/engines/setup_vllm.sh $(VLLM_ENV)
+
+# the engine tests (tests/engines/, left out of `make test`): vLLM answers against HF's on tiny models
+test-engines: $(VENV)/.installed vllm-env
+	EVALSUITE_TEST_ENGINES=1 EVALSUITE_VLLM_PYTHON=$${EVALSUITE_VLLM_PYTHON:-$(VLLM_ENV)/bin/python} \
+	  NLTK_DATA=$(NLTK) $(BIN)/python -m pytest -q --durations=10 tests/engines; rc=$$?; \
+	  if [ $$rc = 5 ]; then echo "no tests were collected"; exit 1; fi; exit $$rc
 
 # bench/gpu_*.py are the GPU figures: `bash bench/gpu.sh` runs them (their 7B shapes need CUDA)
 bench: $(VENV)/.installed

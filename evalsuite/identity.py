@@ -116,13 +116,19 @@ class ModelId:
     inputs: dict = field(default_factory=dict)   # inputs_identity
     device: str = "cpu"                 # device type (every GPU answers alike)
     dtype: str | None = None
+    engine: dict = field(default_factory=dict)   # {} = HF generate; else the engine and its versions
 
     @classmethod
-    def of(cls, ckpt: str | Path, inputs=None, device: str = "cpu", dtype: str | None = None) -> ModelId:
-        return cls(checkpoint_hash(ckpt), prompt_files_id(ckpt), inputs_identity(inputs), device, dtype)
+    def of(cls, ckpt: str | Path, inputs=None, device: str = "cpu", dtype: str | None = None,
+           engine: dict | None = None) -> ModelId:
+        return cls(checkpoint_hash(ckpt), prompt_files_id(ckpt), inputs_identity(inputs), device, dtype,
+                   dict(engine or {}))
 
     def key(self) -> str:
-        return digest(dataclasses.asdict(self))
+        d = dataclasses.asdict(self)
+        if not d["engine"]:   # HF generate: the key of a ModelId without engines
+            del d["engine"]
+        return digest(d)
 
 
 def options_identity(opts: Any) -> dict[str, Any]:

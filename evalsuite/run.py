@@ -199,6 +199,7 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     ensure_writable_dir(cfg.store, "--store", create=False)
     if cfg.output:
         ensure_writable_dir(cfg.output, "--output", create=False)
+    engine = cfg.engine_spec()          # --engine vllm: its environment checked now (docs/engines.md)
     data_root = Path(cfg.data_root) if cfg.data_root else (ensure_builtin_world() if cfg.world else None)
     if data_root is not None and not data_root.is_dir():
         raise UserError(f"--data-root {data_root}: not a directory")
@@ -208,7 +209,7 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     ctx = RunContext(
         ckpt=cfg.ckpt, data_root=data_root, output_dir=None, dist=dist, device=dist.device(cfg.device), dtype=cfg.dtype,
         limit=cfg.limit, batch_size=cfg.batch_size, gen=cfg.gen_config(), trust_remote_code=cfg.trust_remote_code,
-        inputs=cfg.inputs(), resume_root=Path(cfg.store) / ".resume")
+        inputs=cfg.inputs(), resume_root=Path(cfg.store) / ".resume", engine=engine)
     model = model_identity(ctx)
     ckpt_hash = model.weights
     run_id, outdir = None, None
@@ -241,6 +242,7 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     try:
         _run_tasks(ctx, cfg, steps, lmms, specs, store, meta, summary, ckpt_hash)
     finally:
+        ctx.loader.close()  # the engine worker, if one started
         if outdir is not None:
             outdir.release()
     if dist.is_main:  # one line per run, not one per rank (the other ranks wrote nothing)
@@ -363,10 +365,8 @@ def _run_lmms(ctx: RunContext, cfg: EvalConfig, lmms: list[str], specs, summary:
     if not pending:
         return
 
-    from evalsuite.models.backend import VLMBackend
-
     # keyed by the run's ModelId: an edited chat template misses the cache (the data checks passed at planning)
-    backend = VLMBackend(ctx.vlm, model_identity(ctx), name=str(ctx.ckpt))
+    backend = ctx.backend(model_identity(ctx))
     for result in iter_lmms_tasks(
             [s for s in specs if s.name in pending], backend=backend, cache_root=Path(cfg.store) / ".resume" / "lmms",
             gen_kwargs=cfg.lmms.gen_kwargs_arg(), bootstrap_iters=cfg.lmms.bootstrap_iters, limit=cfg.limit,

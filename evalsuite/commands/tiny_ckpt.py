@@ -13,6 +13,8 @@ def register(sub) -> None:
     p.add_argument("--arch", choices=ARCHS, default="llava",
                    help="VLM family (default llava = LLaVA-1.5; --kind vlm only)")
     p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    p.add_argument("--vllm-compatible", action="store_true",
+                   help="a VLM that vLLM also runs (text heads of 32, llava-hf weight names; docs/engines.md)")
     p.set_defaults(func=main)
 
 
@@ -24,8 +26,10 @@ def main(args) -> int:
     if args.kind == "clip":
         if args.arch != "llava":
             raise UserError("--arch: only for --kind vlm")
+        if args.vllm_compatible:
+            raise UserError("--vllm-compatible: only for --kind vlm")
         out = build_tiny_clip(args.out, seed=args.seed)
     else:
-        out = build_tiny_family(args.arch, args.out, seed=args.seed)
+        out = build_tiny_family(args.arch, args.out, seed=args.seed, vllm_compatible=args.vllm_compatible)
     print(out)
     return 0

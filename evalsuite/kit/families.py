@@ -481,16 +481,25 @@ BUILDERS: dict[str, Callable] = {
 ARCHS = ("llava", *BUILDERS)
 
 
+VLLM_HIDDEN = 128  # 4 heads of 32: vLLM's CPU attention has no kernel for the default 16-wide heads
+
+
 def build_tiny_family(arch: str, out: str | Path, seed: int = 0, hidden: int = 64, layers: int = 2,
-                      corpus=None) -> Path:
-    """Write a tiny checkpoint of family `arch` to `out`; the same seed gives bit-identical weights."""
+                      corpus=None, vllm_compatible: bool = False) -> Path:
+    """Write a tiny checkpoint of family `arch` to `out`; the same seed gives bit-identical weights.
+
+    `vllm_compatible`: a checkpoint vLLM loads and runs on CPU too (docs/engines.md): text heads of
+    32 (hidden 128 unless a wider one is asked for) and, for LLaVA, llava-hf's weight names."""
     import torch
 
     from evalsuite.errors import UserError
     from evalsuite.kit.tiny import _write_kit_manifest, build_tiny_vlm
 
+    if vllm_compatible:
+        hidden = max(hidden, VLLM_HIDDEN)
     if arch == "llava":
-        return build_tiny_vlm(out, seed=seed, hidden=hidden, layers=layers, corpus=corpus)
+        return build_tiny_vlm(out, seed=seed, hidden=hidden, layers=layers, corpus=corpus,
+                              vllm_compatible=vllm_compatible)
     if arch not in BUILDERS:
         raise UserError(f"--arch {arch!r}: not one of {', '.join(ARCHS)}")
     out = Path(out)
@@ -503,6 +512,8 @@ def build_tiny_family(arch: str, out: str | Path, seed: int = 0, hidden: int = 6
     gc.pad_token_id, gc.eos_token_id, gc.bos_token_id = tok.pad_token_id, tok.eos_token_id, tok.bos_token_id
     model.save_pretrained(out, safe_serialization=True)
     processor.save_pretrained(out)
-    _write_kit_manifest(out, kind=f"tiny-{arch}", seed=seed, config={"arch": arch, "hidden": hidden, "layers": layers})
+    extra = {"vllm_compatible": True} if vllm_compatible else {}  # the default's manifest is unchanged
+    _write_kit_manifest(out, kind=f"tiny-{arch}", seed=seed, config={"arch": arch, "hidden": hidden, "layers": layers,
+                                                                      **extra})
     log.info("tiny %s (%d params, vocab %d) -> %s", arch, model.num_parameters(), len(tok), out)
     return out

@@ -82,8 +82,12 @@ def build_tiny_vlm(
     corpus: Iterable[str] | None = None,
     vision_from: str | Path | None = None,
     vision_feature_layer: int = -1,
+    vllm_compatible: bool = False,
 ) -> Path:
     """Write a tiny LLaVA checkpoint to `out`; the same seed gives bit-identical weights.
+
+    `vllm_compatible`: weights under llava-hf's `vision_tower.vision_model.*` names, which vLLM loads
+    (transformers loads both); the head size is the caller's (`build_tiny_family` raises it to 32).
 
     The default 32 px input with 16 px patches gives 4 image tokens, one per cell of the world's
     2x2 scene grid: measured here, that is what lets a tiny model ground objects at all.
@@ -146,12 +150,43 @@ def build_tiny_vlm(
     gc = model.generation_config
     gc.pad_token_id, gc.eos_token_id, gc.bos_token_id = tok.pad_token_id, tok.eos_token_id, tok.bos_token_id
     model.save_pretrained(out, safe_serialization=True)
+    if vllm_compatible:
+        llava_hf_layout(out)
     processor.save_pretrained(out)
+    extra = {"vllm_compatible": True} if vllm_compatible else {}  # the default's manifest is unchanged
     _write_kit_manifest(out, kind="tiny-vlm", seed=seed, config={
         "hidden": hidden, "layers": layers, "image_size": image_size, "patch_size": patch_size,
-        "vision_feature_layer": vision_feature_layer, "vision_from": str(vision_from) if vision_from else None})
+        "vision_feature_layer": vision_feature_layer, "vision_from": str(vision_from) if vision_from else None,
+        **extra})
     log.info("tiny VLM (%d params, vocab %d) -> %s", model.num_parameters(), len(tok), out)
     return out
+
+
+def llava_hf_layout(out: Path) -> None:
+    """Rename a saved LLaVA's `vision_tower.X` weights to llava-hf's `vision_tower.vision_model.X`.
+
+    transformers 5 saves the CLIP tower without its `vision_model.` level and reads either layout; vLLM's
+    LLaVA loader reads only the llava-hf one ("no module or parameter named 'vision_tower.embeddings'")."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    for shard in sorted(Path(out).glob("*.safetensors")):
+        with safe_open(str(shard), "pt") as fh:
+            meta = fh.metadata()
+            tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+        renamed = {("vision_tower.vision_model." + k[len("vision_tower."):]
+                    if k.startswith("vision_tower.") and not k.startswith("vision_tower.vision_model.") else k): v
+                   for k, v in tensors.items()}
+        save_file(renamed, str(shard), metadata=meta)
+    index = Path(out) / "model.safetensors.index.json"
+    if index.is_file():
+        import json
+
+        data = json.loads(index.read_text())
+        data["weight_map"] = {("vision_tower.vision_model." + k[len("vision_tower."):]
+                               if k.startswith("vision_tower.") and not k.startswith("vision_tower.vision_model.")
+                               else k): v for k, v in data["weight_map"].items()}
+        index.write_text(json.dumps(data, indent=2))
 
 
 def build_tiny_clip(

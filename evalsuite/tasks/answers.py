@@ -67,6 +67,7 @@ def generate_answers(ctx, images: list[dict], prompt: str, gen: GenConfig, data_
     setting = {"data": data_id, "inputs": inputs_identity(ctx.loader.inputs), "device": ctx.device_type}
     if ctx.dtype:  # an explicit dtype (the default one follows from the device, keeping older keys valid)
         setting["dtype"] = ctx.dtype
+    setting.update(ctx.engine_identity())  # answers of two engines never share an entry (HF adds nothing)
     keys = [request_key(ctx.ckpt_id, "answers", "generate", im["id"], json.dumps([prompt, setting], sort_keys=True),
                         gen.to_dict()) for im in mine]
     answers: dict[str, str] = {}

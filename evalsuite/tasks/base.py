@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from evalsuite.dist import Dist
+from evalsuite.errors import UserError
 from evalsuite.types import GenConfig, GenRequest, TaskResult, eval_key
 
 
@@ -26,11 +27,15 @@ class ModelLoader:
     """Loads the checkpoint on first use, once: a run whose answers are all cached never loads it."""
 
     def __init__(self, ckpt: str, device: str | None = None, trust_remote_code: bool = False,
-                 inputs: dict | None = None, dtype: str | None = None):
+                 inputs: dict | None = None, dtype: str | None = None, engine: Any = None, log_dir: Path | None = None):
         self.ckpt, self.device, self.trust_remote_code, self.dtype = ckpt, device, trust_remote_code, dtype
         self.inputs = _input_config(inputs)
         self._vlm: Any = None
         self._prompts: Any = None
+        # engine: None = HF generate in this process; else an evalsuite.engines EngineSpec, whose worker
+        # starts on the first generation and stops in close() (run_eval's finally)
+        self.engine, self.log_dir = engine, log_dir
+        self._generator: Any = None
 
     @property
     def loaded(self) -> bool:
@@ -54,6 +59,21 @@ class ModelLoader:
 
             self._prompts = load_inputs(self.ckpt, self.inputs, self.trust_remote_code)
         return self._prompts
+
+    def generator(self, device_type: str, dtype: str):
+        """The engine's generator (evalsuite/engines/vllm_engine.py), its worker started on first use."""
+        if self._generator is None:
+            from evalsuite.engines.vllm_engine import VllmGenerator, make_engine
+
+            log_path = Path(self.log_dir) / "vllm_worker.log" if self.log_dir else None
+            engine = make_engine(self.engine, self.ckpt, dtype=dtype, device=device_type, log_path=log_path)
+            self._generator = VllmGenerator(engine, self.prompts(), self.ckpt)
+        return self._generator
+
+    def close(self) -> None:
+        """Stop the engine worker, if one was started."""
+        if self._generator is not None:
+            self._generator.engine.close()
 
 
 def _input_config(inputs: dict | None):
@@ -81,12 +101,13 @@ class RunContext:
     inputs: dict = field(default_factory=dict)          # system_prompt, chat_template, image_aspect
     resume_root: Path | None = None     # per-sample answer cache root (STORE/.resume); None = no resume
     ckpt_id: str = ""                   # ModelId.key() (evalsuite/identity.py): what the model's answers depend on
+    engine: Any = None                  # None = HF generate; an evalsuite.engines EngineSpec (docs/engines.md)
     loader: ModelLoader | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.loader is None:  # a frozen dataclass sets its derived fields through object.__setattr__
             object.__setattr__(self, "loader", ModelLoader(self.ckpt, self.device, self.trust_remote_code, self.inputs,
-                                                           self.dtype))
+                                                           self.dtype, engine=self.engine, log_dir=self.output_dir))
 
     @property
     def device_type(self) -> str:
@@ -102,16 +123,43 @@ class RunContext:
         part of every result's identity (own tasks and lmms-eval's)."""
         from evalsuite.models.vlm import resolve_dtype
 
-        return {"device": self.device_type, "dtype": resolve_dtype(self.device_type, self.dtype)}
+        setup = {"device": self.device_type, "dtype": resolve_dtype(self.device_type, self.dtype)}
+        return {**setup, **self.engine_identity()}
+
+    def engine_identity(self) -> dict:
+        """{} for HF generate (keys written before engines existed stay valid), else {"engine": {...}}."""
+        return self.engine.identity() if self.engine is not None else {}
 
     @property
     def vlm(self):
         return self.loader.get()
 
     def generate(self, requests: list[GenRequest], gen: GenConfig) -> list[str]:
+        if self.engine is not None:
+            return self.generator().generate(requests, gen)
         from evalsuite.models.vlm import generate
 
         return generate(self.vlm, requests, gen, batch_size=self.batch_size, progress=False)
+
+    def generator(self):
+        from evalsuite.models.vlm import resolve_dtype
+
+        if self.dist.world_size > 1:
+            raise UserError("--engine vllm: one process runs the engine; use vllm.data_parallel_size / "
+                            "vllm.tensor_parallel_size instead of a multi-process launch (docs/multi-gpu.md)")
+        return self.loader.generator(self.device_type, resolve_dtype(self.device_type, self.dtype))
+
+    def backend(self, fingerprint: str):
+        """The model behind lmms-eval's adapter: this run's engine, or the loaded HF model."""
+        if self.engine is not None:
+            from evalsuite.engines.vllm_engine import VllmBackend
+
+            setup = self.model_setup()
+            return VllmBackend(self.generator(), fingerprint, self.engine_identity(), setup["dtype"],
+                               self.device_type, name=str(self.ckpt))
+        from evalsuite.models.backend import VLMBackend
+
+        return VLMBackend(self.vlm, fingerprint, name=str(self.ckpt))
 
 
 @dataclass(frozen=True)

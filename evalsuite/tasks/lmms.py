@@ -195,7 +195,8 @@ def leaf_keys(spec: LmmsSpec, *, limit: int | None, gen_kwargs: str | dict | Non
 
 def backend_setup(backend, seed: int) -> dict:
     """{"seed", "device" (type, not index), "dtype"} of a run on `backend` (lmms_results.leaf_identity)."""
-    return {"seed": seed, "device": str(backend.device).split(":")[0], "dtype": getattr(backend, "dtype", None)}
+    setup = {"seed": seed, "device": str(backend.device).split(":")[0], "dtype": getattr(backend, "dtype", None)}
+    return {**setup, **(getattr(backend, "engine_identity", None) or {})}  # another engine: another result
 
 
 def iter_lmms_tasks(names: list, *, ckpt=None, data_root=None, split: str = "val", data: dict | None = None,

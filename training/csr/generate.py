@@ -121,16 +121,18 @@ class _Prompt:
     tree: Tree
     features: dict[str, Any]  # the prompt's per-sample processor tensors (evalsuite.models.inputs.split_sample)
     active: list[int]
+    engine_prompt: Any = None  # tree.engine vllm: (ids with one image placeholder, prepared image)
 
 
 class TreeGenerator:
     """Grows trees for prompt records {id, image, question} with one loaded `evalsuite` VLM."""
 
-    def __init__(self, vlm, cfg: TreeConfig, image_root: str | Path):
+    def __init__(self, vlm, cfg: TreeConfig, image_root: str | Path, sampler=None):
         from evalsuite.models.vlm import placeholder_token_ids, suppressed_token_ids
         from training.csr.search import SearchSpec
 
         self.vlm, self.cfg, self.image_root = vlm, cfg, Path(image_root)
+        self.sampler = sampler  # tree.engine vllm: a training.csr.vllm_expand.VllmSampler
         tok = vlm.tokenizer
         self.eos_id = tok.eos_token_id
         if cfg.stop == "released":  # sample.py passes the "." id as eos_token_id: EOS is an ordinary token
@@ -181,7 +183,12 @@ class TreeGenerator:
                     sentence_score=0.0, lm_score=0.0)
         tree = Tree(id=str(record["id"]), image=record["image"], question=record["question"],
                     prompt_ids=prompt_ids, nodes=[root])
-        return _Prompt(tree=tree, features=features, active=[0])
+        prompt = _Prompt(tree=tree, features=features, active=[0])
+        if self.sampler is not None:
+            from evalsuite.files import safe_join
+
+            prompt.engine_prompt = self.sampler.prompt(safe_join(self.image_root, record["image"]), record["question"])
+        return prompt
 
     def _grow(self, prompts: list[_Prompt]) -> list[Tree]:
         while any(p.active for p in prompts):
@@ -203,7 +210,10 @@ class TreeGenerator:
         contexts = [p.tree.prompt_ids + p.tree.nodes[nid].response_ids for p, nid in chunk]
         features = [p.features for p, _ in chunk]
         cfg = self.cfg
-        if cfg.expander == "group_beam":
+        if self.sampler is not None:  # the sample expander on vLLM (training/csr/vllm_expand.py)
+            out = self.sampler.expand([(*p.engine_prompt, p.tree.prompt_ids, p.tree.nodes[nid].response_ids)
+                                       for p, nid in chunk], self.spec, [f"{p.tree.id}/{nid}" for p, nid in chunk])
+        elif cfg.expander == "group_beam":
             out = group_beam_search(self.vlm.model, contexts, features, self.spec)
         else:
             keys = [f"{p.tree.id}/{nid}" for p, nid in chunk]

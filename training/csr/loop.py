@@ -130,7 +130,13 @@ def stage_generate(cfg: CSRConfig, models: _Models, ckpt: str, records: list[dic
     info = _done(d, f"generate.rank{rank}")
     if not info or info.get("world") != world:  # a shard of a run with another world size is another shard
         mine = dist.shard(records)
-        trees = TreeGenerator(models.vlm(ckpt), cfg.tree, cfg.image_root).generate(mine)
+        if cfg.tree.engine == "vllm":  # one vLLM worker for this checkpoint's trees (training/csr/vllm_expand.py)
+            from training.csr.vllm_expand import open_sampler
+
+            with open_sampler(cfg, models.vlm(ckpt), ckpt, world, d / "vllm_worker.log") as sampler:
+                trees = TreeGenerator(models.vlm(ckpt), cfg.tree, cfg.image_root, sampler=sampler).generate(mine)
+        else:
+            trees = TreeGenerator(models.vlm(ckpt), cfg.tree, cfg.image_root).generate(mine)
         write_trees(shard, trees)
         _mark(d, f"generate.rank{rank}", trees=len(trees), world=world)
     dist.barrier()

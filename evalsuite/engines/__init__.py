@@ -1,0 +1,10 @@
+"""Generation engines: `hf` (transformers `generate` in this process, the default) and `vllm` (a vLLM
+worker process in vLLM's own environment: evalsuite/engines/vllm_engine.py, docs/engines.md).
+
+An engine other than `hf` is part of every result's identity and of every resume-cache key it answers
+(`identity()`), so answers of two engines never meet in one result or one cache. `hf` adds no key:
+results and caches written before engines existed keep their keys.
+"""
+from __future__ import annotations
+
+ENGINES = ("hf", "vllm")

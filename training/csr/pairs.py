@@ -101,6 +101,17 @@ def build_pairs(trees: Sequence[Tree], scores: Sequence[dict], tokenizer, reward
     return pairs, skipped
 
 
+def released_human_turn(vlm, question: str) -> str:
+    """The human turn of `pairs.template: released`: the templated generation prompt (construct.py's), its
+    image placeholder written as the pair file's "<image>", which the `csr_pairs` reader strips as the
+    released DPO does. A family whose placeholder is another token (Qwen-VL's <|image_pad|>, Mllama's
+    <|image|>) would otherwise reach DPO with two placeholders for one image (the processor refuses it)."""
+    from evalsuite.models.vlm import build_prompt
+
+    token = vlm.inputs.image_token
+    return build_prompt(vlm, question).replace(token, "<image>")
+
+
 def no_pairs_message(iteration: int, trees: Sequence[Tree], scores: Sequence[dict], skipped: Counter,
                      reward: RewardConfig) -> str:
     """One line saying why an iteration has no pairs: trees, complete paths, paths with a judged sentence

@@ -190,7 +190,7 @@ def stage_pairs(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> 
         from evalsuite.errors import RunFailure
         from training.csr.pairs import no_pairs_message
 
-        raise RunFailure(no_pairs_message(t, trees, scores, skipped, cfg.reward))
+        raise RunFailure(no_pairs_message(t, trees, scores, skipped, cfg.reward, cfg.pairs.guards))
     add_relevance(pairs, models.scorer(), cfg.image_root)
     pairs_path = write_pair_files(d, pairs)
     result = pair_stats(pairs, skipped, cfg.reward, config={"iteration": t, "generator": str(ckpt)})

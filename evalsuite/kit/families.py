@@ -260,7 +260,8 @@ def _internvl(corpus, hidden, layers):
     vision = tf.InternVLVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
                                      image_size=[32, 32], patch_size=[8, 8])
     config = tf.InternVLConfig(vision_config=vision, text_config=_text("Qwen2Config", tok, hidden, layers),
-                               image_token_id=tok.context_image_token_id, image_seq_length=4, downsample_ratio=0.5)
+                               image_token_id=tok.context_image_token_id, image_seq_length=4, downsample_ratio=0.5,
+                               tie_word_embeddings=False)  # tied random embeddings echo the prompt (one path per CSR tree)
     return tf.InternVLForConditionalGeneration(config), proc
 
 
@@ -432,9 +433,10 @@ def _lfm2_vl(corpus, hidden, layers):
     text = tf.Lfm2Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
                          full_attn_idxs=[layers - 1], block_auto_adjust_ff_dim=False,
-                         pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+                         pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                         tie_word_embeddings=False)  # tied random embeddings echo the prompt (one path per CSR tree)
     config = tf.Lfm2VlConfig(vision_config=vision, text_config=text, image_token_id=tok.image_token_id,
-                             projector_hidden_size=hidden, downsample_factor=2)
+                             projector_hidden_size=hidden, downsample_factor=2, tie_word_embeddings=False)
     return tf.Lfm2VlForConditionalGeneration(config), proc
 
 

@@ -155,7 +155,8 @@ def test_csr_search_and_reward_pass_use_the_models_own_inputs(arch, ckpts, world
     hf = vlm.model.generate(**enc, num_beams=5, num_return_sequences=5, max_new_tokens=6, do_sample=False,
                             eos_token_id=list(spec.stop_ids), suppress_tokens=list(spec.suppress_ids),
                             pad_token_id=spec.pad_id, return_dict_in_generate=True, output_scores=True)
-    assert [h.ids for h in ours] == [_strip(s[enc["input_ids"].shape[1]:], spec.pad_id) for s in hf.sequences]
+    assert [h.ids for h in ours] == [_strip(s[enc["input_ids"].shape[1]:], spec.pad_id, spec.stop_ids)
+                                     for s in hf.sequences]
     assert [h.score for h in ours] == pytest.approx(hf.sequences_scores.tolist(), abs=1e-4)
 
     a = ours[0]
@@ -167,8 +168,12 @@ def test_csr_search_and_reward_pass_use_the_models_own_inputs(arch, ckpts, world
     assert [lm[1], lm[2]] == pytest.approx([a.score, b.score], abs=1e-4)
 
 
-def _strip(seq, pad: int) -> tuple[int, ...]:
+def _strip(seq, pad: int, stops=()) -> tuple[int, ...]:
+    """A returned sequence up to its first stop (transformers fills a shorter finished one with an EOS id, not
+    always the pad), without trailing pads."""
     ids = seq.tolist()
+    cut = next((i for i, t in enumerate(ids) if t in stops), None)
+    ids = ids if cut is None else ids[:cut + 1]
     while ids and ids[-1] == pad:
         ids.pop()
     return tuple(ids)

@@ -100,3 +100,15 @@ def test_score_trees_scores_the_released_text_by_default(vlm, image_root):
     rec = _Recorder()
     score_trees(vlm, rec, [tree], image_root, RewardConfig(clip_text="sentence"))
     assert rec.texts[2:] == ["the cup is red on the left."] * 2
+
+
+def test_released_texts_where_the_processor_holds_an_added_token(vlm, image_root, monkeypatch):
+    """BLIP-2 / InstructBLIP processors hold the image token as a tokenizers `AddedToken`, not a str: the
+    released texts read it as a string (as the tree generator does), the same texts as with the str."""
+    from tokenizers import AddedToken
+
+    tree = _tree(vlm, image_root)
+    expected = clip_texts(vlm, tree, [1, 2, 3, 4], "released")
+    token = vlm.inputs.image_token
+    monkeypatch.setattr(vlm.processor, "image_token", AddedToken(token, normalized=False, special=True))
+    assert clip_texts(vlm, tree, [1, 2, 3, 4], "released") == expected

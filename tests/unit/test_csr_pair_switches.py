@@ -157,3 +157,16 @@ def test_csr_preset_and_defaults_are_released(repo_root):
 
     pairs = yaml.safe_load((repo_root / "configs" / "csr.yaml").read_text())["pairs"]
     assert pairs == {"template": "released", "post_eos": "keep", "guards": False}
+
+
+def test_no_pairs_message_names_only_settings_that_apply():
+    """pairs.min_paths / min_gap can only be set with guards: true (else they are an error), so the no-pairs
+    line names them only then."""
+    from collections import Counter
+
+    from training.csr.pairs import no_pairs_message
+
+    released = no_pairs_message(1, [], [], Counter(no_paths=2), RewardConfig(), guards=False)
+    ours = no_pairs_message(1, [], [], Counter(too_few_paths=2), RewardConfig(), guards=True)
+    assert "min_paths" not in released and "no_paths=2" in released and "tree.max_new_tokens" in released
+    assert "pairs.min_paths / pairs.min_gap" in ours

@@ -165,16 +165,16 @@ def stage_pairs(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> 
     trees = read_trees(d / "trees.jsonl")
     with open(d / "scores.jsonl") as fh:
         scores = [json.loads(x) for x in fh if x.strip()]
-    from evalsuite.models.vlm import build_prompt
+    from training.csr.pairs import released_human_turn
 
     vlm = models.vlm(ckpt)
-    prompts = [build_prompt(vlm, t.question) for t in trees] if cfg.pairs.template == "released" else None
+    prompts = [released_human_turn(vlm, t.question) for t in trees] if cfg.pairs.template == "released" else None
     pairs, skipped = build_pairs(trees, scores, vlm.tokenizer, cfg.reward, cfg.pairs, prompts)
     if not pairs:  # said here, in words, not as the store's "computed from 0 samples"
         from evalsuite.errors import RunFailure
         from training.csr.pairs import no_pairs_message
 
-        raise RunFailure(no_pairs_message(t, trees, scores, skipped, cfg.reward))
+        raise RunFailure(no_pairs_message(t, trees, scores, skipped, cfg.reward, cfg.pairs.guards))
     add_relevance(pairs, models.scorer(), cfg.image_root)
     pairs_path = write_pair_files(d, pairs)
     result = pair_stats(pairs, skipped, cfg.reward, config={"iteration": t, "generator": str(ckpt)},

@@ -100,17 +100,29 @@ def build_pairs(trees: Sequence[Tree], scores: Sequence[dict], tokenizer, reward
     return pairs, skipped
 
 
+def released_human_turn(vlm, question: str) -> str:
+    """The human turn of `pairs.template: released`: the templated generation prompt (construct.py's), its
+    image placeholder written as the pair file's "<image>", which the `csr_pairs` reader strips as the
+    released DPO does. A family whose placeholder is another token (Qwen-VL's <|image_pad|>, Mllama's
+    <|image|>) would otherwise reach DPO with two placeholders for one image (the processor refuses it)."""
+    from evalsuite.models.vlm import build_prompt
+
+    token = vlm.inputs.image_token
+    return build_prompt(vlm, question).replace(token, "<image>")
+
+
 def no_pairs_message(iteration: int, trees: Sequence[Tree], scores: Sequence[dict], skipped: Counter,
-                     reward: RewardConfig) -> str:
+                     reward: RewardConfig, guards: bool = True) -> str:
     """One line saying why an iteration has no pairs: trees, complete paths, paths with a judged sentence
-    (those `path_rewards` keeps) and the rule that dropped each tree."""
+    (those `path_rewards` keeps), the rule that dropped each tree and the settings that decide it
+    (min_paths / min_gap only with pairs.guards: true, where they can be set at all)."""
     complete = sum(len(t.complete_paths()) for t in trees)
     judged = sum(len(path_rewards(t, {int(k): v for k, v in sc["nodes"].items()}, reward))
                  for t, sc in zip(trees, scores))
     rules = ", ".join(f"{k}={v}" for k, v in sorted(skipped.items())) or "none"
     return (f"iteration {iteration}: no preference pairs from {len(trees)} trees ({complete} complete paths, "
             f"{judged} with a usable sentence; trees dropped by rule: {rules}); nothing to train on "
-            "(pairs.min_paths / pairs.min_gap, tree.max_new_tokens, tree.max_depth)")
+            f"({'pairs.min_paths / pairs.min_gap, ' if guards else ''}tree.max_new_tokens, tree.max_depth)")
 
 
 def add_relevance(pairs: Sequence[Pair], scorer, image_root: str | Path) -> None:

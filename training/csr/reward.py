@@ -77,7 +77,7 @@ def clip_texts(vlm, tree: Tree, nids: Sequence[int], mode: str) -> list[str]:
         return [tree.nodes[n].text for n in nids]
     from evalsuite.models.vlm import build_prompt
 
-    image_id = vlm.tokenizer.convert_tokens_to_ids(getattr(vlm.processor, "image_token", "<image>"))
+    image_id = vlm.tokenizer.convert_tokens_to_ids(vlm.inputs.image_token)  # a str even where the processor holds an AddedToken (BLIP-2)
     texts = released_node_texts(vlm.tokenizer, tree, build_prompt(vlm, tree.question), image_id)
     return [released_clip_text(texts[n], texts[tree.nodes[n].parent]) for n in nids]
 

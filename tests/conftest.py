@@ -122,6 +122,19 @@ def train_inprocess(*argv: str, cwd: Path | None = None):
     `Traceback not in stderr` checks keep their meaning. The real exit code of the real process is checked
     by tests/unit/test_train_config.py::test_cli_bad_value_is_one_line_exit_2 and
     tests/integration/test_train.py::test_cli_subprocess."""
+    from training.train import main
+
+    return _main_inprocess(main, "training/train.py", argv, cwd)
+
+
+def cli_inprocess(*argv: str, cwd: Path | None = None):
+    """`python -m evalsuite.cli ARGV` in this process, as train_inprocess (run_cli is the real process)."""
+    from evalsuite.cli import main
+
+    return _main_inprocess(main, "evalsuite.cli", argv, cwd)
+
+
+def _main_inprocess(main, name: str, argv, cwd: Path | None):
     import contextlib
     import io
     import logging
@@ -130,7 +143,6 @@ def train_inprocess(*argv: str, cwd: Path | None = None):
     import warnings
 
     from evalsuite.env import LOG_FORMAT
-    from training.train import main
 
     out, err = io.StringIO(), io.StringIO()
     handler = logging.StreamHandler(err)
@@ -157,4 +169,4 @@ def train_inprocess(*argv: str, cwd: Path | None = None):
         os.chdir(old_cwd)
         root.removeHandler(handler)
         root.setLevel(old_level)
-    return subprocess.CompletedProcess(["training/train.py", *argv], rc, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess([name, *argv], rc, out.getvalue(), err.getvalue())

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port
 
 
 def _eval(*argv):

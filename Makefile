@@ -41,13 +41,14 @@ demo:
 	@$(MAKE) --no-print-directory setup
 	NLTK_DATA=$(NLTK) $(BIN)/python training/train.py
 
-# pytest exits 5 when it collected no test: that is a failure here, not a pass.
+# pytest exits 5 when it collected no test: that is a failure here, not a pass. `-n auto`: one pytest-xdist
+# worker per core (tests use tmp_path and free ports, so they run side by side); TEST_ARGS adds pytest options.
 test: setup
-	NLTK_DATA=$(NLTK) $(BIN)/python -m pytest -q --durations=15; rc=$$?; \
+	NLTK_DATA=$(NLTK) $(BIN)/python -m pytest -q -n auto --durations=15 $(TEST_ARGS); rc=$$?; \
 	  if [ $$rc = 5 ]; then echo "no tests were collected"; exit 1; fi; exit $$rc
 
 test-fast: $(VENV)/.installed
-	NLTK_DATA=$(NLTK) $(BIN)/python -m pytest -q -m "not slow"
+	NLTK_DATA=$(NLTK) $(BIN)/python -m pytest -q -n auto -m "not slow" $(TEST_ARGS)
 
 # the fuzz suite (tests/fuzz/) with many more hostile variants per input and a fresh seed; a failure
 # prints the seed: rerun with FUZZ_SEED=<it> to reproduce

@@ -111,3 +111,62 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def train_inprocess(*argv: str, cwd: Path | None = None):
+    """`python training/train.py ARGV` run in this process: training.train.main(argv) with stdout, stderr,
+    log records (in the entry point's LOG_FORMAT) and warnings captured; returns a CompletedProcess.
+
+    A subprocess pays ~10 s of imports (torch, transformers) per call; the one-line-error tests share this
+    process's. An escaping exception is printed as a traceback with exit code 1, as Python does, so
+    `Traceback not in stderr` checks keep their meaning. The real exit code of the real process is checked
+    by tests/unit/test_train_config.py::test_cli_bad_value_is_one_line_exit_2 and
+    tests/integration/test_train.py::test_cli_subprocess."""
+    from training.train import main
+
+    return _main_inprocess(main, "training/train.py", argv, cwd)
+
+
+def cli_inprocess(*argv: str, cwd: Path | None = None):
+    """`python -m evalsuite.cli ARGV` in this process, as train_inprocess (run_cli is the real process)."""
+    from evalsuite.cli import main
+
+    return _main_inprocess(main, "evalsuite.cli", argv, cwd)
+
+
+def _main_inprocess(main, name: str, argv, cwd: Path | None):
+    import contextlib
+    import io
+    import logging
+    import subprocess
+    import traceback
+    import warnings
+
+    from evalsuite.env import LOG_FORMAT
+
+    out, err = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(err)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT, datefmt="%H:%M:%S"))
+    root, old_cwd = logging.getLogger(), os.getcwd()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        os.chdir(cwd or REPO)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            try:
+                rc = main(list(argv))
+            except SystemExit as e:
+                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except Exception:
+                traceback.print_exc()
+                rc = 1
+        for w in caught:
+            err.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno))
+    finally:
+        os.chdir(old_cwd)
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+    return subprocess.CompletedProcess([name, *argv], rc, out.getvalue(), err.getvalue())

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port
 
 
 def _eval(*argv):
@@ -89,7 +89,7 @@ def test_two_ranks_shard_own_tasks_and_rank0_writes(tiny_vlm_dir, world_dir, tmp
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     dist_args = [*args, "--store", str(tmp_path / "s2"), "--output", str(tmp_path / "o2")]
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                           "29531", str(worker), *dist_args], env=env, capture_output=True, text=True, timeout=600)
+                           str(free_port()), str(worker), *dist_args], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     one = subprocess.run([sys.executable, str(worker), *args, "--store", str(tmp_path / "s1"), "--output",
                           str(tmp_path / "o1")], env=env, capture_output=True, text=True, timeout=600, cwd=REPO)

@@ -190,7 +190,7 @@ def test_tiny_ckpt_cli_builds_any_family_deterministically(tmp_path):
     from transformers import AutoConfig
 
     from evalsuite.kit.families import build_tiny_family
-    from tests.conftest import run_cli
+    from tests.conftest import cli_inprocess, run_cli
 
     res = run_cli("tiny-ckpt", "--arch", "gemma3", "--out", str(tmp_path / "a"), "--seed", "3")
     assert res.returncode == 0, res.stderr[-2000:]
@@ -198,7 +198,7 @@ def test_tiny_ckpt_cli_builds_any_family_deterministically(tmp_path):
     assert AutoConfig.from_pretrained(tmp_path / "a").model_type == "gemma3"
     a, b = load_file(tmp_path / "a" / "model.safetensors"), load_file(tmp_path / "b" / "model.safetensors")
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
-    res = run_cli("tiny-ckpt", "--kind", "clip", "--arch", "qwen2_vl", "--out", str(tmp_path / "c"))
+    res = cli_inprocess("tiny-ckpt", "--kind", "clip", "--arch", "qwen2_vl", "--out", str(tmp_path / "c"))
     assert res.returncode == 2 and res.stderr.strip() == "evalsuite: error: --arch: only for --kind vlm"
 
 

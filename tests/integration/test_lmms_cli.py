@@ -19,6 +19,13 @@ pytestmark = pytest.mark.slow
 POPE_FULL_LEAVES = ["pope_full/pope_adv", "pope_full/pope_pop", "pope_full/pope_random"]
 
 
+def _pope_share(samples_jsonl: Path) -> float:
+    """The share of logged POPE answers whose parsed prediction equals the truth (what pope_accuracy must be)."""
+    recs = [json.loads(x)["pope_accuracy"] for x in samples_jsonl.read_text().splitlines() if x.strip()]
+    assert recs, samples_jsonl
+    return sum(str(r["prediction"]).strip().lower() == str(r["ground_truth"]).strip().lower() for r in recs) / len(recs)
+
+
 def test_group_task_runs_through_evalsuite_run_into_store_table_and_report(tiny_vlm_dir, world_dir, tmp_path):
     """`pope_full` is a group of the three POPE samplings: each leaf lands as pope_full/<leaf> in OUT,
     summary.json, the store (run ids without '/'), the table and the report; OUT/lmms_results.json holds
@@ -39,8 +46,9 @@ def test_group_task_runs_through_evalsuite_run_into_store_table_and_report(tiny_
     layout = json.loads((out / "lmms_results.json").read_text())
     leaves = ["evalsuite_pope_adversarial", "evalsuite_pope_popular", "evalsuite_pope_random"]
     assert sorted(layout["group_subtasks"]["evalsuite_pope_full"]) == leaves
-    for leaf in leaves:
-        assert 0 <= layout["results"][leaf]["pope_accuracy,none"] <= 1
+    for leaf, task in zip(leaves, POPE_FULL_LEAVES):   # both sorted: adversarial, popular, random
+        # the accuracy is the share of the leaf's 4 questions whose parsed answer equals the truth
+        assert layout["results"][leaf]["pope_accuracy,none"] == pytest.approx(_pope_share(out / task / "samples.jsonl"))
         assert "pope_accuracy_stderr,none" in layout["results"][leaf]
         assert layout["n-samples"][leaf]["effective"] == 4
         assert layout["configs"][leaf]["task"] == leaf and leaf in layout["versions"]
@@ -104,7 +112,8 @@ def test_lmms_eval_cli_runs_a_shipped_yaml_with_data_files(tiny_vlm_dir, world_d
     assert ok.returncode == 0, (ok.stdout + ok.stderr)[-3000:]
     (results_file,) = (tmp_path / "out").rglob("*_results.json")
     results = json.loads(results_file.read_text())
-    assert 0 <= results["results"]["evalsuite_pope_random"]["pope_accuracy,none"] <= 1
+    (samples_file,) = (tmp_path / "out").rglob("*_samples_evalsuite_pope_random.jsonl")
+    assert results["results"]["evalsuite_pope_random"]["pope_accuracy,none"] == pytest.approx(_pope_share(samples_file))
     assert results["n-samples"]["evalsuite_pope_random"]["effective"] == 4
     assert "batch_size=4" in results["config"]["model_args"]
 

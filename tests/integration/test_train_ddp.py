@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port
 from tests.integration.test_train import base_args, data  # noqa: F401  (the module fixture)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,7 +20,7 @@ def test_ddp_two_ranks(tiny_vlm_dir, world_dir, data, tmp_path):  # noqa: F811
     if torchrun is None:
         pytest.skip("torchrun not found")
     out = tmp_path / "ddp"
-    cmd = [torchrun, "--nproc_per_node", "2", "--master_port", "29517", str(REPO / "training" / "train.py"),
+    cmd = [torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), str(REPO / "training" / "train.py"),
            *base_args(tiny_vlm_dir, world_dir, data, out, "--ddp_backend", "gloo", "--per_device_train_batch_size", "2")]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO,
                        env={**os.environ, "OMP_NUM_THREADS": "1"})

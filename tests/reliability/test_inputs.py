@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
@@ -61,14 +60,13 @@ def test_relevance_pairs_non_utf8_is_one_line(tmp_path, world_dir):
 
 
 def test_train_non_utf8_data_is_one_line(tiny_vlm_dir, world_dir, tmp_path):
-    import subprocess
+    from tests.conftest import train_inprocess
 
     data = tmp_path / "d.json"
     data.write_bytes(b'[\n{"image": "images/train/x.png", "prompt": "q", "chosen": "a", "rejected": "b\xff"}\n]')
-    res = subprocess.run([sys.executable, str(REPO / "training" / "train.py"), "--config",
-                          str(REPO / "configs" / "train" / "tiny_cpu.yaml"), "--model_name_or_path", str(tiny_vlm_dir),
-                          "--image_root", str(world_dir), "--data_path", str(data), "--output_dir", str(tmp_path / "o")],
-                         capture_output=True, text=True, timeout=600, check=False)
+    res = train_inprocess("--config", str(REPO / "configs" / "train" / "tiny_cpu.yaml"),
+                          "--model_name_or_path", str(tiny_vlm_dir), "--image_root", str(world_dir),
+                          "--data_path", str(data), "--output_dir", str(tmp_path / "o"))
     line = one_error(res, prefix="train.py: error: ")
     assert line.startswith(f"train.py: error: {data}:2: not UTF-8 text (byte 0xff at offset ")
     assert "FutureWarning" not in res.stderr                   # the preset uses activation_checkpointing

@@ -3,21 +3,19 @@
 a checkpoint, and a model directory that is only a config.json shows nothing was loaded."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, train_inprocess
 from tests.reliability.helpers import one_error
 
 PREFIX = "train.py: error: "
 
 
 def _train(*argv: str, cwd=None):
-    return subprocess.run([sys.executable, str(REPO / "training" / "train.py"), *argv], capture_output=True,
-                          text=True, timeout=300, cwd=cwd, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False)
+    """train.py's main in this process (tests/conftest.py: train_inprocess; a subprocess each would pay
+    ~10 s of imports); the real process's exit code: tests/unit/test_train_config.py."""
+    return train_inprocess(*argv, cwd=cwd)
 
 
 @pytest.mark.parametrize("flag, value, message", [

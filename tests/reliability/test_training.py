@@ -6,22 +6,21 @@ import json
 import os
 import pickle
 import shutil
-import subprocess
-import sys
 import warnings
 
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, train_inprocess
 from tests.reliability.helpers import one_error, snapshot
 
 CONFIGS = sorted((REPO / "configs").rglob("*.yaml"))
 
 
 def _train(*argv: str):
-    return subprocess.run([sys.executable, str(REPO / "training" / "train.py"), *argv], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False)
+    """train.py's main in this process (tests/conftest.py: train_inprocess; a subprocess each would pay
+    ~10 s of imports); the real process's exit code: tests/unit/test_train_config.py."""
+    return train_inprocess(*argv)
 
 
 def test_pickle_only_checkpoint_is_refused_before_loading(tiny_vlm_dir, world_dir, tmp_path):

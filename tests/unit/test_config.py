@@ -2,7 +2,6 @@
 dry-runs; bad keys, types and values are one line naming the key and where it came from, exit 2."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -91,12 +90,12 @@ def test_yaml_dump_round_trips_and_paths_are_listed(tmp_path):
     assert missing_paths(cfg) == [f"data: {tmp_path / 'none.json'} (no such file)"]
 
 
-def _train(*args, timeout=300):
-    # WANDB_MODE=offline (left in os.environ by an in-process training test) makes transformers print
-    # to stdout on import, which is not the resolved YAML this test reads
-    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
-    return subprocess.run([sys.executable, str(REPO / "training" / "train.py"), *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
+def _train(*args):
+    """train.py's main in this process (tests/conftest.py: train_inprocess): these are one-line errors and
+    dry runs, and a subprocess each would pay ~10 s of imports."""
+    from tests.conftest import train_inprocess
+
+    return train_inprocess(*args)
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.name)

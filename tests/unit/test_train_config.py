@@ -146,8 +146,9 @@ def test_cli_bad_value_is_one_line_exit_2(paths):
                        capture_output=True, text=True, timeout=300)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "warn" not in ln.lower()]
     assert r.returncode == 2 and lines == ["train.py: error: command line: beta: must be > 0, got -1.0"]
-    r = subprocess.run([sys.executable, str(REPO / "training" / "train.py"), "--method", "nope"],
-                       capture_output=True, text=True, timeout=300)
+    from tests.conftest import train_inprocess  # the same front door; one real process above is enough
+
+    r = train_inprocess("--method", "nope")
     assert r.returncode == 2 and "method: 'nope'" in r.stderr
 
 

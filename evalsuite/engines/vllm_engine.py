@@ -488,7 +488,9 @@ class VllmGenerator:
                             "(use --engine hf)")
         d = self.generation_defaults()
         p = {"max_tokens": gen.max_new_tokens, "n": n, "stop_token_ids": d["eos_ids"],
-             "suppress_ids": d["suppress_ids"], "repetition_penalty": d["repetition_penalty"]}
+             # as HF's `generate` here: nothing banned unless gen.suppress_special_tokens (docs/csr-fidelity.md)
+             "suppress_ids": d["suppress_ids"] if gen.suppress_special_tokens else [],
+             "repetition_penalty": d["repetition_penalty"]}
         if gen.do_sample:
             p.update(temperature=gen.temperature, top_p=gen.top_p, top_k=d["top_k"])
         else:

@@ -77,3 +77,25 @@ def test_training_arguments_own_check_is_one_line_before_the_model_loads(tmp_pat
     line = one_error(res, prefix=PREFIX)
     assert line.startswith(f"{PREFIX}{preset}: TrainingArguments: ") and "load_best_model_at_end" in line, line
     assert not (tmp_path / "o").exists()
+
+
+def test_csr_train_section_meets_training_arguments_before_the_loop_starts(tmp_path):
+    """The CSR preset's `train:` is checked against hf_fields when loaded; TrainingArguments' own check of it
+    runs in check_ready (train.py, before the loop loads any model), one line naming csr.train."""
+    import pytest
+
+    from evalsuite.errors import UserError
+    from training.csr.config import CSRConfig
+
+    for d in ("m", "i", "c"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    (tmp_path / "c" / "config.json").write_text("{}")
+    (tmp_path / "p.json").write_text("[]")
+    cfg = CSRConfig.from_dict({"model": str(tmp_path / "m"), "prompts": str(tmp_path / "p.json"),
+                               "image_root": str(tmp_path / "i"), "clip": str(tmp_path / "c"),
+                               "output_dir": str(tmp_path / "runs"),
+                               "train": {"load_best_model_at_end": True, "eval_strategy": "steps",
+                                         "save_strategy": "epoch"}})
+    with pytest.raises(UserError, match=r"^csr\.train: TrainingArguments: .*load_best_model_at_end"):
+        cfg.check_ready()

@@ -15,8 +15,8 @@ def _f(default: Any, help: str) -> Any:
 
 @dataclass
 class HFTrainingFields:
-    """Every `transformers.TrainingArguments` init field; `TrainingArguments` itself is built from these
-    only in training/config.py `training_arguments` (when training starts, before any model loads)."""
+    """Every `transformers.TrainingArguments` init field; `TrainingArguments` itself is built from these only
+    when training starts, before any model loads (training/config.py `TrainConfig.check_training_arguments`)."""
 
     output_dir: str | None = _f(None, 'The output directory where the model predictions and checkpoints will be written.')
     per_device_train_batch_size: int = _f(8, 'The batch size per device for training.')

@@ -33,8 +33,8 @@ def _f(default: Any, help: str) -> Any:
 
 @dataclass
 class HFTrainingFields:
-    """Every `transformers.TrainingArguments` init field; `TrainingArguments` itself is built from these
-    only in training/config.py `training_arguments` (when training starts, before any model loads)."""
+    """Every `transformers.TrainingArguments` init field; `TrainingArguments` itself is built from these only
+    when training starts, before any model loads (training/config.py `TrainConfig.check_training_arguments`)."""
 
 '''
 

@@ -79,7 +79,7 @@ class HFTrainingFields:
     eval_do_concat_batches: bool = _f(True, 'Whether to recursively concat inputs/losses/labels/predictions across batches. If `False`, will instead store them as lists, with each batch kept separate.')
     eval_use_gather_object: bool = _f(False, 'Whether to run recursively gather object in a nested list/tuple/dictionary of objects from all devices.')
     eval_accumulation_steps: int | None = _f(None, 'Number of predictions steps to accumulate the output tensors for, before moving the results to the CPU. If unset, predictions are accumulated on the accelerator before being moved to the CPU.')
-    include_for_metrics: list[str] = field(default_factory=lambda: [], metadata={'help': "Include additional data in the `compute_metrics` function. Options: 'inputs', 'loss'."})
+    include_for_metrics: list[str] = field(default_factory=list, metadata={'help': "Include additional data in the `compute_metrics` function. Options: 'inputs', 'loss'."})
     batch_eval_metrics: bool = _f(False, 'Break eval metrics calculation into batches to save memory.')
     save_only_model: bool = _f(False, 'Save only model weights, not optimizer/scheduler/RNG state. Prevents resuming training from checkpoint.')
     save_strategy: Literal['no', 'steps', 'epoch', 'best'] = _f('steps', "The checkpoint save strategy to adopt during training. Options: 'no', 'epoch', 'steps', 'best'.")

@@ -87,7 +87,8 @@ def render() -> str:
         help_text = " ".join(str((f.metadata or {}).get("help", "")).split()) or f.name.replace("_", " ")
         if f.default_factory is not dataclasses.MISSING:
             default = f.default_factory()
-            lines.append(f"    {f.name}: {_type_src(hints[f.name])} = field(default_factory=lambda: {default!r}, "
+            factory = type(default).__name__ if default in ([], {}) else f"lambda: {default!r}"
+            lines.append(f"    {f.name}: {_type_src(hints[f.name])} = field(default_factory={factory}, "
                          f"metadata={{'help': {help_text!r}}})\n")
             continue
         lines.append(f"    {f.name}: {_type_src(hints[f.name])} = _f({_default(f)!r}, {help_text!r})\n")

@@ -454,9 +454,9 @@ def to_plain(obj: Any) -> Any:
 
 
 def _own_fields_only(obj) -> bool:
-    # TrainingArguments subclasses have a to_dict that handles their private/enum fields; use it.
+    # TrainingArguments (and training/hf_fields.py's copy of its fields) have a to_dict that hides secrets; use it.
     return type(obj).__module__.startswith(("evalsuite.", "training.")) and not any(
-        c.__name__ == "TrainingArguments" for c in type(obj).__mro__)
+        c.__name__ in ("TrainingArguments", "HFTrainingFields") for c in type(obj).__mro__)
 
 
 def to_yaml(obj: Any) -> str:

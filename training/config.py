@@ -1,6 +1,6 @@
-"""Training configuration: the VL-RLHF argument names on top of `transformers.TrainingArguments`.
+"""Training configuration: the VL-RLHF argument names on top of the `transformers.TrainingArguments` fields.
 
-One flat dataclass, `TrainConfig`, holds every field (HF trainer fields + the seed's script, LoRA and
+One flat plain dataclass, `TrainConfig`, holds every field (HF trainer fields + the seed's script, LoRA and
 DPO fields + evalsuite's own), so callers read `cfg.beta`, `cfg.lora_r`, ... It is built by the
 project's one config mechanism (`evalsuite/config.py`: typed fields, YAML, overrides):
 
@@ -10,6 +10,9 @@ project's one config mechanism (`evalsuite/config.py`: typed fields, YAML, overr
 Sources, later wins: the dataclass defaults < the YAML preset < the overrides. Construction checks
 keys, types and values (`__post_init__` -> `validate_values`, no file touched), then `check_paths`
 checks the files; each problem is one `UserError` naming the field, before any model is loaded.
+The TrainingArguments fields come from `training/hf_fields.py` (a committed copy of their names, types,
+defaults and help), so checking a config imports no model library; `check_ready` builds the real
+`TrainingArguments` when training starts (its own checks, one line, still before any model loads).
 
 What runs is what is printed: every TrainingArguments field reaches TRL's DPOConfig/SFTConfig with
 TrainingArguments' default unless set (TRL's own defaults differ for learning_rate, logging_steps,
@@ -27,8 +30,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from transformers import TrainingArguments
-
+from evalsuite.errors import UserError
 from training.config_checks import (  # noqa: F401 - public names
     METHODS,
     PAIR_DATASETS,
@@ -40,6 +42,7 @@ from training.config_checks import (  # noqa: F401 - public names
 )
 from training.config_checks import has_module as _has
 from training.config_checks import require as _require
+from training.hf_fields import HFTrainingFields
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +55,7 @@ def _f(default: Any, help: str, **kw) -> Any:
 
 
 @dataclass
-class TrainConfig(TrainingArguments):
+class TrainConfig(HFTrainingFields):
     """All training fields. Beyond the HF `TrainingArguments` ones (output_dir, learning_rate, ...):
 
     Run: `method` (sft|dpo|csr), `config` (the YAML it came from), `model_name_or_path` (a local
@@ -152,15 +155,19 @@ class TrainConfig(TrainingArguments):
     def __post_init__(self) -> None:
         # TrainingArguments would quietly default output_dir to ./trainer_output in the cwd
         _require(bool(self.output_dir), "output_dir", "required (where checkpoints, logs and the merged model go)")
-        validate_numbers(self)  # before TrainingArguments' own checks, whose messages name no field
-        self._raw = _raw_training_arguments(self)
-        super().__post_init__()
+        validate_numbers(self)  # before TrainingArguments' own checks (check_ready), whose messages name no field
         validate_values(self)
 
     def trainer_kwargs(self) -> dict[str, Any]:
         """Every HF TrainingArguments field as given or defaulted (to build a DPOConfig / SFTConfig from),
         with VL-RLHF's warmup_ratio and resume_from_checkpoint=True resolved."""
-        kw = dict(self._raw)
+        import copy
+
+        kw = copy.deepcopy({f.name: getattr(self, f.name) for f in fields(HFTrainingFields) if f.init})
+        if isinstance(kw.get("parallelism_config"), dict):  # hf_fields takes it as a mapping of its fields
+            from accelerate.parallelism_config import ParallelismConfig
+
+            kw["parallelism_config"] = ParallelismConfig(**kw["parallelism_config"])
         if self.warmup_ratio is not None:  # transformers 5 dropped warmup_ratio: a float < 1 is a ratio
             kw["warmup_steps"] = self.warmup_ratio
         kw["resume_from_checkpoint"] = resume_checkpoint(self)
@@ -171,7 +178,21 @@ class TrainConfig(TrainingArguments):
         validate_paths(self)
         resume_checkpoint(self)
 
-    check_ready = check_paths  # the method-agnostic name train.py calls before starting
+    def check_training_arguments(self, where: str | None = None) -> None:
+        """transformers' own `TrainingArguments` checks (combinations, this machine's bf16/tf32 support), run
+        when training starts and before any model loads; its error is one line naming the config."""
+        from transformers import TrainingArguments
+
+        try:
+            TrainingArguments(**self.trainer_kwargs())
+        except (ValueError, TypeError, ImportError) as e:
+            where = where or self.config or "config"
+            raise UserError(f"{where}: TrainingArguments: {' '.join(str(e).split())}") from None
+
+    def check_ready(self) -> None:
+        """What train.py runs before starting: the files exist, then TrainingArguments accepts the fields."""
+        self.check_paths()
+        self.check_training_arguments()
 
     def input_config(self):
         """The prompt/image settings shared with evaluation and CSR (evalsuite.models.inputs)."""
@@ -185,6 +206,11 @@ class TrainConfig(TrainingArguments):
             template = str(VLRLHF_LLAVA_TEMPLATE)
         return InputConfig(system_prompt=self.system_prompt, chat_template=template, image_aspect=self.image_aspect)
 
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, with secrets (`*_token`) hidden as TrainingArguments.to_dict does (printed, saved)."""
+        return {f.name: (f"<{f.name.upper()}>" if f.name.endswith("_token") and getattr(self, f.name)
+                         else getattr(self, f.name)) for f in fields(self) if f.init}
+
     def resolved(self) -> dict[str, Any]:
         """JSON-able resolved config (for manifests and logs)."""
         out = self.to_dict()
@@ -193,20 +219,14 @@ class TrainConfig(TrainingArguments):
         return out
 
 
-def _raw_training_arguments(cfg) -> dict[str, Any]:
-    """The TrainingArguments init values as given (before its __post_init__ normalises them)."""
-    import copy
-
-    return copy.deepcopy({f.name: getattr(cfg, f.name) for f in fields(TrainingArguments) if f.init})
-
-
 def build_train_config(data: dict[str, Any], where: str = "config", origins: dict | None = None,
                        portable: bool = False) -> "TrainConfig":
     """A TrainConfig from a mapping through the one config mechanism (`evalsuite.config.build`).
 
     portable: check keys, types and values without this machine's devices (for `--dry-run` and GPU
-    presets validated on a laptop): bf16/tf32/flash-attention/QLoRA requests that this machine cannot
-    serve, and a missing output_dir (presets leave it to the command line), are warnings, not errors."""
+    presets validated on a laptop): flash-attention/QLoRA requests that this machine cannot serve, and a
+    missing output_dir (presets leave it to the command line), are warnings, not errors. (bf16/tf32 are
+    checked against the machine by TrainingArguments itself, in `check_ready` when training starts.)"""
     from evalsuite.config import build
 
     data = fold_aliases(dict(data), where)
@@ -251,15 +271,8 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _bf16_available() -> bool:
-    from transformers.utils import is_torch_bf16_gpu_available
-
-    return is_torch_bf16_gpu_available()
-
-
-# (field, can this machine serve it, value it is checked with when it cannot)
+# (field, can this machine serve it, value it is checked with when it cannot); probed only when set
 _DEVICE_FIELDS = (
-    ("bf16", _bf16_available, False), ("bf16_full_eval", _bf16_available, False), ("tf32", _cuda, None),
     ("use_flash_attention_2", lambda: _cuda() and _has("flash_attn"), False),
     ("q_lora", lambda: _cuda() and _has("bitsandbytes"), False),
 )

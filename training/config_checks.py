@@ -1,6 +1,7 @@
 """Value checks of `training.config.TrainConfig` (one `UserError` line naming the field; no file, model or
-dataset is touched except by `validate_paths`). `validate_numbers` runs before TrainingArguments'
-own `__post_init__` (whose errors name no field), `validate_values` after it."""
+dataset is touched except by `validate_paths`). No model library is imported unless a field needs this
+machine's GPU (q_lora, use_flash_attention_2); transformers' own TrainingArguments checks run later,
+when training starts (`TrainConfig.check_ready`), and these name the field first."""
 from __future__ import annotations
 
 import importlib.util
@@ -128,8 +129,6 @@ def _validate_dpo(cfg) -> None:
 
 
 def _validate_model(cfg) -> None:
-    import torch
-
     if cfg.use_lora:
         require(cfg.lora_r > 0, "lora_r", f"must be > 0, got {cfg.lora_r}")
         require(cfg.lora_alpha > 0, "lora_alpha", f"must be > 0, got {cfg.lora_alpha}")
@@ -138,9 +137,13 @@ def _validate_model(cfg) -> None:
     if cfg.q_lora:
         require(cfg.use_lora, "q_lora", "needs --use_lora true")
         require(cfg.bits in (4, 8), "bits", f"must be 4 or 8, got {cfg.bits}")
+        import torch
+
         require(torch.cuda.is_available(), "q_lora", "needs a CUDA GPU (bitsandbytes quantisation)")
         require(has_module("bitsandbytes"), "q_lora", "needs the bitsandbytes package (pip install bitsandbytes)")
     if cfg.use_flash_attention_2:
+        import torch
+
         require(torch.cuda.is_available(), "use_flash_attention_2", "needs a CUDA GPU")
         require(has_module("flash_attn"), "use_flash_attention_2", "needs the flash-attn package (pip install flash-attn)")
     if cfg.precompute_ref_log_probs:

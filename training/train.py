@@ -69,7 +69,7 @@ def load(method: str | None, path: str | None, items: list, dry_run: bool = Fals
             data.setdefault("config", str(path))
         return build_train_config(data, where, origins, portable=dry_run)
     if method == "csr":
-        if not dry_run:  # before validation builds TrainingArguments: accelerate would start the group
+        if not dry_run:  # before check_ready builds TrainingArguments: accelerate would start the group
             _join_group(data.get("device"))  # with its 30-minute default, too short for the loop's barriers
         from training.csr.config import CSRConfig as cls
     else:

@@ -82,7 +82,6 @@ def test_fuzz_eval_yaml(tmp_path):
 
 def test_fuzz_train_yaml(tmp_path):
     """H5 family: train presets (validated exactly as train.py --dry-run does)."""
-    from transformers import TrainingArguments  # noqa: F401 - imported here, not in the first variant's time
     from training.train import load
 
     _fuzz("train_yaml", tmp_path, lambda p: load(None, str(p), [], dry_run=True), "t.yaml")

@@ -343,7 +343,7 @@ class CSRConfig:
             raise UserError(missing[0])
         if not (Path(self.model) / "config.json").is_file():
             raise UserError(f"model: no config.json in {self.model} (not a Hugging Face checkpoint directory)")
-        self.train_config(self.model, 1, self.run_dir / "iter_1")
+        self.train_config(self.model, 1, self.run_dir / "iter_1").check_training_arguments("csr.train")
 
     @property
     def evaluates(self) -> bool:
@@ -360,8 +360,9 @@ class CSRConfig:
     def train_config(self, ckpt: str | Path, t: int, d: Path, portable: bool = False):
         """The trainer's TrainConfig for iteration t: the preset's `train:` mapping + what the loop owns.
 
-        portable: check values without this machine's devices (bf16 on a CPU-only machine is only warned
-        about when the preset is loaded; the train stage itself checks for real)."""
+        portable: check values without this machine's devices (QLoRA/flash-attention on a CPU-only machine
+        are only warned about when the preset is loaded; `check_ready` checks for real, TrainingArguments
+        included)."""
         from training.config import build_train_config
 
         owned = {"method": "csr", "model_name_or_path": str(ckpt), "output_dir": str(d / "train"),

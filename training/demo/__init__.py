@@ -85,7 +85,8 @@ class DemoConfig:
     def check_ready(self) -> None:
         """The demo builds its own inputs; only the sections' device settings are checked again here."""
         out = Path(self.output_dir)
-        self.sft_config(out / "init", out / "data" / "sft.json", out / "world", out / "iter_0" / "model")
+        self.sft_config(out / "init", out / "data" / "sft.json", out / "world",
+                        out / "iter_0" / "model").check_training_arguments("demo.sft")
 
     def sft_config(self, init: Path, sft_json: Path, world: Path, base: Path, portable: bool = False):
         """Iteration 0's TrainConfig: the `sft:` section + what the demo owns (model, data, output)."""

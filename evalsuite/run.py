@@ -84,7 +84,7 @@ def check_task_names(names: list[str]) -> None:
         raise UserError("--tasks: no task given")
     _, lmms = split_tasks(names)
     if lmms:
-        from evalsuite.tasks.lmms import validate_task_names
+        from evalsuite.lmms.task import validate_task_names
 
         validate_task_names(lmms, known_own=list(TASKS) + list(LMMS_LOCAL_TASKS))
 
@@ -225,7 +225,7 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     steps = plan_own_tasks(ctx, cfg, own)
     specs = None
     if lmms:  # fail on missing local data before any generation
-        from evalsuite.tasks.lmms import resolve_specs
+        from evalsuite.lmms.task import resolve_specs
 
         specs = resolve_specs(lmms, data=cfg.lmms.data, data_root=data_root, split=cfg.lmms.split, limit=cfg.limit)
 
@@ -339,7 +339,7 @@ def _lmms_stored_already(ctx: RunContext, cfg: EvalConfig, specs: list, store, c
     """{task name: {leaf name: (eval_key, store run)}} of the lmms tasks every leaf of which the store holds
     for this checkpoint and identity (none with --rerun; a group's aggregate was stored with its leaves).
     The identity is the one `lmms_results.to_task_results` will give: same leaf_identity, same setup."""
-    from evalsuite.tasks.lmms import leaf_keys
+    from evalsuite.lmms.task import leaf_keys
 
     found: dict = {}
     if ctx.dist.is_main and not cfg.rerun:
@@ -356,7 +356,7 @@ def _lmms_stored_already(ctx: RunContext, cfg: EvalConfig, specs: list, store, c
 
 def _run_lmms(ctx: RunContext, cfg: EvalConfig, lmms: list[str], specs, summary: dict, finish, ckpt_hash: str):
     """The lmms-eval tasks not finished earlier in this run (summary.json), through the same model."""
-    from evalsuite.tasks.lmms import iter_lmms_tasks  # each result lands as it finishes
+    from evalsuite.lmms.task import iter_lmms_tasks  # each result lands as it finishes
 
     done = [n for n in lmms if _finished(n, summary)]
     if done:

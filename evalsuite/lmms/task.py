@@ -16,7 +16,7 @@ Order of work (all checks before the model is loaded, so a typo costs seconds, n
 
 A group (or tag) reports each leaf as `NAME/LEAF` (pope_full/pope_adv), plus `NAME` itself when lmms-eval
 aggregates the group. On data-parallel runs every rank calls this; only rank 0 gets results, the others
-get []. Scores are lmms-eval's own, converted to MetricValue without recomputation (tasks/lmms_results.py).
+get []. Scores are lmms-eval's own, converted to MetricValue without recomputation (evalsuite/lmms/results.py).
 """
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from evalsuite.adapters.lmms_data import (
-    DATA_KEY, check_hub_cached, content_fingerprint, data_fingerprint, data_override, world_files,
-)
 from evalsuite.dist import Dist
 from evalsuite.errors import RunFailure, UserError
+from evalsuite.lmms.data import (
+    DATA_KEY, check_hub_cached, content_fingerprint, data_fingerprint, data_override, world_files,
+)
 from evalsuite.tasks.registry import LMMS_LOCAL_TASKS, local_name
 from evalsuite.types import TaskResult
 
@@ -73,7 +73,7 @@ def validate_task_names(names: list[str], known_own: list[str] | None = None) ->
     others = [n for n in names if n not in LMMS_LOCAL_TASKS]
     if not others:
         return
-    from evalsuite.adapters import lmms_backend as lb
+    from evalsuite.lmms import backend as lb
 
     tm = lb.task_manager(include_defaults=True)
     unknown = [n for n in others if n not in tm.task_index]
@@ -86,7 +86,7 @@ def validate_task_names(names: list[str], known_own: list[str] | None = None) ->
 def resolve_specs(names: list[str], *, data_root=None, split: str = "val", data: dict | None = None,
                   limit: int | None = None) -> list[LmmsSpec]:
     """Every name as a tree of leaves with their data; lmms-eval's full index is read only if needed."""
-    from evalsuite.adapters import lmms_backend as lb
+    from evalsuite.lmms import backend as lb
 
     data = dict(data or {})
     specs = []
@@ -124,7 +124,7 @@ def _leaf_key(node) -> str:
 
 
 def _leaf_data(leaf: Leaf, node, top: str, data_opt, data_root, split: str) -> None:
-    from evalsuite.tasks.lmms_results import config_version
+    from evalsuite.lmms.results import config_version
 
     cfg = node.config
     leaf.version = config_version(cfg)
@@ -185,7 +185,7 @@ def leaf_keys(spec: LmmsSpec, *, limit: int | None, gen_kwargs: str | dict | Non
               setup: dict) -> dict[str, str | None]:
     """{leaf name: the eval_key its result will have} before anything runs (None where the version is
     known only from lmms-eval's run): what `evalsuite run` looks up in the store to reuse a result."""
-    from evalsuite.tasks.lmms_results import leaf_identity
+    from evalsuite.lmms.results import leaf_identity
     from evalsuite.types import eval_key
 
     return {lf.name: None if lf.version is None else eval_key(lf.name, lf.version, leaf_identity(
@@ -208,8 +208,8 @@ def iter_lmms_tasks(names: list, *, ckpt=None, data_root=None, split: str = "val
     generate/loglikelihood/fingerprint/name/device), yielding each name's results as it finishes.
     `results_json`: rank 0 also keeps lmms-eval's own results layout of everything run so far there.
     `seed`: lmms-eval's four seeds (`lmms_backend.evaluate`), recorded in every result's identity."""
-    from evalsuite.adapters import lmms_backend as lb
-    from evalsuite.tasks.lmms_results import merge_layout, to_task_results
+    from evalsuite.lmms import backend as lb
+    from evalsuite.lmms.results import merge_layout, to_task_results
 
     dist = dist or Dist.current()
     specs = names if all(isinstance(n, LmmsSpec) for n in names) else resolve_specs(

@@ -107,8 +107,8 @@ def test_lmms_task_reused_seeded_and_its_source_shown(tiny_vlm_dir, world_dir, p
 
 
 def _fake_lmms(results):
-    def fake(specs, **kwargs):
-        yield from results
+    def fake(self, ctx, plan, inputs):   # LmmsTask.run: the step's results, as lmms-eval's run returns them
+        return list(results)
     return fake
 
 
@@ -124,7 +124,7 @@ def test_group_aggregate_without_own_samples_is_stored(tiny_vlm_dir, world_dir, 
                        samples=[], identity={"lmms_task": "group", "members": [["pope_random", leaf.eval_key]]})
     run = ["run", "--ckpt", str(tiny_vlm_dir), "--tasks", "pope_random", "--data-root", str(world_dir),
            "--limit", "2", "--device", "cpu", "--store", str(tmp_path / "store")]
-    monkeypatch.setattr(lmms_mod, "iter_lmms_tasks", _fake_lmms([leaf, group]))
+    monkeypatch.setattr(lmms_mod.LmmsTask, "run", _fake_lmms([leaf, group]))
     assert cli_main([*run, "--output", str(tmp_path / "o1")]) == 0
     summary = _summary(tmp_path / "o1")
     assert summary["pope_random/agg"]["metrics"][0]["n"] == 2 and summary["pope_random/agg"]["num_samples"] == 0
@@ -133,5 +133,5 @@ def test_group_aggregate_without_own_samples_is_stored(tiny_vlm_dir, world_dir, 
     assert sorted(set(Store(tmp_path / "store").metrics()["task"])) == ["pope_random", "pope_random/agg"]
 
     empty = TaskResult("pope_random", "0.0", [MetricValue("pope_accuracy", 0.0, True, n=None)], samples=[])
-    monkeypatch.setattr(lmms_mod, "iter_lmms_tasks", _fake_lmms([empty]))
+    monkeypatch.setattr(lmms_mod.LmmsTask, "run", _fake_lmms([empty]))
     assert cli_main([*run, "--rerun", "--output", str(tmp_path / "o2")]) == 2

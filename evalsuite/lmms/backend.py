@@ -20,15 +20,14 @@ import logging
 import os
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from evalsuite.dist import Dist
+from evalsuite.lmms import YAML_DIR
 from evalsuite.models.cache import ResponseCache, request_key
 from evalsuite.types import GenConfig, GenRequest
 
 log = logging.getLogger(__name__)
 
-YAML_DIR = Path(__file__).resolve().parent / "yaml"
 MODEL_ID = "evalsuite"
 
 

@@ -4,7 +4,7 @@
     .venv/bin/python bench/lmms_overhead.py --ckpt DIR --world W --task mme --repeats 3
 
 1. overhead: the same model (evalsuite's VLM wrapped as an lmms-eval model, no cache) on the same
-   task, once through raw `simple_evaluate` and once through `evalsuite.tasks.lmms.iter_lmms_tasks`
+   task, once through raw `simple_evaluate` and once through `evalsuite.lmms.task.iter_lmms_tasks`
    (data resolution, per-batch cache writes, result conversion). Best of `--repeats` each, alternating.
    Target: ratio <= 1.05.
 2. resume: a child process runs the task and is SIGKILLed once about half of the answers are in the
@@ -32,8 +32,8 @@ def _kw(ckpt, world, out, batch_size, limit=None) -> dict:
 
 
 def _overhead(args, backend, scratch: Path) -> dict:
-    from evalsuite.adapters import lmms_backend as adapter
-    from evalsuite.tasks.lmms import iter_lmms_tasks, resolve_specs
+    from evalsuite.lmms import backend as adapter
+    from evalsuite.lmms.task import iter_lmms_tasks, resolve_specs
 
     (spec,) = resolve_specs([args.task], data_root=args.world, limit=args.limit)
     evaluator = adapter.import_evaluator()
@@ -57,7 +57,7 @@ def _cache_lines(out: Path) -> int:
 
 
 def _resume(args, backend, scratch: Path) -> dict:
-    from evalsuite.tasks.lmms import iter_lmms_tasks
+    from evalsuite.lmms.task import iter_lmms_tasks
 
     out = scratch / "resume"
     child = subprocess.Popen([sys.executable, __file__, "--child", "--ckpt", str(args.ckpt), "--world",
@@ -89,7 +89,7 @@ def _resume(args, backend, scratch: Path) -> dict:
 def _child(args) -> None:
     import pyarrow.parquet as pq  # tell the parent how many docs to expect
 
-    from evalsuite.tasks.lmms import iter_lmms_tasks, resolve_specs
+    from evalsuite.lmms.task import iter_lmms_tasks, resolve_specs
 
     (spec,) = resolve_specs([args.task], data_root=args.world, limit=args.limit)
     files = [f for leaf in spec.leaves for f in leaf.source.split(", ")]

@@ -7,10 +7,12 @@
    (see below), every own task's plan (options, annotations, NLTK data, CLIP dir, image sample: each
    plan states the task's identity, hence its eval_key), the lmms tasks' data.
 2. Rank, world size and device are resolved once (evalsuite/dist.py) into a frozen RunContext.
-3. A task whose (checkpoint hash, eval_key) is already in the store is not run or stored again (logged).
-4. Each finished task is written to the output directory and the store before the next one starts.
-   Own tasks keep every finished batch of answers in STORE/.resume/own (evalsuite/tasks/answers.py),
-   lmms tasks in STORE/.resume/lmms, so a killed run started again regenerates only what was missing.
+3. One loop over the planned steps, own tasks and lmms-eval names alike (both follow the Task protocol,
+   evalsuite/tasks/base.py). One reuse rule: a step every result of which (`Plan.result_keys()`: a group's
+   leaves) the store holds for this ModelId is not run or stored again (logged), unless --rerun.
+4. Each finished result is written to the output directory and the store before the next one starts.
+   One resume rule: the per-sample answer caches (own tasks in STORE/.resume/own, evalsuite/tasks/answers.py;
+   lmms tasks in STORE/.resume/lmms), so a killed run started again regenerates only what was missing.
 
 The output directory belongs to one run: OUT/run.json is written when the first task starts. Started
 again with the same configuration (and checkpoint), the run resumes under its run id; a non-empty
@@ -84,7 +86,7 @@ def check_task_names(names: list[str]) -> None:
         raise UserError("--tasks: no task given")
     _, lmms = split_tasks(names)
     if lmms:
-        from evalsuite.tasks.lmms import validate_task_names
+        from evalsuite.lmms.task import validate_task_names
 
         validate_task_names(lmms, known_own=list(TASKS) + list(LMMS_LOCAL_TASKS))
 
@@ -137,7 +139,7 @@ def store_run_id(eval_run: str, task: str, used: set[str]) -> str:
 
 @dataclass
 class Step:
-    """One own task of the run, planned: `stored` False = run only for the answers another task requires."""
+    """One task of the run, planned: `stored` False = run only for the answers another task requires."""
 
     name: str
     task: object
@@ -171,6 +173,19 @@ def plan_own_tasks(ctx: RunContext, cfg: EvalConfig, own: list[str]) -> list[Ste
             log.info("%s: runs for the answers other tasks require; its own result is not stored (not in tasks)",
                      step.name)
     return list(steps.values())
+
+
+def plan_lmms_tasks(ctx: RunContext, cfg: EvalConfig, lmms: list[str]) -> list[Step]:
+    """Every lmms-eval name planned (its leaves' data checked, their eval_keys stated; no model), sharing
+    one lmms-eval model made on the first run, keyed by the run's ModelId (an edited chat template misses
+    the lmms response cache)."""
+    if not lmms:
+        return []
+    from evalsuite.lmms.task import lmms_tasks
+
+    tasks = lmms_tasks(ctx, lmms, cfg.lmms, seed=cfg.seed, backend=lambda: ctx.backend(model_identity(ctx)),
+                       results_json=ctx.output_dir / "lmms_results.json")
+    return [Step(t.name, t, t.plan(ctx, cfg.lmms, {}), (), stored=True) for t in tasks]
 
 
 def model_identity(ctx: RunContext):
@@ -222,12 +237,8 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     # the prompt format now: a checkpoint without one fails before any generation (docs/inputs.md)
     prompt_record = ctx.loader.prompts().describe()
     own, lmms = split_tasks(cfg.tasks)
-    steps = plan_own_tasks(ctx, cfg, own)
-    specs = None
-    if lmms:  # fail on missing local data before any generation
-        from evalsuite.tasks.lmms import resolve_specs
-
-        specs = resolve_specs(lmms, data=cfg.lmms.data, data_root=data_root, split=cfg.lmms.split, limit=cfg.limit)
+    # fail on bad options or missing data before any generation
+    steps = plan_own_tasks(ctx, cfg, own) + plan_lmms_tasks(ctx, cfg, lmms)
 
     # every check passed: the run starts, and owns its output directory from here on
     meta = run_meta(cfg, run_id, ckpt_hash, data_root)
@@ -240,7 +251,7 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
         summary = outdir.summary()
     run_id = meta["run_id"] = dist.broadcast(meta["run_id"])
     try:
-        _run_tasks(ctx, cfg, steps, lmms, specs, store, meta, summary, ckpt_hash)
+        _run_tasks(ctx, cfg, steps, store, meta, summary, ckpt_hash)
     finally:
         ctx.loader.close()  # the engine worker, if one started
         if outdir is not None:
@@ -250,8 +261,8 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     return {"run_id": run_id, "output_dir": str(out), "tasks": summary}
 
 
-def _run_tasks(ctx: RunContext, cfg: EvalConfig, steps: list[Step], lmms: list[str], specs, store, meta: dict,
-               summary: dict, ckpt_hash: str) -> None:
+def _run_tasks(ctx: RunContext, cfg: EvalConfig, steps: list[Step], store, meta: dict, summary: dict,
+               ckpt_hash: str) -> None:
     from evalsuite.store.store import refuse_empty
 
     dist, out, run_id = ctx.dist, ctx.output_dir, meta["run_id"]
@@ -297,79 +308,31 @@ def _run_tasks(ctx: RunContext, cfg: EvalConfig, steps: list[Step], lmms: list[s
     needed = {d for st in steps if st.stored and st.name not in reused for d in st.requires}
     answers: dict[str, list[dict] | None] = {}
     for st in steps:
-        if st.name in reused:
-            mark_reused(st.name, st.plan.eval_key, reused[st.name])
+        for name, (key, store_run) in reused.get(st.name, {}).items():
+            mark_reused(name, key, store_run)
         if st.name in reused or not st.stored:
             if st.name in needed:  # answers only: from the resume cache, generated where missing
                 answers[st.name] = st.task.answers(ctx, st.plan)
             continue
-        result = st.task.run(ctx, st.plan, {d: answers[d] for d in st.requires})
+        ran = st.task.run(ctx, st.plan, {d: answers[d] for d in st.requires})
+        results = ran if isinstance(ran, list) else [] if ran is None else [ran]   # lmms: a list
         if st.name in needed:
-            answers[st.name] = None if result is None else [{k: s[k] for k in ANSWER_FIELDS} for s in result.samples]
-        if result is not None:
+            answers[st.name] = None if not results else [{k: s[k] for k in ANSWER_FIELDS} for s in results[0].samples]
+        for result in results:
             finish(result)
-    if lmms:
-        stored = _lmms_stored_already(ctx, cfg, [s for s in specs if not _finished(s.name, summary)], store,
-                                      ckpt_hash)
-        for keys in stored.values():
-            for name, (key, store_run) in keys.items():
-                mark_reused(name, key, store_run)
-        _run_lmms(ctx, cfg, [n for n in lmms if n not in stored], specs, summary, finish, ckpt_hash)
 
 
 def _stored_already(ctx: RunContext, steps: list[Step], store, ckpt_hash: str, cfg: EvalConfig,
-                    dist: Dist) -> dict[str, str]:
-    """{task: store run} of the own tasks whose (checkpoint, model id, eval_key) the store holds (none with --rerun);
+                    dist: Dist) -> dict[str, dict[str, tuple[str, str]]]:
+    """{step: {result name: (eval_key, store run)}} of the stored steps every result of which the store holds
+    for this checkpoint and ModelId (none with --rerun; a key known only once the step ran never matches);
     rank 0 reads the store, every rank follows its answer."""
-    found: dict[str, str] = {}
+    found: dict = {}
     if dist.is_main and not cfg.rerun:
         for st in steps:
-            run = store.has_result(ckpt_hash, st.plan.eval_key, model_id=ctx.ckpt_id) if st.stored else None
-            if run:
-                found[st.name] = run
-    return dist.broadcast(found)
-
-
-def _finished(name: str, summary: dict) -> bool:
-    """Whether lmms task (or group) `name` has results in this run's summary.json already."""
-    return any(k == name or k.startswith(name + "/") for k in summary)
-
-
-def _lmms_stored_already(ctx: RunContext, cfg: EvalConfig, specs: list, store, ckpt_hash: str) -> dict:
-    """{task name: {leaf name: (eval_key, store run)}} of the lmms tasks every leaf of which the store holds
-    for this checkpoint and identity (none with --rerun; a group's aggregate was stored with its leaves).
-    The identity is the one `lmms_results.to_task_results` will give: same leaf_identity, same setup."""
-    from evalsuite.tasks.lmms import leaf_keys
-
-    found: dict = {}
-    if ctx.dist.is_main and not cfg.rerun:
-        setup = {"seed": cfg.seed, **ctx.model_setup()}
-        for spec in specs:
-            keys = leaf_keys(spec, limit=cfg.limit, gen_kwargs=cfg.lmms.gen_kwargs,
-                             inputs=ctx.loader.inputs.identity(), setup=setup)
+            keys = st.plan.result_keys() if st.stored else {}
             runs = {name: store.has_result(ckpt_hash, key, model_id=ctx.ckpt_id) if key else None
                     for name, key in keys.items()}
             if runs and all(runs.values()):
-                found[spec.name] = {name: (keys[name], runs[name]) for name in keys}
-    return ctx.dist.broadcast(found)
-
-
-def _run_lmms(ctx: RunContext, cfg: EvalConfig, lmms: list[str], specs, summary: dict, finish, ckpt_hash: str):
-    """The lmms-eval tasks not finished earlier in this run (summary.json), through the same model."""
-    from evalsuite.tasks.lmms import iter_lmms_tasks  # each result lands as it finishes
-
-    done = [n for n in lmms if _finished(n, summary)]
-    if done:
-        log.info("%s: finished earlier in this run (%s)", ", ".join(done), ctx.output_dir / "summary.json")
-    pending = [n for n in lmms if n not in done]
-    if not pending:
-        return
-
-    # keyed by the run's ModelId: an edited chat template misses the cache (the data checks passed at planning)
-    backend = ctx.backend(model_identity(ctx))
-    for result in iter_lmms_tasks(
-            [s for s in specs if s.name in pending], backend=backend, cache_root=Path(cfg.store) / ".resume" / "lmms",
-            gen_kwargs=cfg.lmms.gen_kwargs_arg(), bootstrap_iters=cfg.lmms.bootstrap_iters, limit=cfg.limit,
-            batch_size=cfg.batch_size, dist=ctx.dist, results_json=ctx.output_dir / "lmms_results.json",
-            seed=cfg.seed):
-        finish(result)
+                found[st.name] = {name: (keys[name], runs[name]) for name in keys}
+    return dist.broadcast(found)

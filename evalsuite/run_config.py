@@ -44,7 +44,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "max_new_tokens": ("gen.max_new_tokens",),
     "gen_kwargs": ("lmms.gen_kwargs",),
 }
-# lmms-eval generation kwargs evalsuite's model understands (evalsuite/adapters/lmms_model.py), with their types
+# lmms-eval generation kwargs evalsuite's model understands (evalsuite/lmms/backend.py), with their types
 GEN_KWARGS: dict[str, type] = {"max_new_tokens": int, "temperature": float, "top_p": float, "num_beams": int,
                                "do_sample": bool, "seed": int, "until": str, "suppress_special_tokens": bool}
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")

@@ -11,7 +11,7 @@ from PIL import Image
 
 from evalsuite.store import Store
 from evalsuite.tasks.chair import METRICS as CHAIR_METRICS
-from evalsuite.tasks.lmms_metrics import declare
+from evalsuite.lmms.metrics import declare
 from evalsuite.tasks.metric_spec import score, specs_extra
 from evalsuite.tasks.relevance import METRICS as RELEVANCE_METRICS
 from evalsuite.types import MetricValue, TaskResult

@@ -10,8 +10,7 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from pathlib import Path
-
+    from evalsuite.lmms import YAML_DIR
     from evalsuite.tasks.registry import LMMS_LOCAL_TASKS, TASKS
 
     for name, target in TASKS.items():
@@ -20,5 +19,5 @@ def main(args) -> int:
         print(f"{name:12s} lmms-eval  {local.lmms_task}: {local.about}, local data from --data-root")
     print("(any other lmms-eval task, group or tag runs through lmms-eval's evaluator; map its data with "
           "lmms.data.<task> in the eval config)")
-    print(f"yamls for `lmms-eval --include_path`: {Path(__file__).resolve().parent.parent / 'tasks' / 'yaml'}")
+    print(f"yamls for `lmms-eval --include_path`: {YAML_DIR}")
     return 0

@@ -521,7 +521,7 @@ class VllmBackend:
         self.inputs_identity = generator.inputs.config.identity()
         self.name = name or str(generator.ckpt)
         self.device, self.dtype = device, dtype
-        self.engine_identity = identity        # joins every lmms result's identity (evalsuite/tasks/lmms.py)
+        self.engine_identity = identity        # joins every lmms result's identity (evalsuite/lmms/task.py)
         from evalsuite.identity import ModelId, digest
 
         if isinstance(fingerprint, ModelId):   # its key holds the engine and its versions already

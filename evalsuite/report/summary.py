@@ -10,7 +10,7 @@ Metrics of one task and setup whose values agree in every checkpoint, and differ
 from __future__ import annotations
 
 from evalsuite.store.table import _num, source_text
-from evalsuite.tasks.lmms_metrics import POPE_SETTINGS
+from evalsuite.lmms.metrics import POPE_SETTINGS
 
 ARROW = {"up": "↑", "down": "↓", "none": "·"}
 DIR_TEXT = {"up": "higher is better", "down": "lower is better", "none": "a diagnostic: no better or worse"}

@@ -5,7 +5,8 @@
 
     plan(ctx, opts, sources) -> Plan        model-free: checks the task's options and data, and states its
                                             identity (what makes its numbers comparable: `Plan.eval_key`)
-    run(ctx, plan, inputs) -> TaskResult    the work; None on data-parallel ranks other than 0
+    run(ctx, plan, inputs) -> TaskResult    the work; None on data-parallel ranks other than 0 (an
+                                            lmms-eval name, evalsuite/lmms/task.py: a list, [] there)
 
 `opts` is the task's own typed options dataclass (`Task.Options`, a section of the eval config). A task
 that consumes another task's answers names it in `requires(opts, tasks)`; it gets that task's Plan in
@@ -171,10 +172,16 @@ class Plan:
     identity: dict                      # -> eval_key (evalsuite/types.py)
     config: dict                        # resolved options, saved in the result
     state: Any = field(default=None, compare=False, repr=False)   # task-private: images, scorer, GT
+    # {result name: eval_key} of every result `run` stores; None = the one result `task` (eval_key). An
+    # lmms-eval group has one per leaf (None where known only once it ran; its aggregate goes with them).
+    outputs: dict[str, str | None] | None = None
 
     @property
     def eval_key(self) -> str:
         return eval_key(self.task, self.version, self.identity)
+
+    def result_keys(self) -> dict[str, str | None]:
+        return dict(self.outputs) if self.outputs is not None else {self.task: self.eval_key}
 
 
 class Task(Protocol):
@@ -186,4 +193,4 @@ class Task(Protocol):
 
     def plan(self, ctx: RunContext, opts: Any, sources: dict[str, Plan]) -> Plan: ...
 
-    def run(self, ctx: RunContext, plan: Plan, inputs: dict[str, list[dict]]) -> TaskResult | None: ...
+    def run(self, ctx: RunContext, plan: Plan, inputs: dict[str, list[dict]]) -> TaskResult | list[TaskResult] | None: ...

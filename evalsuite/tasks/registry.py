@@ -1,7 +1,7 @@
 """Lazy task registry: name -> "module:Class" for evalsuite's own tasks, and THE table of lmms-eval
 tasks evalsuite ships local-data yamls for. Listing tasks never imports torch.
 
-Names in neither table are handed to lmms-eval (see `evalsuite.tasks.lmms`), so `--tasks chair,mme,pope`
+Names in neither table are handed to lmms-eval (see `evalsuite.lmms.task`), so `--tasks chair,mme,pope`
 mixes both kinds.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ TASKS: dict[str, str] = {
 class LocalLmmsTask:
     """An lmms-eval task (or group) scored by lmms-eval's own code on local data.
 
-    `lmms_task` is the task in evalsuite/tasks/yaml/ (a distinct name: lmms-eval's index lets a built-in
+    `lmms_task` is the task in evalsuite/lmms/yaml/ (a distinct name: lmms-eval's index lets a built-in
     of the same name win, docs/lmms-eval.md); `world_files` are its files under W/questions/ of a
     world written by `evalsuite world build` ({split} filled in), empty for a group of other entries."""
 

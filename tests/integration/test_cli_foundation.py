@@ -3,6 +3,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tests.conftest import REPO, run_cli
 
@@ -25,6 +26,9 @@ def test_tasks_lists_registered():
     assert res.returncode == 0
     names = [line.split()[0] for line in res.stdout.splitlines() if line and not line.startswith("(")]
     assert {"caption", "chair", "relevance", "mme", "pope"} <= set(names)
+    # the folder it names for `lmms-eval --include_path` holds the shipped yamls
+    (folder,) = [line.split(": ", 1)[1] for line in res.stdout.splitlines() if line.startswith("yamls for")]
+    assert (Path(folder) / "evalsuite_pope_full.yaml").is_file() and (Path(folder) / "evalsuite_mme.yaml").is_file()
 
 
 def test_world_tinyckpt_run_caption(tmp_path):

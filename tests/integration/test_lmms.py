@@ -33,7 +33,7 @@ def _scratch_caches(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def adapter():
-    from evalsuite.adapters import lmms_backend
+    from evalsuite.lmms import backend as lmms_backend
 
     lmms_backend.import_evaluator()
     return lmms_backend
@@ -90,7 +90,7 @@ class AnswerBackend:
 
 def _run(tmp_path, data_root, names, **kw):
     """iter_lmms_tasks as `evalsuite run` calls it, answers cached under tmp_path/out/.resume/lmms."""
-    from evalsuite.tasks.lmms import iter_lmms_tasks
+    from evalsuite.lmms.task import iter_lmms_tasks
 
     kw.setdefault("cache_root", tmp_path / "out" / ".resume" / "lmms")
     kw.setdefault("backend", AnswerBackend())
@@ -194,7 +194,7 @@ def test_model_failure_keeps_finished_samples_and_resume_regenerates_only_the_re
     """batch_size 3 over MME's 8 docs = batches of 3, 3, 2. The model dies on its 3rd call: the first
     6 answers are on disk, the run raises. The rerun generates the missing 2 only; a third run 0.
     Scores equal an uninterrupted run (150 / 50)."""
-    from evalsuite.tasks.lmms import LmmsRunError
+    from evalsuite.lmms.task import LmmsRunError
 
     dying = AnswerBackend(fail_after_calls=2)
     with pytest.raises(LmmsRunError, match=r"mme: lmms-eval run failed \(RuntimeError: CUDA out of memory"):
@@ -250,7 +250,7 @@ def test_errors_name_the_task_and_the_option(adapter, mini_world, tmp_path):
         _run(tmp_path, mini_world, ["mme"], limit=3)
     with pytest.raises(UserError, match=r"--tasks no_such_task: unknown task"):
         _run(tmp_path, mini_world, ["mme", "no_such_task"])
-    from evalsuite.tasks.lmms import validate_task_names
+    from evalsuite.lmms.task import validate_task_names
 
     with pytest.raises(UserError, match=r"--tasks nosuch: unknown task \(not an evalsuite task \(caption, mme"):
         validate_task_names(["mme", "nosuch", "ok_vqa_val2014"], known_own=["caption"])
@@ -316,14 +316,14 @@ def test_entry_point_registers_the_evalsuite_model(adapter):
     (manifest,) = getattr(importlib.import_module(module), attr)()
     MODEL_REGISTRY_V2.register_manifest(manifest, overwrite=True)
     cls = get_model("evalsuite")
-    assert cls is adapter.EvalsuiteLMM and cls.__module__ == "evalsuite.adapters.lmms_backend"
+    assert cls is adapter.EvalsuiteLMM and cls.__module__ == "evalsuite.lmms.backend"
     assert repr(adapter.make_model(AnswerBackend(fingerprint="abc123"))) == "EvalsuiteLMM(ckpt=abc123)"
 
 
 def test_tiny_checkpoint_end_to_end(adapter, tiny_vlm_dir, world_dir, tmp_path):
     """The real path: the tiny LLaVA answers MME and POPE (8 docs each) through lmms-eval's scoring;
     a rerun regenerates nothing and reproduces the scores exactly."""
-    from evalsuite.tasks.lmms import iter_lmms_tasks
+    from evalsuite.lmms.task import iter_lmms_tasks
 
     kw = dict(ckpt=str(tiny_vlm_dir), data_root=world_dir, limit=8, batch_size=4, cache_root=tmp_path / "cache")
     first = list(iter_lmms_tasks(["mme", "pope"], **kw))

@@ -93,7 +93,7 @@ def test_lmms_eval_cli_runs_a_shipped_yaml_with_data_files(tiny_vlm_dir, world_d
     """The documented route: a 4-line yaml includes evalsuite_pope_random.yaml and adds data_files;
     `--model_args pretrained=CK,batch_size=4` (model_args win over the CLI's own --batch_size);
     lmms-eval writes its results json. With --verbosity DEBUG a failure exits non-zero."""
-    yaml_dir = Path(__file__).resolve().parents[2] / "evalsuite" / "tasks" / "yaml"
+    yaml_dir = Path(__file__).resolve().parents[2] / "evalsuite" / "lmms" / "yaml"
     tasks = tmp_path / "mytasks"
     tasks.mkdir()
     parquet = world_dir / "questions" / "pope_val_random.parquet"

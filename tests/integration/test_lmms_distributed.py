@@ -23,7 +23,7 @@ WORKER = textwrap.dedent('''
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     from evalsuite.dist import Dist
-    from evalsuite.tasks.lmms import iter_lmms_tasks
+    from evalsuite.lmms.task import iter_lmms_tasks
 
     class Yes:
         device, fingerprint, name = "cpu", "yes-model", "yes"

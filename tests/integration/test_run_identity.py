@@ -59,7 +59,7 @@ def test_lmms_task_reused_seeded_and_its_source_shown(tiny_vlm_dir, world_dir, p
     from run 1's cache), and lmms-eval's simple_evaluate got 7 for all four seeds; run 4 in bfloat16
     generates its answers anew. `evalsuite table` and the report name the data file and
     limit 2 for the lmms rows."""
-    from evalsuite.adapters import lmms_backend as lb
+    from evalsuite.lmms import backend as lb
 
     evaluator = lb.import_evaluator()
     seen: list[dict] = []
@@ -107,8 +107,8 @@ def test_lmms_task_reused_seeded_and_its_source_shown(tiny_vlm_dir, world_dir, p
 
 
 def _fake_lmms(results):
-    def fake(specs, **kwargs):
-        yield from results
+    def fake(self, ctx, plan, inputs):   # LmmsTask.run: the step's results, as lmms-eval's run returns them
+        return list(results)
     return fake
 
 
@@ -116,7 +116,7 @@ def test_group_aggregate_without_own_samples_is_stored(tiny_vlm_dir, world_dir, 
     """lmms-eval yields a leaf (2 samples) and its group's aggregate (samples [], metric n=2, as
     lmms_results.to_task_results builds it): both are written and stored. A result with no samples and
     no metric counting any is refused: exit 2, one line naming the task."""
-    import evalsuite.tasks.lmms as lmms_mod
+    import evalsuite.lmms.task as lmms_mod
 
     leaf = TaskResult("pope_random", "0.0", [MetricValue("pope_accuracy", 0.5, True, n=2)],
                       samples=[{"key": "pope_random/0"}, {"key": "pope_random/1"}], identity={"lmms_task": "leaf"})
@@ -124,7 +124,7 @@ def test_group_aggregate_without_own_samples_is_stored(tiny_vlm_dir, world_dir, 
                        samples=[], identity={"lmms_task": "group", "members": [["pope_random", leaf.eval_key]]})
     run = ["run", "--ckpt", str(tiny_vlm_dir), "--tasks", "pope_random", "--data-root", str(world_dir),
            "--limit", "2", "--device", "cpu", "--store", str(tmp_path / "store")]
-    monkeypatch.setattr(lmms_mod, "iter_lmms_tasks", _fake_lmms([leaf, group]))
+    monkeypatch.setattr(lmms_mod.LmmsTask, "run", _fake_lmms([leaf, group]))
     assert cli_main([*run, "--output", str(tmp_path / "o1")]) == 0
     summary = _summary(tmp_path / "o1")
     assert summary["pope_random/agg"]["metrics"][0]["n"] == 2 and summary["pope_random/agg"]["num_samples"] == 0
@@ -133,5 +133,5 @@ def test_group_aggregate_without_own_samples_is_stored(tiny_vlm_dir, world_dir, 
     assert sorted(set(Store(tmp_path / "store").metrics()["task"])) == ["pope_random", "pope_random/agg"]
 
     empty = TaskResult("pope_random", "0.0", [MetricValue("pope_accuracy", 0.0, True, n=None)], samples=[])
-    monkeypatch.setattr(lmms_mod, "iter_lmms_tasks", _fake_lmms([empty]))
+    monkeypatch.setattr(lmms_mod.LmmsTask, "run", _fake_lmms([empty]))
     assert cli_main([*run, "--rerun", "--output", str(tmp_path / "o2")]) == 2

@@ -15,7 +15,7 @@ from evalsuite.identity import (
     prompt_files_id,
 )
 from evalsuite.run_config import load_eval_config
-from evalsuite.tasks.lmms_results import leaf_identity
+from evalsuite.lmms.results import leaf_identity
 from evalsuite.types import eval_key
 
 

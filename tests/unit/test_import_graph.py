@@ -96,3 +96,45 @@ def test_find_cycle_names_a_circle():
 
 def test_no_import_circle():
     assert find_cycle(import_graph()) is None
+
+
+def importers_of(top: str, packages: tuple[str, ...] = (*PACKAGES, "bench")) -> dict[str, list[int]]:
+    """{file: line numbers} of every import of package `top` (statements at any depth, and
+    importlib.import_module("top...") calls) in the .py files under `packages`."""
+    found: dict[str, list[int]] = {}
+    for pkg in packages:
+        for path in sorted((REPO / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+                names: list[str] = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    names = [node.module or ""]
+                elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
+                      == "import_module" and node.args and isinstance(node.args[0], ast.Constant)
+                      and isinstance(node.args[0].value, str)):
+                    names = [node.args[0].value]
+                if any(n == top or n.startswith(top + ".") for n in names):
+                    found.setdefault(str(path.relative_to(REPO)), []).append(node.lineno)
+    return found
+
+
+def test_only_evalsuite_lmms_imports_lmms_eval():
+    """Every lmms_eval import lives in evalsuite/lmms/ (issue 25): the rest of the code reaches lmms-eval
+    through that package, so a change of lmms-eval's API is one package's change."""
+    importers = importers_of("lmms_eval")
+    assert "evalsuite/lmms/backend.py" in importers  # the scan sees the imports that are there
+    outside = {f: lines for f, lines in importers.items() if not f.startswith("evalsuite/lmms/")}
+    assert outside == {}, f"lmms_eval imported outside evalsuite/lmms/: {outside}"
+
+
+def test_importers_of_sees_every_form(tmp_path, monkeypatch):
+    """Module-level, function-level, `from` and importlib imports are all found; mentions in strings are not."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text(
+        "import lmms_eval.tasks\n"
+        "def f():\n    from lmms_eval import evaluator\n"
+        "def g():\n    import importlib\n    importlib.import_module('lmms_eval.models')\n"
+        "X = 'lmms_eval is mentioned here'\nimport lmms_evalx\n")
+    monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
+    assert importers_of("lmms_eval", ("pkg",)) == {"pkg/a.py": [1, 3, 6]}

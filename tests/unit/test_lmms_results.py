@@ -6,8 +6,8 @@ import json
 import pytest
 
 from evalsuite.run import store_run_id
-from evalsuite.tasks.lmms import Leaf, LmmsSpec
-from evalsuite.tasks.lmms_results import merge_layout, to_task_results
+from evalsuite.lmms.task import Leaf, LmmsSpec
+from evalsuite.lmms.results import merge_layout, to_task_results
 
 
 def _raw() -> dict:

@@ -1,8 +1,8 @@
 """THE module that imports lmms_eval: evalsuite's VLM as an lmms-eval model, lmms-eval's task index and
 its evaluator. Importing it costs ~6 s (lmms_eval.api.model pulls torch + transformers), so callers
-import it inside functions (evalsuite/tasks/lmms.py does).
+import it inside functions (evalsuite/lmms/task.py does).
 
-    from evalsuite.adapters import lmms_backend as lb
+    from evalsuite.lmms import backend as lb
     lm = lb.make_model(VLMBackend.from_checkpoint("ckpt/"), cache_root="out/.resume/lmms")
     raw = lb.evaluate(lm, [{"task": "evalsuite_mme", "dataset_path": "parquet", ...}])
 
@@ -20,15 +20,14 @@ import logging
 import os
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from evalsuite.dist import Dist
+from evalsuite.lmms import YAML_DIR
 from evalsuite.models.cache import ResponseCache, request_key
 from evalsuite.types import GenConfig, GenRequest
 
 log = logging.getLogger(__name__)
 
-YAML_DIR = Path(__file__).resolve().parent.parent / "tasks" / "yaml"
 MODEL_ID = "evalsuite"
 
 
@@ -256,7 +255,7 @@ class EvalsuiteLMM(lmms):
         self.batch_size = int(batch_size)
         self.cache_dir = cache_dir
         self._caches: dict[str, ResponseCache] = {}
-        # lmms task -> cache namespace (evalsuite/tasks/lmms.py adds a data fingerprint: other data, other entries)
+        # lmms task -> cache namespace (evalsuite/lmms/task.py adds a data fingerprint: other data, other entries)
         self.cache_tags: dict[str, str] = {}
         self.counts = {"generated": 0, "cached": 0}
 

@@ -16,7 +16,7 @@ Order of work (all checks before the model is loaded, so a typo costs seconds, n
 
 A group (or tag) reports each leaf as `NAME/LEAF` (pope_full/pope_adv), plus `NAME` itself when lmms-eval
 aggregates the group. On data-parallel runs every rank calls this; only rank 0 gets results, the others
-get []. Scores are lmms-eval's own, converted to MetricValue without recomputation (tasks/lmms_results.py).
+get []. Scores are lmms-eval's own, converted to MetricValue without recomputation (evalsuite/lmms/results.py).
 """
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from evalsuite.adapters.lmms_data import (
-    DATA_KEY, check_hub_cached, content_fingerprint, data_fingerprint, data_override, world_files,
-)
 from evalsuite.dist import Dist
 from evalsuite.errors import RunFailure, UserError
+from evalsuite.lmms.data import (
+    DATA_KEY, check_hub_cached, content_fingerprint, data_fingerprint, data_override, world_files,
+)
 from evalsuite.tasks.registry import LMMS_LOCAL_TASKS, local_name
 from evalsuite.types import TaskResult
 
@@ -73,7 +73,7 @@ def validate_task_names(names: list[str], known_own: list[str] | None = None) ->
     others = [n for n in names if n not in LMMS_LOCAL_TASKS]
     if not others:
         return
-    from evalsuite.adapters import lmms_backend as lb
+    from evalsuite.lmms import backend as lb
 
     tm = lb.task_manager(include_defaults=True)
     unknown = [n for n in others if n not in tm.task_index]
@@ -86,7 +86,7 @@ def validate_task_names(names: list[str], known_own: list[str] | None = None) ->
 def resolve_specs(names: list[str], *, data_root=None, split: str = "val", data: dict | None = None,
                   limit: int | None = None) -> list[LmmsSpec]:
     """Every name as a tree of leaves with their data; lmms-eval's full index is read only if needed."""
-    from evalsuite.adapters import lmms_backend as lb
+    from evalsuite.lmms import backend as lb
 
     data = dict(data or {})
     specs = []
@@ -124,7 +124,7 @@ def _leaf_key(node) -> str:
 
 
 def _leaf_data(leaf: Leaf, node, top: str, data_opt, data_root, split: str) -> None:
-    from evalsuite.tasks.lmms_results import config_version
+    from evalsuite.lmms.results import config_version
 
     cfg = node.config
     leaf.version = config_version(cfg)
@@ -185,7 +185,7 @@ def leaf_keys(spec: LmmsSpec, *, limit: int | None, gen_kwargs: str | dict | Non
               setup: dict) -> dict[str, str | None]:
     """{leaf name: the eval_key its result will have} before anything runs (None where the version is
     known only from lmms-eval's run): what `evalsuite run` looks up in the store to reuse a result."""
-    from evalsuite.tasks.lmms_results import leaf_identity
+    from evalsuite.lmms.results import leaf_identity
     from evalsuite.types import eval_key
 
     return {lf.name: None if lf.version is None else eval_key(lf.name, lf.version, leaf_identity(
@@ -199,18 +199,108 @@ def backend_setup(backend, seed: int) -> dict:
     return {**setup, **(getattr(backend, "engine_identity", None) or {})}  # another engine: another result
 
 
+class LmmsRunner:
+    """One model adapter for every lmms-eval name of a run: one response cache, one lmms-eval results
+    layout (`results_json`). `backend`: the model, or a callable making it on first use (a run whose
+    lmms tasks are all in the store never loads the model)."""
+
+    def __init__(self, backend, *, batch_size: int = 8, cache_root=None, dist: Dist | None = None,
+                 gen_kwargs: str | None = None, bootstrap_iters: int = 100, limit: int | None = None,
+                 results_json=None, seed: int = 0):
+        self._backend, self.batch_size, self.cache_root = backend, batch_size, cache_root
+        self.dist = dist or Dist.current()
+        self.gen_kwargs, self.bootstrap_iters, self.limit = gen_kwargs, bootstrap_iters, limit
+        self.results_json, self.seed = results_json, seed
+        self._lm = None
+        self.layout: dict = {}
+
+    def _model(self):
+        if self._lm is None:
+            from evalsuite.lmms import backend as lb
+
+            if callable(self._backend) and not hasattr(self._backend, "generate"):
+                self._backend = self._backend()
+            self._lm = lb.make_model(self._backend, batch_size=self.batch_size, cache_root=self.cache_root,
+                                     dist=self.dist)
+        return self._lm
+
+    def run(self, spec: LmmsSpec) -> list[TaskResult]:
+        """One `simple_evaluate` for `spec`: its leaves' results (and its aggregates), [] on ranks != 0."""
+        from evalsuite.lmms import backend as lb
+        from evalsuite.lmms.results import merge_layout, to_task_results
+
+        lm = self._model()
+        lm.reset_counts()
+        log.info("lmms-eval %s %s (%s) on %s", spec.kind, spec.name, spec.lmms_name,
+                 "; ".join(lf.source for lf in spec.leaves))
+        lm.cache_tags.update({lf.lmms_task: lf.cache_tag for lf in spec.leaves})
+        try:
+            raw = lb.evaluate(lm, spec.tasks, limit=self.limit, gen_kwargs=self.gen_kwargs,
+                              bootstrap_iters=self.bootstrap_iters, include_defaults=spec.builtin, seed=self.seed)
+        except UserError:
+            raise
+        except Exception as exc:
+            raise LmmsRunError(
+                f"{spec.name}: lmms-eval run failed ({type(exc).__name__}: {exc}); {lm.counts['generated']} "
+                f"newly finished samples are kept in {self.cache_root} and will not be regenerated"
+            ) from exc
+        if raw is None:  # ranks != 0
+            return []
+        if self.results_json is not None:
+            merge_layout(self.layout, raw, Path(self.results_json))
+        return to_task_results(spec, raw, dict(lm.counts), gen_kwargs=self.gen_kwargs, limit=self.limit,
+                               bootstrap_iters=self.bootstrap_iters, backend=self._backend,
+                               setup=backend_setup(self._backend, self.seed))
+
+
+class LmmsTask:
+    """One lmms-eval name of `evalsuite run` (a task, group or tag) behind the Task protocol
+    (evalsuite/tasks/base.py): `plan` states the eval_key of every leaf (`Plan.outputs`; a group's
+    aggregate is stored with its leaves), `run` returns the leaves' results (and the aggregates)."""
+
+    version = "lmms"
+    Options = None
+
+    def __init__(self, spec: LmmsSpec, runner: LmmsRunner, *, seed: int, gen_kwargs):
+        self.spec, self.runner, self.seed, self.gen_kwargs = spec, runner, seed, gen_kwargs
+        self.name = spec.name
+
+    def requires(self, opts, tasks) -> tuple[str, ...]:
+        return ()
+
+    def plan(self, ctx, opts, sources):
+        from evalsuite.tasks.base import Plan
+
+        setup = {"seed": self.seed, **ctx.model_setup()}
+        keys = leaf_keys(self.spec, limit=ctx.limit, gen_kwargs=self.gen_kwargs,
+                         inputs=ctx.loader.inputs.identity(), setup=setup)
+        return Plan(self.name, self.version, {"leaves": keys}, {"lmms_task": self.spec.lmms_name},
+                    state=self.spec, outputs=keys)
+
+    def run(self, ctx, plan, inputs) -> list[TaskResult]:
+        return self.runner.run(plan.state)
+
+
+def lmms_tasks(ctx, names: list[str], opts, *, seed: int, backend, results_json=None) -> list[LmmsTask]:
+    """The lmms-eval names of a run as LmmsTasks sharing one runner, every name's data checked now
+    (before any model loads); `backend` is made on the first run (`LmmsRunner`)."""
+    specs = resolve_specs(names, data=opts.data, data_root=ctx.data_root, split=opts.split, limit=ctx.limit)
+    runner = LmmsRunner(backend, batch_size=ctx.batch_size, cache_root=Path(ctx.resume_root) / "lmms"
+                        if ctx.resume_root else None, dist=ctx.dist, gen_kwargs=opts.gen_kwargs_arg(),
+                        bootstrap_iters=opts.bootstrap_iters, limit=ctx.limit, results_json=results_json, seed=seed)
+    return [LmmsTask(spec, runner, seed=seed, gen_kwargs=opts.gen_kwargs) for spec in specs]
+
+
 def iter_lmms_tasks(names: list, *, ckpt=None, data_root=None, split: str = "val", data: dict | None = None,
                     limit: int | None = None, batch_size: int = 8, gen_kwargs: str | None = None,
                     bootstrap_iters: int = 100, cache_root=None, dist: Dist | None = None,
                     device: str | None = None, backend=None, results_json=None,
                     seed: int = 0) -> Iterator[TaskResult]:
     """Run lmms-eval tasks (names, or specs from `resolve_specs`) on `ckpt` or `backend` (anything with
-    generate/loglikelihood/fingerprint/name/device), yielding each name's results as it finishes.
+    generate/loglikelihood/fingerprint/name/device), yielding each name's results as it finishes: the
+    runner `evalsuite run` uses, without a run around it (tests, bench/lmms_overhead.py).
     `results_json`: rank 0 also keeps lmms-eval's own results layout of everything run so far there.
-    `seed`: lmms-eval's four seeds (`lmms_backend.evaluate`), recorded in every result's identity."""
-    from evalsuite.adapters import lmms_backend as lb
-    from evalsuite.tasks.lmms_results import merge_layout, to_task_results
-
+    `seed`: lmms-eval's four seeds (`backend.evaluate`), recorded in every result's identity."""
     dist = dist or Dist.current()
     specs = names if all(isinstance(n, LmmsSpec) for n in names) else resolve_specs(
         list(names), data_root=data_root, split=split, data=data, limit=limit)
@@ -218,28 +308,7 @@ def iter_lmms_tasks(names: list, *, ckpt=None, data_root=None, split: str = "val
         from evalsuite.models.backend import VLMBackend
 
         backend = VLMBackend.from_checkpoint(ckpt, device=dist.device(device))
-    lm = lb.make_model(backend, batch_size=batch_size, cache_root=cache_root, dist=dist)
-    setup = backend_setup(backend, seed)
-    layout: dict = {}
+    runner = LmmsRunner(backend, batch_size=batch_size, cache_root=cache_root, dist=dist, gen_kwargs=gen_kwargs,
+                        bootstrap_iters=bootstrap_iters, limit=limit, results_json=results_json, seed=seed)
     for spec in specs:
-        lm.reset_counts()
-        log.info("lmms-eval %s %s (%s) on %s", spec.kind, spec.name, spec.lmms_name,
-                 "; ".join(lf.source for lf in spec.leaves))
-        lm.cache_tags.update({lf.lmms_task: lf.cache_tag for lf in spec.leaves})
-        try:
-            raw = lb.evaluate(lm, spec.tasks, limit=limit, gen_kwargs=gen_kwargs, bootstrap_iters=bootstrap_iters,
-                              include_defaults=spec.builtin, seed=seed)
-        except UserError:
-            raise
-        except Exception as exc:
-            raise LmmsRunError(
-                f"{spec.name}: lmms-eval run failed ({type(exc).__name__}: {exc}); {lm.counts['generated']} "
-                f"newly finished samples are kept in {cache_root} and will not be regenerated"
-            ) from exc
-        if raw is None:  # ranks != 0
-            continue
-        if results_json is not None:
-            merge_layout(layout, raw, Path(results_json))
-        yield from to_task_results(spec, raw, dict(lm.counts), gen_kwargs=gen_kwargs, limit=limit,
-                                   bootstrap_iters=bootstrap_iters, backend=backend, setup=setup)
-
+        yield from runner.run(spec)

@@ -4,7 +4,7 @@ No lmms_eval import: `raw` is what `simple_evaluate(..., log_samples=True)` retu
 
 - one TaskResult per leaf task (a group's leaves as `NAME/LEAF`), plus one for each group that lmms-eval
   aggregated (its `aggregate_metric_list`), named `NAME` (or `NAME/SUBGROUP`);
-- POPE and MME leaves get their declared metric specs (`evalsuite.tasks.lmms_metrics`): per-sample
+- POPE and MME leaves get their declared metric specs (`evalsuite.lmms.metrics`): per-sample
   values, directions, and the rows lmms-eval does not report (POPE's model_yes_ratio and per-setting rows);
 - `config` carries what a table needs to say where a number came from: `data_source`, `limit`, `n`
   (documents scored) and `n_total` (documents in the data); `identity` what changes the number.
@@ -50,7 +50,7 @@ def to_task_results(spec, raw: dict, counts: dict, *, gen_kwargs: str | None, li
     `backend`: where it has them, `prompt_text(context, with_image)` (recorded per sample) and
     `inputs_identity` (non-default prompt settings, part of every leaf's identity). `setup`: seed, device
     type and dtype of the run (`leaf_identity`)."""
-    from evalsuite.tasks.lmms_metrics import declare
+    from evalsuite.lmms.metrics import declare
     from evalsuite.version import lmms_eval_version
 
     version = lmms_eval_version()

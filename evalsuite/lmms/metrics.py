@@ -1,5 +1,5 @@
 """The metric specs of the lmms-eval tasks evalsuite ships data for (POPE, MME), applied when a run's
-lmms-eval results become TaskResults (`evalsuite.tasks.lmms_results`).
+lmms-eval results become TaskResults (`evalsuite.lmms.results`).
 
 lmms-eval computes the values; these specs give each per-document result its per-sample row (what the
 table's CIs and paired deltas resample), the metric's direction, and the rows lmms-eval does not report:

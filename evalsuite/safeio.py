@@ -248,7 +248,7 @@ def _tensor_range(p: Path, name: str, entry: Any, data_len: int) -> tuple[int, i
             or not 0 <= offsets[0] <= offsets[1]):
         raise bad(f"data_offsets {short(offsets)} is not [begin, end] with 0 <= begin <= end")
     if offsets[1] > data_len:
-        raise bad(f"data_offsets end {offsets[1]} is past the data ({data_len} bytes)")
+        raise bad(f"data_offsets end {offsets[1]} is past the data ({data_len} bytes): the file is truncated")
     nbits = math.prod(shape) * _DTYPE_BITS[dtype]
     if nbits != (offsets[1] - offsets[0]) * 8:
         raise bad(f"shape {short(shape)} of {dtype} needs {nbits / 8:g} bytes, data_offsets give "

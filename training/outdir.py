@@ -139,11 +139,14 @@ def interrupt_exit(prog: str, out_hint: str = ""):
     import threading
 
     installed = threading.current_thread() is threading.main_thread()
-    old = None
+    old = old_int = None
     if installed:
         def on_term(signum, frame):
             raise Terminated()
         old = signal.signal(signal.SIGTERM, on_term)
+        # Ctrl-C interrupts training even where the launcher left SIGINT ignored (an inherited SIG_IGN:
+        # background jobs, some process managers and test runners)
+        old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     except KeyboardInterrupt:
@@ -155,3 +158,4 @@ def interrupt_exit(prog: str, out_hint: str = ""):
     finally:
         if installed:
             signal.signal(signal.SIGTERM, old)
+            signal.signal(signal.SIGINT, old_int)

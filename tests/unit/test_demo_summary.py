@@ -33,3 +33,21 @@ def test_table_shows_cis_for_chair_and_a_dash_for_what_is_missing():
     text = format_rows(_rows())
     assert "0.070 [0.060, 0.080]" in text and "0.800" in text
     assert text.splitlines()[2].split()[-1] == "-"  # no reward gap on the base row
+
+
+def test_pope_column_is_the_whole_sets_row_not_a_settings(monkeypatch):
+    """POPE stores its whole-set accuracy (no variant) and one row per setting (random/popular/adversarial);
+    the table shows the whole set's, whatever order the rows were written in."""
+    import pandas as pd
+
+    from evalsuite.store import Store
+    from training.demo.summary import summary_rows
+
+    rows = [("pope", "pope_accuracy", None, 0.984), ("pope", "pope_accuracy", "random", 0.985),
+            ("pope", "pope_accuracy", "adversarial", 0.983), ("chair", "CHAIRi", "original", 0.05)]
+    df = pd.DataFrame([{"iteration": 0, "written_at": f"t{i}", "label": "base", "task": t, "metric": m,
+                        "variant": v, "value": x, "ci_low": None, "ci_high": None}
+                       for i, (t, m, v, x) in enumerate(rows)])
+    monkeypatch.setattr(Store, "metrics", lambda self: df)
+    (row,) = summary_rows("unused")
+    assert row["POPE acc"][0] == 0.984 and row["CHAIR_i"][0] == 0.05

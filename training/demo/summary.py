@@ -37,6 +37,10 @@ def summary_rows(store: str | Path) -> list[dict]:
         row = {"iteration": int(it), "name": label.iloc[-1] if len(label) else f"iter_{int(it)}"}
         for col, task, metric in COLUMNS:
             hit = g[(g["task"] == task) & (g["metric"] == metric)]
+            # POPE: the whole set's row, not a setting's (random/popular/adversarial carry a variant); CHAIR
+            # names its one variant on every row
+            whole = hit[hit["variant"].isna()]
+            hit = whole if len(whole) else hit
             if len(hit):
                 r = hit.iloc[-1]
                 row[col] = (float(r["value"]), _num(r["ci_low"]), _num(r["ci_high"]))

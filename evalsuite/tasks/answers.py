@@ -22,8 +22,6 @@ import json
 import logging
 from pathlib import Path
 
-# one digest and one file-hash memo for every identity (evalsuite/identity.py)
-from evalsuite.identity import digest, file_fingerprint, prompt_files_id  # noqa: F401
 from evalsuite.types import GenConfig, GenRequest
 
 log = logging.getLogger(__name__)

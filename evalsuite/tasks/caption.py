@@ -79,7 +79,7 @@ class CaptionTask:
         return ()
 
     def plan(self, ctx: RunContext, opts: CaptionOptions, sources: dict) -> Plan:
-        from evalsuite.tasks.answers import digest, file_fingerprint
+        from evalsuite.identity import digest, file_fingerprint
         from evalsuite.world.layout import CocoLayout
 
         images = coco_images(ctx.data_root, opts.split)[: ctx.limit]

@@ -94,7 +94,7 @@ class ChairTask:
     def plan(self, ctx: RunContext, opts: ChairOptions, sources: dict) -> Plan:
         """Scorer, GT and image sample: missing NLTK data or annotations fail before the model loads."""
         from evalsuite.metrics import chair, chair_io, nltk_resources
-        from evalsuite.tasks.answers import digest, file_fingerprint
+        from evalsuite.identity import digest, file_fingerprint
         from evalsuite.tasks.caption import answer_identity, coco_images
         from evalsuite.world.layout import CocoLayout
 

@@ -37,7 +37,7 @@ class ExampleTask:
         return ()
 
     def plan(self, ctx: RunContext, opts: ExampleOptions, sources: dict) -> Plan:
-        from evalsuite.tasks.answers import digest, file_fingerprint
+        from evalsuite.identity import digest, file_fingerprint
         from evalsuite.tasks.caption import answer_identity, coco_images
         from evalsuite.world.layout import CocoLayout
 

@@ -18,7 +18,8 @@ for _k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ.setdefault(_k, "1")
 
 REPO = Path(__file__).resolve().parent.parent
-# reference data (CHAIR golden outputs, official NLTK tagger/punkt tables), committed with its licences:
+# reference data (CHAIR golden outputs, official NLTK tagger/punkt tables), committed with its licences
+# (tests read the tagger through the `official_nltk_data` fixture, which unpacks its weights):
 # tests/data/golden/chair/README.md, tests/data/golden/nltk_data/README.md
 GOLDEN = REPO / "tests" / "data" / "golden"
 
@@ -75,15 +76,61 @@ def punkt_dir(tmp_path_factory) -> Path:
     return out
 
 
+# the official tagger's weights are committed bz2-packed (5.7 MB -> 0.9 MB) beside the sha256 of the
+# unpacked file: tests/data/golden/nltk_data/README.md
+TAGGER_WEIGHTS = "taggers/averaged_perceptron_tagger_eng/averaged_perceptron_tagger_eng.weights.json"
+
+
+def unpack_official_nltk_data(parent: Path) -> Path:
+    """`parent/official_nltk_data`: the committed official tagger + punkt tables as NLTK reads them, the
+    weights unpacked and checked against their committed sha256. Built in a private folder and renamed
+    into place (a rename is atomic), so concurrent pytest-xdist workers never see a half-written folder;
+    the loser of a race drops its copy and uses the winner's."""
+    import bz2
+    import hashlib
+    import shutil
+    import tempfile
+
+    final = parent / "official_nltk_data"
+    if final.is_dir():
+        return final
+    src = GOLDEN / "nltk_data"
+    want = (src / f"{TAGGER_WEIGHTS}.sha256").read_text().split()[0]
+    data = bz2.decompress((src / f"{TAGGER_WEIGHTS}.bz2").read_bytes())
+    got = hashlib.sha256(data).hexdigest()
+    if got != want:
+        raise RuntimeError(f"{src / TAGGER_WEIGHTS}.bz2 unpacks to sha256 {got}, not the committed {want}")
+    staging = Path(tempfile.mkdtemp(prefix=".official_nltk_data-", dir=parent))
+    for rel in ("taggers/averaged_perceptron_tagger_eng", "tokenizers/punkt_tab"):
+        shutil.copytree(src / rel, staging / rel, ignore=shutil.ignore_patterns("*.bz2", "*.sha256"))
+    (staging / TAGGER_WEIGHTS).write_bytes(data)
+    try:
+        os.rename(staging, final)
+    except OSError:  # another worker renamed its folder there first
+        shutil.rmtree(staging)
+        if not final.is_dir():
+            raise
+    return final
+
+
 @pytest.fixture(scope="session")
-def nltk_models_dir(tmp_path_factory) -> Path:
+def official_nltk_data(tmp_path_factory) -> Path:
+    """The official NLTK tagger + punkt tables (no WordNet), unpacked once per test session: under
+    pytest-xdist into the session's root temp dir that all workers share, else into this session's."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    return unpack_official_nltk_data(base)
+
+
+@pytest.fixture(scope="session")
+def nltk_models_dir(tmp_path_factory, official_nltk_data) -> Path:
     """An NLTK data folder with the official punkt tables + POS tagger and no WordNet
     (enough for CHAIR `original`), copied by evalsuite's own nltk_setup."""
     from evalsuite.metrics import nltk_setup
 
-    src = GOLDEN / "nltk_data"
     out = tmp_path_factory.mktemp("nltk_models")
-    nltk_setup.copy_models(out, src)
+    nltk_setup.copy_models(out, official_nltk_data)
     return out
 
 

@@ -160,16 +160,15 @@ def _punkt_and_tagger_folder(root):
     return root
 
 
-def test_opera_without_wordnet_names_wordnet(tmp_path, inputs, monkeypatch, capsys):
+def test_opera_without_wordnet_names_wordnet(tmp_path, inputs, monkeypatch, capsys, official_nltk_data):
     """punkt and a tagger, no WordNet: `--variant opera` names WordNet and how to get it (also with the
     official punkt + tagger of the reference data, tests/data/golden/nltk_data)."""
     import nltk
 
     from evalsuite.metrics import nltk_setup
-    from tests.conftest import GOLDEN
 
     folders = [_punkt_and_tagger_folder(tmp_path / "standin")]
-    nltk_setup.copy_models(tmp_path / "official", GOLDEN / "nltk_data")
+    nltk_setup.copy_models(tmp_path / "official", official_nltk_data)
     folders.append(tmp_path / "official")
     caps, gt = inputs
     for folder in folders:

@@ -36,3 +36,46 @@ def test_word_tokenize_with_written_punkt_matches_official(tmp_path, golden_dir,
     monkeypatch.setattr(nltk.data, "path", [str(official)])
     ref = PunktTokenizer("english")
     assert [ours.tokenize(t) for t in texts] == [ref.tokenize(t) for t in texts]
+
+
+def test_packed_tagger_weights_unpack_to_the_committed_bytes(official_nltk_data, golden_dir):
+    """The bz2-packed official weights unpack byte for byte to the file whose sha256 is committed beside
+    them (NLTK's own averaged_perceptron_tagger_eng.weights.json); no unpacked copy sits in the repo."""
+    import hashlib
+
+    from tests.conftest import TAGGER_WEIGHTS
+
+    committed = (golden_dir / "nltk_data" / f"{TAGGER_WEIGHTS}.sha256").read_text().split()
+    assert committed == ["789e8e35f6fac656d9b7eccea29ba4e8a137cbb5b525dd31f39e4291a9e80832",
+                         "averaged_perceptron_tagger_eng.weights.json"]
+    data = (official_nltk_data / TAGGER_WEIGHTS).read_bytes()
+    assert len(data) == 5_677_744 and hashlib.sha256(data).hexdigest() == committed[0]
+    assert not (golden_dir / "nltk_data" / TAGGER_WEIGHTS).exists()
+    tagger = official_nltk_data / "taggers" / "averaged_perceptron_tagger_eng"
+    assert sorted(f.name for f in tagger.iterdir()) == [
+        f"averaged_perceptron_tagger_eng.{part}.json" for part in ("classes", "tagdict", "weights")]
+
+
+def test_concurrent_unpacks_leave_one_complete_folder(tmp_path):
+    """Workers unpacking at once (pytest-xdist) all get the same complete folder, and no staging folder
+    is left behind: each builds privately and renames into place."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.conftest import TAGGER_WEIGHTS, unpack_official_nltk_data
+
+    with ThreadPoolExecutor(3) as pool:
+        got = list(pool.map(unpack_official_nltk_data, [tmp_path] * 3))
+    assert got == [tmp_path / "official_nltk_data"] * 3
+    assert [p.name for p in tmp_path.iterdir()] == ["official_nltk_data"]
+    assert (got[0] / TAGGER_WEIGHTS).stat().st_size == 5_677_744
+    assert (got[0] / "tokenizers" / "punkt_tab" / "english" / "ortho_context.tab").is_file()
+
+
+def test_product_never_reads_the_test_copy(repo_root):
+    """The committed NLTK data is test data: no product code, config or Makefile rule points at it (users
+    get the tagger with NLTK's downloader or `nltk_setup --tagger-from` their own NLTK data folder)."""
+    sources = [repo_root / "Makefile", repo_root / "pyproject.toml"]
+    for top in ("evalsuite", "training", "configs"):
+        sources += [p for p in (repo_root / top).rglob("*") if p.is_file() and p.suffix in (".py", ".yaml", ".sh")]
+    assert len(sources) > 50
+    assert [str(p) for p in sources if "data/golden" in p.read_text(errors="replace")] == []

@@ -11,7 +11,19 @@ from pathlib import Path
 import pytest
 
 from evalsuite.errors import UserError
-from tests.integration.test_lmms import AnswerBackend, _run, _scratch_caches, _to_parquet, _values, adapter  # noqa: F401
+# _scratch_caches is test_lmms.py's autouse fixture: imported, it applies to this module's tests too
+from tests.integration.test_lmms import AnswerBackend, _run, _scratch_caches, _to_parquet, _values  # noqa: F401
+
+
+@pytest.fixture(scope="module")
+def adapter():
+    """As tests/integration/test_lmms.py's: defined here, since an imported fixture reads as an unused import
+    that each test's parameter then redefines."""
+    from evalsuite.lmms import backend as lmms_backend
+
+    lmms_backend.import_evaluator()
+    return lmms_backend
+
 
 # ScienceQA `answer` is the index of the right choice: targets A, B, C, A, B, D, A, C
 SQA_ANSWERS = [0, 1, 2, 0, 1, 3, 0, 2]

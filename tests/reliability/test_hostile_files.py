@@ -8,7 +8,6 @@ import shutil
 import struct
 import time
 
-import pyarrow.parquet as pq
 import pytest
 
 from evalsuite import safeio

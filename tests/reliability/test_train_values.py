@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import REPO, train_inprocess
+from tests.conftest import train_inprocess
 from tests.reliability.helpers import one_error
 
 PREFIX = "train.py: error: "

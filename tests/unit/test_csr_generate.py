@@ -6,7 +6,7 @@ import pytest
 
 from training.csr.clean import junk_reason
 from training.csr.config import TreeConfig
-from training.csr.generate import Tree, TreeGenerator, read_trees, sentence_end_ids, write_trees
+from training.csr.generate import TreeGenerator, read_trees, sentence_end_ids, write_trees
 from training.csr.search import SearchSpec, group_beam_search, sample_search
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from training.csr.config import PairConfig, RewardConfig
 from training.csr.generate import Node, Tree
-from training.csr.pairs import Pair, build_pairs, llava_record, pair_stats, select_pair
+from training.csr.pairs import build_pairs, llava_record, pair_stats, select_pair
 from training.csr.reward import node_costs, path_rewards, rank_path_score, sibling_ranks
 
 OURS = {"template": "single", "post_eos": "cut", "guards": True}  # our pair rules (configs/csr_tiny.yaml)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import random
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any

@@ -28,7 +28,6 @@ def torch_dtype(cfg):
 def _quantization(cfg):
     if not cfg.q_lora:
         return None
-    import torch
     from transformers import BitsAndBytesConfig
 
     if cfg.bits == 4:

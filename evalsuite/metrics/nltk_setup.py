@@ -95,7 +95,9 @@ def install_punkt(out: Path) -> Path:
 
 
 def copy_models(out: Path, tagger_from: Path) -> list[Path]:
-    """Copy the POS tagger and punkt tables from another NLTK data folder."""
+    """Copy the POS tagger and punkt tables from another NLTK data folder. A file stored packed as
+    `NAME.bz2` with `NAME.sha256` beside it (the repo's copy: tests/data/golden/nltk_data/README.md) is
+    unpacked to `NAME` and checked against that sha256; a mismatch is an error, not a silent other tagger."""
     copied = []
     for rel in COPIED_TREES:
         src = tagger_from / rel
@@ -104,9 +106,29 @@ def copy_models(out: Path, tagger_from: Path) -> list[Path]:
         dest = out / rel
         if dest.exists():
             shutil.rmtree(dest)
-        shutil.copytree(src, dest, symlinks=False)
+        shutil.copytree(src, dest, symlinks=False, ignore=shutil.ignore_patterns("*.bz2", "*.sha256"))
+        for packed in sorted(src.glob("*.bz2")):
+            unpack_checked(packed, dest / packed.stem)
         copied.append(dest)
     return copied
+
+
+def unpack_checked(packed: Path, dest: Path) -> None:
+    """`packed` (bz2) unpacked to `dest` (temp file + rename), its bytes checked against `<stem>.sha256`."""
+    import bz2
+    import hashlib
+
+    from evalsuite.files import write_bytes_atomic
+
+    digest_file = packed.with_suffix(".sha256")
+    if not digest_file.is_file():
+        raise UserError(f"{packed}: no {digest_file.name} beside it to check the unpacked bytes against")
+    want = digest_file.read_text().split()[0]
+    data = bz2.decompress(packed.read_bytes())
+    got = hashlib.sha256(data).hexdigest()
+    if got != want:
+        raise UserError(f"{packed}: unpacks to sha256 {got}, not {want} ({digest_file.name})")
+    write_bytes_atomic(dest, data)
 
 
 def build_nltk_data(out: str | Path, tagger_from: str | Path | None = None,

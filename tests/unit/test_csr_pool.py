@@ -182,3 +182,17 @@ def test_differences_reports_every_differing_tree():
     got = [(d.tree, d.what, d.near_tie()) for d in differences(ref, new)]
     assert got == [("p1", "sentence", False), ("p2", "sentence", True), ("p3", "tree missing in b", False),
                    ("p4", "tree missing in a", False)]
+
+
+def test_pool_progress_bar_counts_trees(tiny_vlm_dir, image_root, capsys):
+    """progress=True: a bar of trees done / total on the pool path too; progress=False: none."""
+    from evalsuite.models.vlm import load_vlm
+
+    vlm = load_vlm(tiny_vlm_dir, device="cpu")
+    gen = TreeGenerator(vlm, TreeConfig(engine="pool", max_new_tokens=3, max_depth=2), image_root)
+    capsys.readouterr()
+    gen.generate(_records(3), progress=True)
+    err = capsys.readouterr().err
+    assert "csr trees" in err and "3/3" in err, err
+    gen.generate(_records(3), progress=False)
+    assert "csr trees" not in capsys.readouterr().err

@@ -302,9 +302,26 @@ class PoolEngine:
         self.runner = Runner(self.model, self.spec, self.stats)
         self.device = self.runner.device
 
+    def generate(self, records: Sequence[dict], progress: bool = False) -> list[Any] | None:
+        """The trees, in record order; None when this model's cache cannot be pooled (logged).
+        progress=True: a bar of trees done / total."""
+        self._bar, self._progress = None, progress
+        try:
+            return self._generate(records)
+        finally:
+            if self._bar is not None:
+                self._bar.close()
+
+    def _advance(self, done: int, total: int) -> None:
+        """The bar, made once the first prompts were prefilled (a model that falls back shows none here)."""
+        if self._bar is None:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, desc="csr trees", unit="tree", disable=not self._progress)
+        self._bar.update(done - self._bar.n)
+
     @torch.inference_mode()
-    def generate(self, records: Sequence[dict]) -> list[Any] | None:
-        """The trees, in record order; None when this model's cache cannot be pooled (logged)."""
+    def _generate(self, records: Sequence[dict]) -> list[Any] | None:
         cfg, B = self.cfg, self.spec.num_beams
         waiting = list(range(len(records)))
         trees: dict[int, _Tree] = {}
@@ -387,6 +404,7 @@ class PoolEngine:
             ended, rows, toks = search.step(logits)
             for (r, nid), hyps in ended:
                 self._ended(trees, done, ready, r, nid, hyps)
+            self._advance(len(done), len(records))
             if len(search):
                 pool, logits = self.runner.step(pool.select(rows), toks)
                 self.stats.peak_tokens = max(self.stats.peak_tokens, self._tokens(pool, trees))

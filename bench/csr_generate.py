@@ -10,8 +10,8 @@ Counted with forward hooks on the model and on its vision tower, per engine:
   forwards per 1,000 candidate sentences, mean rows per forward, vision-tower images per prompt,
   prefill tokens (forwards feeding more than one token per row, unmasked) per candidate sentence,
   host bytes per search step (reference: the rows x vocabulary log-probs it copies; pool: what it reads).
-The trees are compared (`training.csr.pool.first_difference`): every difference is printed with its
-score gap; only near-ties (gap <= 1e-5) are acceptable. Without --ckpt the tiny kit checkpoint is built
+The trees are compared (`training.csr.pool.differences`): every differing tree is printed with its
+first difference and the score gap of the two candidates that swapped there; only near-ties (gap <= 1e-5) are acceptable. Without --ckpt the tiny kit checkpoint is built
 in a temp dir; images are solid-colour PNGs (content does not change the cost).
 """
 from __future__ import annotations
@@ -115,7 +115,7 @@ def run(ckpt: str | None, sizes: list[int], max_new: int, depth: int, device: st
     from PIL import Image
 
     from evalsuite.models.vlm import load_vlm
-    from training.csr.pool import first_difference
+    from training.csr.pool import differences
 
     tmp = Path(tempfile.mkdtemp(prefix="csr_bench_"))
     if ckpt is None:
@@ -135,7 +135,7 @@ def run(ckpt: str | None, sizes: list[int], max_new: int, depth: int, device: st
         res, trees = {}, {}
         for engine in ("reference", "pool"):
             res[engine], trees[engine] = run_engine(vlm, tmp, records[:n], engine, max_new, depth)
-        diffs = [d for a, b in zip(trees["reference"], trees["pool"]) if (d := first_difference(a, b))]
+        diffs = differences(trees["reference"], trees["pool"])
         for d in diffs:
             print(f"trees differ: prompt {d.tree}, node {d.node}, {d.what}, score gap {d.gap:.3g}"
                   f" ({'near-tie' if d.near_tie() else 'NOT a near-tie'})")

@@ -10,7 +10,7 @@ from evalsuite.errors import UserError
 from evalsuite.kit.families import ARCHS
 from training.csr.config import TreeConfig
 from training.csr.generate import TreeGenerator
-from training.csr.pool import first_difference
+from training.csr.pool import differences, first_difference
 
 # Families whose cache rows cannot be cut and stacked (sliding-window layers): the reference path runs.
 FALLBACK = {"gemma3", "mistral3", "blip2", "instructblip", "mllama", "idefics2", "lfm2_vl"}  # cache or inputs the pool cannot stack: reference path, logged
@@ -33,9 +33,10 @@ def _records(n):
 def _compare(ref, new) -> list:
     """Every differing tree, printed with its score gap; each must be a near-tie (gap <= 1e-5)."""
     assert [t.id for t in ref] == [t.id for t in new]
-    diffs = [d for a, b in zip(ref, new) if (d := first_difference(a, b))]
+    diffs = differences(ref, new)
     for d in diffs:
-        print(f"trees differ: prompt {d.tree}, node {d.node}, {d.what}, score gap {d.gap:.3g}")
+        print(f"trees differ: prompt {d.tree}, node {d.node}, {d.what}, score gap {d.gap:.3g}"
+              f"{f' (with node {d.other})' if d.other is not None else ''}")
     assert all(d.near_tie() for d in diffs), diffs
     return diffs
 
@@ -136,22 +137,62 @@ def test_our_rules_too(tiny_vlm_dir, image_root, caplog):
     assert "the sample expander runs the reference path" in caplog.text
 
 
-def test_first_difference_reports_the_gap_where_trees_part():
-    """The detector the identity tests rely on: a swapped sibling at a near-tie is a near-tie, a
-    different sentence far from any tie is not, and agreeing trees give None."""
+def _tree(scores, second_ids=(6, 7), statuses=None, tid="t"):
+    """A root with len(scores) children; child 2's sentence is `second_ids`; statuses per child."""
     from training.csr.generate import Node, Tree
 
-    def tree(second_ids, second_score, status="active"):
-        root = Node(0, None, 0, [], [], "", 0.0, 0.0, children=[1, 2], status="expanded")
-        a = Node(1, 0, 1, [], [5, 7], "a.", -1.0, -1.0)
-        b = Node(2, 0, 1, [], second_ids, "b.", second_score, second_score, status=status)
-        return Tree("t", "0.png", "q", [1, 2], [root, a, b])
+    statuses = statuses or ["active"] * len(scores)
+    root = Node(0, None, 0, [], [], "", 0.0, 0.0, children=list(range(1, len(scores) + 1)), status="expanded")
+    kids = [Node(i + 1, 0, 1, [], list(second_ids) if i == 1 else [5 + 2 * i, 9], f"s{i}.", s, s, status=st)
+            for i, (s, st) in enumerate(zip(scores, statuses))]
+    return Tree(tid, "0.png", "q", [1, 2], [root, *kids])
 
-    same = first_difference(tree([6, 7], -1.000004), tree([6, 7], -1.000004))
-    assert same is None
-    tie = first_difference(tree([6, 7], -1.000004), tree([8, 7], -1.000001))
-    assert tie.node == 2 and tie.what == "sentence" and tie.near_tie()
-    far = first_difference(tree([6, 7], -3.0), tree([8, 7], -2.0))
-    assert far.gap == pytest.approx(1.0) and not far.near_tie()
-    pruned = first_difference(tree([6, 7], -1.000002), tree([6, 7], -1.000002, status="pruned"))
-    assert pruned.what == "status active vs pruned" and pruned.near_tie()
+
+def test_first_difference_gap_is_the_swapped_pair():
+    """The near-tie rule is about the two candidates that swapped, not about any two siblings: a swap at
+    a 1e-7 gap is a near-tie; a swap 0.3 apart is not, even with two OTHER siblings 1e-6 apart."""
+    assert first_difference(_tree([-1.0, -2.0]), _tree([-1.0, -2.0])) is None
+    tie = first_difference(_tree([-1.0, -2.0]), _tree([-1.0, -2.0000001], second_ids=(8, 7)))
+    assert (tie.node, tie.what) == (2, "sentence") and tie.gap == pytest.approx(1e-7) and tie.near_tie()
+    far = first_difference(_tree([-1.0, -2.0, -1.000001]), _tree([-1.0, -2.3, -1.000001], second_ids=(8, 7)))
+    assert (far.node, far.what) == (2, "sentence") and far.gap == pytest.approx(0.3) and not far.near_tie()
+
+
+def test_a_pruning_difference_is_judged_by_the_two_nodes_that_swapped():
+    """Node 2 kept in a and pruned in b, node 3 the other way: the gap is their cumulative scores'
+    distance. Nodes 1 and 4 (1e-6 apart, same status in both trees) do not make it a near-tie."""
+    kept, pruned = "active", "pruned"
+    a = _tree([-1.0, -2.0, -2.0000001, -1.000001], statuses=[kept, kept, pruned, kept])
+    b = _tree([-1.0, -2.0, -2.0000001, -1.000001], statuses=[kept, pruned, kept, kept])
+    tie = first_difference(a, b)
+    assert (tie.node, tie.other, tie.what) == (2, 3, "status active vs pruned") and tie.near_tie()
+    a = _tree([-1.0, -2.0, -2.3, -1.000001], statuses=[kept, kept, pruned, kept])
+    b = _tree([-1.0, -2.0, -2.3, -1.000001], statuses=[kept, pruned, kept, kept])
+    far = first_difference(a, b)
+    assert far.other == 3 and far.gap == pytest.approx(0.3) and not far.near_tie()
+    # a status that no score decided (pruned with nothing kept in its place) is never a near-tie
+    lone = first_difference(_tree([-1.0, -1.000001]), _tree([-1.0, -1.000001], statuses=[kept, pruned]))
+    assert lone.gap == float("inf") and not lone.near_tie()
+
+
+def test_differences_reports_every_differing_tree():
+    same, swapped = _tree([-1.0, -2.0], tid="p0"), _tree([-1.0, -2.3], second_ids=(8, 7), tid="p1")
+    ref = [_tree([-1.0, -2.0], tid=i) for i in ("p0", "p1", "p2", "p3")]
+    new = [same, swapped, _tree([-1.0, -2.0000001], second_ids=(8, 7), tid="p2"), _tree([-1.0, -2.0], tid="p4")]
+    got = [(d.tree, d.what, d.near_tie()) for d in differences(ref, new)]
+    assert got == [("p1", "sentence", False), ("p2", "sentence", True), ("p3", "tree missing in b", False),
+                   ("p4", "tree missing in a", False)]
+
+
+def test_pool_progress_bar_counts_trees(tiny_vlm_dir, image_root, capsys):
+    """progress=True: a bar of trees done / total on the pool path too; progress=False: none."""
+    from evalsuite.models.vlm import load_vlm
+
+    vlm = load_vlm(tiny_vlm_dir, device="cpu")
+    gen = TreeGenerator(vlm, TreeConfig(engine="pool", max_new_tokens=3, max_depth=2), image_root)
+    capsys.readouterr()
+    gen.generate(_records(3), progress=True)
+    err = capsys.readouterr().err
+    assert "csr trees" in err and "3/3" in err, err
+    gen.generate(_records(3), progress=False)
+    assert "csr trees" not in capsys.readouterr().err

@@ -164,7 +164,7 @@ class TreeGenerator:
             from training.csr.pool import PoolEngine
 
             engine = PoolEngine(self)
-            pooled = engine.generate(records)
+            pooled = engine.generate(records, progress=progress)
             self.pool_stats = engine.stats  # bench/csr_generate.py reports them
             if pooled is not None:
                 return pooled

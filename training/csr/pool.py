@@ -3,8 +3,8 @@ with prefix reuse and the search on the device. Same trees as the one-node refer
 
 What differs from the reference path (`generate.TreeGenerator._grow` + `search.group_beam_search`), and
 what does not:
-  * the per-node search is the reference's step for step (HF group beam search semantics, the module
-    docstring of `search.py`), vectorised over every node in the pool, each node at its own step `t`;
+  * the per-node search is the reference's own code (`search.GroupBeams.advance`, HF group beam search
+    semantics: the module docstring of `search.py`), over every node in the pool, each at its own step `t`;
   * continuous refill: a node's 5 beam rows leave the pool when its search ends, and nodes of any
     prompt whose level was pruned join at the next step (no lockstep over a prompt batch). Bounded by
     `tree.prompt_batch` (prompts resident), `tree.batch_nodes` (nodes searching at once) and
@@ -32,8 +32,7 @@ from typing import Any, Sequence
 
 import torch
 
-from training.csr.search import NEG, Hyp, SearchSpec
-from training.csr.search import _collect as search_collect
+from training.csr.search import GroupBeams, Hyp, SearchSpec
 
 log = logging.getLogger(__name__)
 
@@ -245,136 +244,21 @@ class Runner:
 
 
 # ------------------------------------------------------------------ the search state of many nodes
-class Search:
+class Search(GroupBeams):
     """The group beam search state of every node in the pool, on the device; node i owns rows
-    i*B .. i*B+B-1. Each step is `search.group_beam_search`'s step, with a per-node step counter."""
+    i*B .. i*B+B-1. Each step is `search.GroupBeams.advance` (the step `search.group_beam_search` runs),
+    each node at its own step; the host reads are counted in `stats`."""
 
     def __init__(self, spec: SearchSpec, device, stats: Stats):
-        self.spec, self.device, self.stats = spec, device, stats
-        G, B = spec.num_groups, spec.num_beams
-        self.G, self.B, self.S = G, B, B // G
-        self.T = spec.max_new_tokens
-        self.K = max(2, 1 + len(spec.stop_ids)) * self.S
-        self.stop = torch.tensor(spec.stop_ids, dtype=torch.long, device=device)
-        self.suppress = torch.tensor(spec.suppress_ids, dtype=torch.long, device=device)
-        self.keys: list[Any] = []  # who each node is (the caller's handle)
-        z = lambda *shape, **kw: torch.zeros(shape, device=device, **kw)  # noqa: E731
-        G, S, T = self.G, self.S, self.T
-        self.t = z(0, dtype=torch.long)
-        self.run_score, self.run_tok = z(0, G, S), z(0, G, S, T, dtype=torch.long)
-        self.fin_score, self.fin_tok = z(0, G, S), z(0, G, S, T, dtype=torch.long)
-        self.fin_len, self.fin_set = z(0, G, S, dtype=torch.long), z(0, G, S, dtype=torch.bool)
-        self.fin_ord = z(0, G, S, dtype=torch.long)
-        self.open_ = z(0, G, dtype=torch.bool)
+        super().__init__(spec, device)
+        self.stats = stats
 
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def add(self, keys: list[Any]) -> None:
-        m, G, S, T, d = len(keys), self.G, self.S, self.T, self.device
-        run = torch.zeros((m, G, S), device=d)
-        run[:, :, 1:] = NEG  # every group starts from its first beam only
-        self.keys += keys
-        self.t = torch.cat([self.t, torch.zeros(m, dtype=torch.long, device=d)])
-        self.run_score = torch.cat([self.run_score, run])
-        self.run_tok = torch.cat([self.run_tok, torch.zeros((m, G, S, T), dtype=torch.long, device=d)])
-        self.fin_score = torch.cat([self.fin_score, torch.full((m, G, S), NEG, device=d)])
-        self.fin_tok = torch.cat([self.fin_tok, torch.zeros((m, G, S, T), dtype=torch.long, device=d)])
-        self.fin_len = torch.cat([self.fin_len, torch.zeros((m, G, S), dtype=torch.long, device=d)])
-        self.fin_set = torch.cat([self.fin_set, torch.zeros((m, G, S), dtype=torch.bool, device=d)])
-        self.fin_ord = torch.cat([self.fin_ord, torch.zeros((m, G, S), dtype=torch.long, device=d)])
-        self.open_ = torch.cat([self.open_, torch.ones((m, G), dtype=torch.bool, device=d)])
-
-    def _keep(self, idx: torch.Tensor) -> None:
-        for name in ("t", "run_score", "run_tok", "fin_score", "fin_tok", "fin_len", "fin_set", "fin_ord", "open_"):
-            setattr(self, name, getattr(self, name).index_select(0, idx))
-
-    def step(self, logits: torch.Tensor) -> tuple[list[tuple[Any, list[Hyp]]], torch.Tensor, torch.Tensor]:
-        """One step of every node: (ended nodes with their hypotheses, cache rows to keep, their tokens)."""
-        spec, G, S, B, K, T = self.spec, self.G, self.S, self.B, self.K, self.T
-        m = len(self)
-        lp = torch.log_softmax(logits, dim=-1)
-        if self.suppress.numel():
-            lp[:, self.suppress] = float("-inf")
-        V = lp.shape[-1]
-        lp = lp.view(m, G, S, V)
-        t = self.t
-        last = t + 1 >= T
-        length = (t + 1).double()
-        ar = torch.arange(m, device=self.device)
-        chosen = torch.zeros((m, V), device=self.device)
-        src = torch.zeros((m, G, S), dtype=torch.long, device=self.device)
-        tok = torch.zeros((m, G, S), dtype=torch.long, device=self.device)
-        order0 = t * K
-        for g in range(G):
-            scores = lp[:, g]
-            if spec.diversity_penalty and g:
-                scores = scores - spec.diversity_penalty * chosen[:, None, :]
-            acc = (scores + self.run_score[:, g, :, None]).reshape(m, S * V)
-            top_s, top_i = acc.topk(K, dim=-1)
-            beam, token = top_i // V, top_i % V
-            is_stop = torch.isin(token, self.stop)
-            seqs = torch.take_along_dim(self.run_tok[:, g], beam[..., None], dim=1)
-            seqs[ar, :, t] = token
-            open_g = self.open_[:, g].clone()
-            # the rules of search.group_beam_search, step for step (its comments say why)
-            self._finish(g, top_s, seqs, is_stop & (torch.arange(K, device=self.device) < S), open_g,
-                         length, order0)
-            keep = torch.argsort(is_stop.to(torch.int8), dim=1, stable=True)[:, :S]
-            self.run_score[:, g] = torch.take_along_dim(top_s, keep, 1)
-            src[:, g] = g * S + torch.take_along_dim(beam, keep, 1)
-            tok[:, g] = torch.take_along_dim(token, keep, 1)
-            self.run_tok[:, g] = torch.take_along_dim(seqs, keep[..., None], 1)
-            fed = torch.where(open_g[:, None], tok[:, g], torch.full_like(tok[:, g], spec.pad_id))
-            chosen.scatter_add_(1, fed, torch.ones((m, S), device=self.device))
-            full = self.fin_set[:, g].all(-1)
-            best = top_s[:, 0] / (length ** spec.length_penalty).float()
-            self.open_[:, g] = open_g & ~(full & (self.fin_score[:, g].min(-1).values >= best))
-        if bool(self.stats.host(last.any())):
-            # the length limit: the running beams of open groups become hypotheses too (nodes at T only)
-            every = last[:, None].expand(m, S)
-            for g in range(G):
-                self._finish(g, self.run_score[:, g], self.run_tok[:, g], every, self.open_[:, g].clone(),
-                             length, torch.full_like(t, T * K))
-        still = self.open_.any(-1) & ~last
-        self.t = t + 1
-        still_h = self.stats.host(still)
-        ended = []
-        if not bool(still_h.all()):
-            done = (~still).nonzero().squeeze(1)
-            sc = self.stats.host(self.fin_score[done])
-            ln = self.stats.host(self.fin_len[done])
-            tk = self.stats.host(self.fin_tok[done])
-            od = self.stats.host(self.fin_ord[done])
-            for j, i in enumerate((~still_h).nonzero().squeeze(1).tolist()):
-                ended.append((self.keys[i], search_collect(sc[j], tk[j], ln[j], od[j])))
-        keep_nodes = still.nonzero().squeeze(1)
-        rows = (keep_nodes[:, None] * B + src[keep_nodes].view(-1, B)).reshape(-1)
-        toks = tok[keep_nodes].reshape(-1)
-        if ended:
-            self._keep(keep_nodes)
-            self.keys = [k for k, s in zip(self.keys, still_h.tolist()) if s]
+    def step(self, logits: torch.Tensor, normalized: bool = False) -> tuple[list[tuple[Any, list[Hyp]]], torch.Tensor, torch.Tensor]:
+        """One step of every node: (ended nodes with their hypotheses, cache rows to keep, their tokens).
+        normalized=True: `logits` are already log-probs (e.g. a driver's top-N, -inf elsewhere)."""
+        out = self.advance(logits, normalized=normalized, host=self.stats.host)
         self.stats.steps += 1
-        return ended, rows, toks
-
-    def _finish(self, g, top_s, seqs, hit, open_g, length, order0) -> None:
-        """`search._finish` with a per-node length and insertion order."""
-        S = self.S
-        m, K = top_s.shape
-        ok = hit & open_g[:, None]
-        denom = (length ** self.spec.length_penalty).float()
-        cand = torch.where(ok, top_s / denom[:, None], torch.full_like(top_s, NEG))
-        merged_s = torch.cat([self.fin_score[:, g], cand], 1)
-        merged_t = torch.cat([self.fin_tok[:, g], seqs], 1)
-        merged_l = torch.cat([self.fin_len[:, g], length.long()[:, None].expand(m, K)], 1)
-        merged_f = torch.cat([self.fin_set[:, g], ok], 1)
-        merged_o = torch.cat([self.fin_ord[:, g], order0[:, None] + torch.arange(K, device=self.device)], 1)
-        idx = torch.sort(merged_s, dim=-1, descending=True, stable=True).indices[:, :S]
-        self.fin_score[:, g] = torch.take_along_dim(merged_s, idx, 1)
-        self.fin_tok[:, g] = torch.take_along_dim(merged_t, idx[..., None], 1)
-        self.fin_len[:, g] = torch.take_along_dim(merged_l, idx, 1)
-        self.fin_set[:, g] = torch.take_along_dim(merged_f, idx, 1)
-        self.fin_ord[:, g] = torch.take_along_dim(merged_o, idx, 1)
+        return out
 
 # ------------------------------------------------------------------ the tree driver
 @dataclass
@@ -418,9 +302,26 @@ class PoolEngine:
         self.runner = Runner(self.model, self.spec, self.stats)
         self.device = self.runner.device
 
+    def generate(self, records: Sequence[dict], progress: bool = False) -> list[Any] | None:
+        """The trees, in record order; None when this model's cache cannot be pooled (logged).
+        progress=True: a bar of trees done / total."""
+        self._bar, self._progress = None, progress
+        try:
+            return self._generate(records)
+        finally:
+            if self._bar is not None:
+                self._bar.close()
+
+    def _advance(self, done: int, total: int) -> None:
+        """The bar, made once the first prompts were prefilled (a model that falls back shows none here)."""
+        if self._bar is None:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, desc="csr trees", unit="tree", disable=not self._progress)
+        self._bar.update(done - self._bar.n)
+
     @torch.inference_mode()
-    def generate(self, records: Sequence[dict]) -> list[Any] | None:
-        """The trees, in record order; None when this model's cache cannot be pooled (logged)."""
+    def _generate(self, records: Sequence[dict]) -> list[Any] | None:
         cfg, B = self.cfg, self.spec.num_beams
         waiting = list(range(len(records)))
         trees: dict[int, _Tree] = {}
@@ -503,6 +404,7 @@ class PoolEngine:
             ended, rows, toks = search.step(logits)
             for (r, nid), hyps in ended:
                 self._ended(trees, done, ready, r, nid, hyps)
+            self._advance(len(done), len(records))
             if len(search):
                 pool, logits = self.runner.step(pool.select(rows), toks)
                 self.stats.peak_tokens = max(self.stats.peak_tokens, self._tokens(pool, trees))
@@ -552,32 +454,79 @@ class PoolEngine:
 # ------------------------------------------------------------------ comparing two engines' trees
 @dataclass(frozen=True)
 class Difference:
-    """Where two trees of one prompt first part: `gap` is the score distance of the candidates that
-    swapped there (sentence scores for a different sentence, cumulative scores for a different pruning)."""
+    """Where two trees of one prompt first part. `gap` is the score distance of the two candidates that
+    swapped there: for a different sentence, the sentence score of tree a's node and of the candidate that
+    took its place in tree b; for a different pruning, the cumulative scores of the node and of the node
+    whose pruning went the other way (`other`), the larger of the two trees' distances. Anything that is
+    not a swap of two scored candidates (a different child count, a different final/junk status, a tree
+    missing) has gap inf: it is never a near-tie."""
 
     tree: str
     node: int
     what: str
     gap: float
+    other: int | None = None
 
     def near_tie(self, tol: float = 1e-5) -> bool:
         return self.gap <= tol
 
 
+def _levels(tree) -> dict[int, list]:
+    out: dict[int, list] = {}
+    for n in tree.nodes:
+        out.setdefault(n.depth, []).append(n)
+    return out
+
+
 def first_difference(a, b, score_tol: float = 1e-5) -> Difference | None:
-    """None when trees `a` and `b` agree (structure, token ids, statuses; scores within `score_tol`)."""
-    for x, y in zip(a.nodes, b.nodes):
-        if (x.parent, x.sentence_ids) != (y.parent, y.sentence_ids):
-            sibs = [a.nodes[c].sentence_score for c in a.nodes[x.parent].children] if x.parent is not None else []
-            gaps = [abs(s - t) for i, s in enumerate(sibs) for t in sibs[i + 1:]]
-            gap = min([abs(x.sentence_score - y.sentence_score), *gaps])
-            return Difference(a.id, x.id, "sentence", gap)
-        if x.status != y.status:
-            live = [a.nodes[c].lm_score for c in a.nodes[x.parent].children if c != x.id] if x.parent is not None else []
-            gap = min((abs(x.lm_score - s) for s in live), default=float("inf"))
-            return Difference(a.id, x.id, f"status {x.status} vs {y.status}", gap)
-        if abs(x.sentence_score - y.sentence_score) > score_tol:
-            return Difference(a.id, x.id, "score", abs(x.sentence_score - y.sentence_score))
-    if len(a.nodes) != len(b.nodes):
-        return Difference(a.id, min(len(a.nodes), len(b.nodes)), "node count", float("inf"))
+    """None when trees `a` and `b` agree (structure, token ids, statuses; scores within `score_tol`).
+
+    Level by level (a level's sentences decide its pruning, and its pruning the next level): first the
+    level's sentences in node order, then its statuses, then its scores."""
+    la, lb = _levels(a), _levels(b)
+    for depth in sorted(set(la) | set(lb)):
+        xs, ys = la.get(depth, []), lb.get(depth, [])
+        for x, y in zip(xs, ys):
+            if (x.parent, x.sentence_ids) != (y.parent, y.sentence_ids):
+                # a different child count shifts later siblings under another parent: not a swap
+                gap = abs(x.sentence_score - y.sentence_score) if x.parent == y.parent else float("inf")
+                return Difference(a.id, x.id, "sentence", gap)
+        if len(xs) != len(ys):
+            return Difference(a.id, min(len(a.nodes), len(b.nodes)), "node count", float("inf"))
+        for x, y in zip(xs, ys):
+            if x.status != y.status:
+                return _status_difference(a, b, xs, ys, x, y)
+        for x, y in zip(xs, ys):
+            if abs(x.sentence_score - y.sentence_score) > score_tol:
+                return Difference(a.id, x.id, "score", abs(x.sentence_score - y.sentence_score))
     return None
+
+
+def _status_difference(a, b, xs, ys, x, y) -> Difference:
+    """A node kept in one tree and pruned in the other swapped with a node of its level whose pruning
+    went the other way; the nearest such node in cumulative score is the one that took its place."""
+    what = f"status {x.status} vs {y.status}"
+    if (x.status == "pruned") == (y.status == "pruned"):
+        return Difference(a.id, x.id, what, float("inf"))  # not decided by pruning
+    pruned_in_a = x.status == "pruned"
+    others = [(u, v) for u, v in zip(xs, ys)
+              if (u.status == "pruned") != (v.status == "pruned") and (u.status == "pruned") != pruned_in_a]
+    if not others:
+        return Difference(a.id, x.id, what, float("inf"))
+    gap, z = min((max(abs(x.lm_score - u.lm_score), abs(y.lm_score - v.lm_score)), u.id) for u, v in others)
+    return Difference(a.id, x.id, what, gap, other=z)
+
+
+def differences(a_trees: Sequence, b_trees: Sequence, score_tol: float = 1e-5) -> list[Difference]:
+    """Every differing tree of two runs over the same prompts, each with its first difference; a prompt
+    whose tree is in one run only counts too (gap inf)."""
+    b_by_id = {t.id: t for t in b_trees}
+    a_ids = {t.id for t in a_trees}
+    out = []
+    for t in a_trees:
+        if t.id not in b_by_id:
+            out.append(Difference(t.id, 0, "tree missing in b", float("inf")))
+        elif (d := first_difference(t, b_by_id[t.id], score_tol)) is not None:
+            out.append(d)
+    out += [Difference(t.id, 0, "tree missing in a", float("inf")) for t in b_trees if t.id not in a_ids]
+    return out

@@ -129,107 +129,180 @@ def _as_features(features, n: int) -> list[dict]:
     return list(features)
 
 
-def _log_probs(logits: torch.Tensor, suppress: torch.Tensor) -> torch.Tensor:
-    lp = torch.log_softmax(logits, dim=-1)
+def _log_probs(logits: torch.Tensor, suppress: torch.Tensor, normalized: bool = False) -> torch.Tensor:
+    """Token log-probs with the suppressed ids at -inf. normalized=True: `logits` already are log-probs
+    (a driver that hands over top-N log-probs, -inf outside them); they are copied, not renormalised."""
+    lp = logits.to(torch.float32, copy=True) if normalized else torch.log_softmax(logits, dim=-1)
     if suppress.numel():
         lp[:, suppress] = float("-inf")
     return lp
 
 
-@torch.inference_mode()
-def group_beam_search(model, contexts: Sequence[Sequence[int]], features, spec: SearchSpec) -> list[list[Hyp]]:
-    """For each context, its `num_beams` finished hypotheses, best first (module docstring)."""
-    n, G, B = len(contexts), spec.num_groups, spec.num_beams
-    S = B // G
-    batch = _Batch(model, contexts, features, spec.pad_id, B, dict(spec.response_fill))
-    stop = torch.tensor(spec.stop_ids, dtype=torch.long)
-    suppress = torch.tensor(spec.suppress_ids, dtype=torch.long)
-    K = max(2, 1 + len(spec.stop_ids)) * S
-    T = spec.max_new_tokens
-    run_score = torch.zeros((n, G, S))
-    run_score[:, :, 1:] = NEG  # every group starts from its first beam only
-    run_tok = torch.zeros((n, G, S, T), dtype=torch.long)
-    fin_score = torch.full((n, G, S), NEG)
-    fin_tok = torch.zeros((n, G, S, T), dtype=torch.long)
-    fin_len = torch.zeros((n, G, S), dtype=torch.long)
-    fin_set = torch.zeros((n, G, S), dtype=torch.bool)
-    fin_ord = torch.zeros((n, G, S), dtype=torch.long)  # insertion order (finalize's order among equal scores)
-    open_ = torch.ones((n, G), dtype=torch.bool)  # HF: the group is not done
-    alive = torch.arange(n)  # contexts whose rows are still in `batch`
-    fin = (fin_score, fin_tok, fin_len, fin_set, fin_ord)
-    for t in range(T):
-        m = len(alive)
-        lp = _log_probs(batch.logits, suppress).view(m, G, S, -1).cpu()
+class GroupBeams:
+    """The group beam search state of many nodes (one context each) and its step, shared by both engines:
+    `group_beam_search` (every node at the same step) and `pool.Search` (each node at its own step, nodes
+    joining and leaving between steps). Node i owns score rows i*B .. i*B+B-1; `keys` says who each node
+    is (the caller's handle). Per node: `t` (its step counter), per group its S running beams
+    (`run_score`, `run_tok`), its S best finished hypotheses (`fin_*`) and whether it is open (not done)."""
+
+    FIELDS = ("t", "run_score", "run_tok", "fin_score", "fin_tok", "fin_len", "fin_set", "fin_ord", "open_")
+
+    def __init__(self, spec: SearchSpec, device):
+        if spec.max_new_tokens < 1:
+            raise ValueError(f"SearchSpec.max_new_tokens must be >= 1, got {spec.max_new_tokens}")
+        self.spec, self.device = spec, device
+        G, B = spec.num_groups, spec.num_beams
+        self.G, self.B, self.S = G, B, B // G
+        self.T = spec.max_new_tokens
+        self.K = max(2, 1 + len(spec.stop_ids)) * self.S
+        self.stop = torch.tensor(spec.stop_ids, dtype=torch.long, device=device)
+        self.suppress = torch.tensor(spec.suppress_ids, dtype=torch.long, device=device)
+        self.keys: list = []
+        z = lambda *shape, **kw: torch.zeros(shape, device=device, **kw)  # noqa: E731
+        G, S, T = self.G, self.S, self.T
+        self.t = z(0, dtype=torch.long)
+        self.run_score, self.run_tok = z(0, G, S), z(0, G, S, T, dtype=torch.long)
+        self.fin_score, self.fin_tok = z(0, G, S), z(0, G, S, T, dtype=torch.long)
+        self.fin_len, self.fin_set = z(0, G, S, dtype=torch.long), z(0, G, S, dtype=torch.bool)
+        self.fin_ord = z(0, G, S, dtype=torch.long)  # insertion order (finalize's order among equal scores)
+        self.open_ = z(0, G, dtype=torch.bool)  # HF: the group is not done
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def add(self, keys: list) -> None:
+        """New nodes at step 0, after the present ones."""
+        m, G, S, T, d = len(keys), self.G, self.S, self.T, self.device
+        run = torch.zeros((m, G, S), device=d)
+        run[:, :, 1:] = NEG  # every group starts from its first beam only
+        self.keys += keys
+        self.t = torch.cat([self.t, torch.zeros(m, dtype=torch.long, device=d)])
+        self.run_score = torch.cat([self.run_score, run])
+        self.run_tok = torch.cat([self.run_tok, torch.zeros((m, G, S, T), dtype=torch.long, device=d)])
+        self.fin_score = torch.cat([self.fin_score, torch.full((m, G, S), NEG, device=d)])
+        self.fin_tok = torch.cat([self.fin_tok, torch.zeros((m, G, S, T), dtype=torch.long, device=d)])
+        self.fin_len = torch.cat([self.fin_len, torch.zeros((m, G, S), dtype=torch.long, device=d)])
+        self.fin_set = torch.cat([self.fin_set, torch.zeros((m, G, S), dtype=torch.bool, device=d)])
+        self.fin_ord = torch.cat([self.fin_ord, torch.zeros((m, G, S), dtype=torch.long, device=d)])
+        self.open_ = torch.cat([self.open_, torch.ones((m, G), dtype=torch.bool, device=d)])
+
+    def _keep(self, idx: torch.Tensor) -> None:
+        for name in self.FIELDS:
+            setattr(self, name, getattr(self, name).index_select(0, idx))
+
+    def advance(self, scores: torch.Tensor, normalized: bool = False, host=torch.Tensor.cpu):
+        """One step of every node from its rows' next-token `scores` ([len * B, V]: logits, or log-probs
+        with normalized=True). Returns (ended: [(key, hypotheses best first)] of the nodes whose search
+        ended, rows: the score rows the nodes that go on continue from (their new beams, in order),
+        tokens: the token each of those rows feeds). Ended nodes leave the state. `host` moves a tensor
+        to the host (the pool counts the bytes); what it reads: one flag, one flag per node, and the
+        finished hypotheses of ended nodes."""
+        spec, G, S, B, K, T = self.spec, self.G, self.S, self.B, self.K, self.T
+        m = len(self)
+        lp = _log_probs(scores, self.suppress, normalized).to(self.device)
         V = lp.shape[-1]
-        chosen = torch.zeros((m, V))  # token counts picked by earlier groups at this step
-        src = torch.zeros((m, G, S), dtype=torch.long)
-        tok = torch.zeros((m, G, S), dtype=torch.long)
+        lp = lp.view(m, G, S, V)
+        t = self.t
+        last = t + 1 >= T
+        length = (t + 1).double()
+        ar = torch.arange(m, device=self.device)
+        chosen = torch.zeros((m, V), device=self.device)  # token counts picked by earlier groups at this step
+        src = torch.zeros((m, G, S), dtype=torch.long, device=self.device)
+        tok = torch.zeros((m, G, S), dtype=torch.long, device=self.device)
+        order0 = t * K
         for g in range(G):
-            scores = lp[:, g]
+            cand = lp[:, g]
             if spec.diversity_penalty and g:
-                scores = scores - spec.diversity_penalty * chosen[:, None, :]
-            acc = (scores + run_score[alive, g, :, None]).reshape(m, S * V)
+                cand = cand - spec.diversity_penalty * chosen[:, None, :]
+            acc = (cand + self.run_score[:, g, :, None]).reshape(m, S * V)
             top_s, top_i = acc.topk(K, dim=-1)
             beam, token = top_i // V, top_i % V
-            is_stop = torch.isin(token, stop)
-            seqs = torch.take_along_dim(run_tok[alive, g], beam[..., None], dim=1)
-            seqs[:, :, t] = token
-            open_g = open_[alive, g]
+            is_stop = torch.isin(token, self.stop)
+            seqs = torch.take_along_dim(self.run_tok[:, g], beam[..., None], dim=1)
+            seqs[ar, :, t] = token
+            open_g = self.open_[:, g].clone()
             # A stop among the S best candidates finishes a hypothesis (only while the group is open).
-            _finish(fin, alive, g, top_s, seqs, is_stop & (torch.arange(K) < S), open_g, t + 1,
-                    spec.length_penalty, t * K)
+            self._finish(g, top_s, seqs, is_stop & (torch.arange(K, device=self.device) < S), open_g,
+                         length, order0)
             # The running beams are the S best candidates that are not stops, in rank order (also at
             # the last step: HF's BeamSearchScorer.process picks them before the length limit applies).
             keep = torch.argsort(is_stop.to(torch.int8), dim=1, stable=True)[:, :S]
-            run_score[alive, g] = torch.take_along_dim(top_s, keep, 1)
+            self.run_score[:, g] = torch.take_along_dim(top_s, keep, 1)
             src[:, g] = g * S + torch.take_along_dim(beam, keep, 1)
             tok[:, g] = torch.take_along_dim(token, keep, 1)
-            run_tok[alive, g] = torch.take_along_dim(seqs, keep[..., None], 1)
+            self.run_tok[:, g] = torch.take_along_dim(seqs, keep[..., None], 1)
             # A group that was done before this step feeds its pad token to later groups' penalty,
             # as HF's group beam search does (its scorer returns pads for a done group).
             fed = torch.where(open_g[:, None], tok[:, g], torch.full_like(tok[:, g], spec.pad_id))
-            chosen.scatter_add_(1, fed, torch.ones((m, S)))
+            chosen.scatter_add_(1, fed, torch.ones((m, S), device=self.device))
             # HF's early-stop heuristic (early_stopping=False): done once S hypotheses are finished and
             # the best candidate of this step (stops included) cannot beat the worst of them.
-            full = fin_set[alive, g].all(-1)
-            best = top_s[:, 0] / float(t + 1) ** spec.length_penalty
-            open_[alive, g] = open_g & ~(full & (fin_score[alive, g].min(-1).values >= best))
-        if t + 1 >= T:
-            # HF's finalize at the length limit: the running beams of groups not done are hypotheses too.
-            every = torch.ones((m, S), dtype=torch.bool)
+            full = self.fin_set[:, g].all(-1)
+            best = top_s[:, 0] / (length ** spec.length_penalty).float()
+            self.open_[:, g] = open_g & ~(full & (self.fin_score[:, g].min(-1).values >= best))
+        if bool(host(last.any())):
+            # HF's finalize at the length limit: the running beams of groups not done are hypotheses
+            # too (nodes at the limit only).
+            every = last[:, None].expand(m, S)
             for g in range(G):
-                _finish(fin, alive, g, run_score[alive, g], run_tok[alive, g], every, open_[alive, g], T,
-                        spec.length_penalty, T * K)
-            break
-        still = open_[alive].any(-1)
-        if not still.any():
-            break
-        rows = (torch.arange(m)[:, None] * B + src.view(m, B))[still].reshape(-1)
-        batch.step(rows, tok.view(m, B)[still].reshape(-1))
-        alive = alive[still]
-    return [_collect(fin_score[i], fin_tok[i], fin_len[i], fin_ord[i]) for i in range(n)]
+                self._finish(g, self.run_score[:, g], self.run_tok[:, g], every, self.open_[:, g].clone(),
+                             length, torch.full_like(t, T * K))
+        still = self.open_.any(-1) & ~last
+        self.t = t + 1
+        still_h = host(still)
+        ended = []
+        if not bool(still_h.all()):
+            done = (~still).nonzero().squeeze(1)
+            sc, ln = host(self.fin_score[done]), host(self.fin_len[done])
+            tk, od = host(self.fin_tok[done]), host(self.fin_ord[done])
+            for j, i in enumerate((~still_h).nonzero().squeeze(1).tolist()):
+                ended.append((self.keys[i], _collect(sc[j], tk[j], ln[j], od[j])))
+        keep_nodes = still.nonzero().squeeze(1)
+        rows = (keep_nodes[:, None] * B + src[keep_nodes].view(-1, B)).reshape(-1)
+        toks = tok[keep_nodes].reshape(-1)
+        if ended:
+            self._keep(keep_nodes)
+            self.keys = [k for k, s in zip(self.keys, still_h.tolist()) if s]
+        return ended, rows, toks
+
+    def _finish(self, g, top_s, seqs, hit, open_g, length, order0) -> None:
+        """Merge the candidates `hit` (rank order) of group g into its S best finished hypotheses, while
+        the group is open; score = sum(log p) / length ** length_penalty (HF's BeamHypotheses.add), with
+        each node's own length and insertion order. A candidate equal to the worst kept one does not
+        replace it (HF adds only a strictly better one)."""
+        S = self.S
+        m, K = top_s.shape
+        ok = hit & open_g[:, None]
+        denom = (length ** self.spec.length_penalty).float()
+        cand = torch.where(ok, top_s / denom[:, None], torch.full_like(top_s, NEG))
+        merged_s = torch.cat([self.fin_score[:, g], cand], 1)
+        merged_t = torch.cat([self.fin_tok[:, g], seqs], 1)
+        merged_l = torch.cat([self.fin_len[:, g], length.long()[:, None].expand(m, K)], 1)
+        merged_f = torch.cat([self.fin_set[:, g], ok], 1)
+        merged_o = torch.cat([self.fin_ord[:, g], order0[:, None] + torch.arange(K, device=self.device)], 1)
+        idx = torch.sort(merged_s, dim=-1, descending=True, stable=True).indices[:, :S]
+        self.fin_score[:, g] = torch.take_along_dim(merged_s, idx, 1)
+        self.fin_tok[:, g] = torch.take_along_dim(merged_t, idx[..., None], 1)
+        self.fin_len[:, g] = torch.take_along_dim(merged_l, idx, 1)
+        self.fin_set[:, g] = torch.take_along_dim(merged_f, idx, 1)
+        self.fin_ord[:, g] = torch.take_along_dim(merged_o, idx, 1)
 
 
-def _finish(fin, alive, g, top_s, seqs, hit, open_g, length, lp_pow, order0):
-    """Merge the candidates `hit` (rank order) of group g into its S best finished hypotheses, while
-    the group is open; score = sum(log p) / length ** lp_pow (HF's BeamHypotheses.add). A candidate
-    equal to the worst kept one does not replace it (HF adds only a strictly better one)."""
-    fin_score, fin_tok, fin_len, fin_set, fin_ord = fin
-    m, K = top_s.shape
-    S = fin_score.shape[-1]
-    ok = hit & open_g[:, None]
-    cand = torch.where(ok, top_s / float(length) ** lp_pow, torch.full_like(top_s, NEG))
-    merged_s = torch.cat([fin_score[alive, g], cand], 1)
-    merged_t = torch.cat([fin_tok[alive, g], seqs], 1)
-    merged_l = torch.cat([fin_len[alive, g], torch.full((m, K), length, dtype=torch.long)], 1)
-    merged_f = torch.cat([fin_set[alive, g], ok], 1)
-    merged_o = torch.cat([fin_ord[alive, g], (order0 + torch.arange(K)).expand(m, K)], 1)
-    idx = torch.sort(merged_s, dim=-1, descending=True, stable=True).indices[:, :S]
-    fin_score[alive, g] = torch.take_along_dim(merged_s, idx, 1)
-    fin_tok[alive, g] = torch.take_along_dim(merged_t, idx[..., None], 1)
-    fin_len[alive, g] = torch.take_along_dim(merged_l, idx, 1)
-    fin_set[alive, g] = torch.take_along_dim(merged_f, idx, 1)
-    fin_ord[alive, g] = torch.take_along_dim(merged_o, idx, 1)
+@torch.inference_mode()
+def group_beam_search(model, contexts: Sequence[Sequence[int]], features, spec: SearchSpec) -> list[list[Hyp]]:
+    """For each context, its `num_beams` finished hypotheses, best first (module docstring). Every
+    context steps together (`GroupBeams`, on the host)."""
+    beams = GroupBeams(spec, torch.device("cpu"))
+    batch = _Batch(model, contexts, features, spec.pad_id, spec.num_beams, dict(spec.response_fill))
+    beams.add(list(range(len(contexts))))
+    out: list[list[Hyp]] = [[] for _ in contexts]
+    while len(beams):
+        ended, rows, tokens = beams.advance(batch.logits)
+        for i, hyps in ended:
+            out[i] = hyps
+        if len(beams):
+            batch.step(rows, tokens)
+    return out
 
 
 def _collect(score: torch.Tensor, toks: torch.Tensor, lens: torch.Tensor, order: torch.Tensor) -> list[Hyp]:

@@ -169,7 +169,7 @@ class ModelInputs:
             self.prompt_format = self.family.prompt_format
         else:
             raise UserError(f"{where}: {type(processor).__name__} has no chat template and no documented prompt "
-                            "format; pass --chat-template FILE (chat_template: in a config)")
+                            "format; pass --chat-template FILE (inputs.chat_template in a config)")
         self._system_as_string = False
         if self.config.system_prompt:
             self._check_system_prompt()

@@ -114,6 +114,9 @@ def test_csr_hands_the_object_to_every_stage_and_keeps_its_per_stage_image_aspec
     train = cfg.train_config(tmp_path, 1, tmp_path / "iter_1", portable=True)
     assert train.inputs == dataclasses.replace(cfg.inputs, image_aspect="pad")
     assert cfg.to_dict()["train"]["image_aspect"] == "pad"   # the csr_train identity, as before
+    same = load_config(CSR, [f"model={tmp_path}", "inputs.image_aspect=crop", "tree.image_aspect=null",
+                             "train.image_aspect=crop"])
+    assert same.train_config(tmp_path, 1, tmp_path / "iter_1", portable=True).inputs is same.inputs
     with pytest.raises(UserError, match="train: system_prompt are set by the loop"):
         load_config(CSR, ["train.system_prompt=x"])
     with pytest.raises(UserError, match="train.image_aspect: 'stretch' is not one of crop, pad"):

@@ -374,7 +374,8 @@ class CSRConfig:
         owned = {"method": "csr", "model_name_or_path": str(ckpt), "output_dir": str(d / "train"),
                  "merged_dir": str(d / "merged"), "data_path": str(d / "pairs.json"), "dataset_name": "csr_pairs",
                  "image_root": str(self.image_root), "iteration": t, "parent": str(ckpt), "save_merged": True,
-                 "inputs": dataclasses.replace(self.inputs, image_aspect=aspect)}
+                 "inputs": self.inputs if aspect == self.inputs.image_aspect
+                 else dataclasses.replace(self.inputs, image_aspect=aspect)}
         train = {k: v for k, v in self.train.items() if k != "image_aspect"}
         clash = sorted((set(owned) | {"system_prompt", "chat_template"}) & set(train))
         if clash:

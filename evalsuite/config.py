@@ -321,6 +321,10 @@ def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, s
         full = f"{prefix}{key}"
         src = _source(origins, full, where)
         if key not in flds:
+            moved = getattr(cls, "MOVED", {}).get(key)  # a key a release ago, now another field's spelling
+            if moved:
+                raise UserError(f"{src}: {full}: renamed {prefix}{moved} (YAML: {moved.split('.')[0]}: "
+                                f"{{{moved.split('.', 1)[1]}: ...}}; command line: {prefix}{moved}=VALUE)")
             close = difflib.get_close_matches(str(key), list(flds), n=1)
             hint = f" (did you mean {prefix + close[0]!r}?)" if close else ""
             raise UserError(f"{src}: unknown key {full!r}{hint}")

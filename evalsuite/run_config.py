@@ -13,7 +13,8 @@ Unknown keys, wrong types and out-of-range values are one line naming the key an
 Convenience flags set typed fields of the sections the run uses (`ALIASES`): --split (caption.split,
 chair.split, lmms.split), --prompt (caption.prompt, chair.prompt), --chair-images (chair.n_images),
 --variant (chair.variant), --clip (relevance.clip), --max-new-tokens (gen.max_new_tokens),
---gen-kwargs (lmms.gen_kwargs). A flag, or a `task.key=value`, for a task that is not in the run is an
+--gen-kwargs (lmms.gen_kwargs), --system-prompt, --chat-template, --image-aspect (inputs.*: every
+run's prompt and image settings, `evalsuite.models.inputs.InputConfig`). A flag, or a `task.key=value`, for a task that is not in the run is an
 error; a YAML section for a task the run does not include is only logged (presets cover several tasks).
 """
 from __future__ import annotations
@@ -21,12 +22,12 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from evalsuite.config import opt
 from evalsuite.engines.vllm_engine import VllmOptions
 from evalsuite.errors import UserError
+from evalsuite.models.inputs import MOVED_TO_INPUTS, InputConfig
 from evalsuite.tasks.caption import CaptionOptions
 from evalsuite.tasks.chair import ChairOptions
 from evalsuite.tasks.relevance import RelevanceOptions
@@ -43,6 +44,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "clip": ("relevance.clip",),
     "max_new_tokens": ("gen.max_new_tokens",),
     "gen_kwargs": ("lmms.gen_kwargs",),
+    "system_prompt": ("inputs.system_prompt",),
+    "chat_template": ("inputs.chat_template",),
+    "image_aspect": ("inputs.image_aspect",),
 }
 # lmms-eval generation kwargs evalsuite's model understands (evalsuite/lmms/backend.py), with their types
 GEN_KWARGS: dict[str, type] = {"max_new_tokens": int, "temperature": float, "top_p": float, "num_beams": int,
@@ -175,9 +179,8 @@ class EvalConfig:
     trust_remote_code: bool = opt(False, "allow custom model code in the checkpoint")
     seed: int = opt(0, "generation seed; chair's image sample seed unless chair.seed; lmms-eval's four seeds")
     rerun: bool = opt(False, "score and store tasks even when the store has their result")
-    system_prompt: str | None = opt(None, "system prompt of every request (null = the checkpoint's default)")
-    chat_template: str | None = opt(None, "a Jinja chat template file replacing the checkpoint's", path="file")
-    image_aspect: Literal["crop", "pad"] = opt("crop", "crop = the processor's; pad = LLaVA-1.5's pad to square")
+    inputs: InputConfig = opt(help="prompt and image settings of every request (part of every result's identity)",
+                              factory=InputConfig)
     gen: GenOptions = opt(help="decoding of evalsuite's own tasks", factory=GenOptions)
     caption: CaptionOptions = opt(help="task caption", factory=CaptionOptions)
     chair: ChairOptions = opt(help="task chair", factory=ChairOptions)
@@ -186,6 +189,8 @@ class EvalConfig:
                                          "environment (make vllm-env; docs/engines.md); part of results' identity")
     lmms: LmmsOptions = opt(help="lmms-eval tasks", factory=LmmsOptions)
     vllm: VllmOptions = opt(help="the vLLM engine (read only with engine: vllm)", factory=VllmOptions)
+
+    MOVED = MOVED_TO_INPUTS  # top-level system_prompt: ... in a preset: one line naming inputs.system_prompt
 
     def __post_init__(self) -> None:
         if self.engine != "vllm" and self.vllm != VllmOptions():
@@ -230,17 +235,6 @@ class EvalConfig:
     def gen_config(self) -> GenConfig:
         return self.gen.config(self.seed)
 
-    def inputs(self) -> dict:
-        """The prompt settings every own-task request is built with (part of each result's identity);
-        a chat template file also by its content (an edited file is another setting)."""
-        out = {"system_prompt": self.system_prompt, "chat_template": self.chat_template,
-               "image_aspect": self.image_aspect}
-        if self.chat_template and Path(self.chat_template).is_file():
-            from evalsuite.files import sha256_file
-
-            out["chat_template_sha256"] = sha256_file(self.chat_template)
-        return out
-
     def used_sections(self) -> set[str]:
         """Option sections this run reads: its own tasks' (caption/chair may feed relevance), gen, lmms."""
         from evalsuite.tasks.registry import is_own_task
@@ -276,7 +270,7 @@ def load_eval_config(argv: list[str]) -> tuple[EvalConfig, dict]:
             apply_overrides(data, [(key, value)], origins)
             continue
         flag = "--" + key.replace("_", "-")
-        targets = [t for t in ALIASES[key] if t.split(".")[0] in used]
+        targets = [t for t in ALIASES[key] if t.split(".")[0] in used | {"inputs"}]  # every run reads inputs
         if not targets:
             raise UserError(f"{flag}: sets {', '.join(ALIASES[key])}, which no task of this run reads "
                             f"(tasks: {', '.join(_names(tasks)) or 'none'})")

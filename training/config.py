@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evalsuite.errors import UserError
+from evalsuite.models.inputs import MOVED_TO_INPUTS, InputConfig
 from training.config_checks import (  # noqa: F401 - public names
     METHODS,
     PAIR_DATASETS,
@@ -76,8 +77,9 @@ class TrainConfig(HFTrainingFields):
     `lora_dropout`, `lora_target_modules` (comma list or `auto` = every Linear of the language model),
     `lora_bias`, `q_lora`, `bits`, `modules_to_save`, `trust_remote_code`.
     Logging: `project_name`, `group_name` (wandb project / group), `wandb_mode` (offline by default).
-    Inputs (shared with evaluation and CSR, `evalsuite.models.inputs`): `system_prompt`, `chat_template`
-    (a Jinja file), `image_aspect` (crop | pad).
+    Inputs: the `inputs:` section (`evalsuite.models.inputs.InputConfig`, the one evaluation and CSR use):
+    `inputs.system_prompt`, `inputs.chat_template` (a Jinja file), `inputs.image_aspect` (crop | pad);
+    `chat_format` (training only: it also decides where EOS goes) may replace the chat template.
     """
 
     method: Literal["sft", "dpo", "csr"] = _f("dpo", "Training method (csr: the CSR loop's DPO stage).")
@@ -131,18 +133,17 @@ class TrainConfig(HFTrainingFields):
     bits: int = _f(4, "QLoRA bits: 4 or 8.")
     modules_to_save: str = _f("", "Comma list of extra modules trained fully and saved (e.g. multi_modal_projector).")
     trust_remote_code: bool = _f(False, "Allow custom modelling code in the checkpoint.")
-    system_prompt: str | None = _f(None, "System message put before every conversation (default: none; the "
-                                   "checkpoint's chat template decides).")
-    chat_template: str | None = _f(None, "Jinja chat template file used instead of the checkpoint's.", path="file")
-    image_aspect: Literal["crop", "pad"] = _f("crop", "crop = the processor's own resizing; pad = pad to a square "
-                                              "with the image mean colour first (LLaVA-1.5's image_aspect_ratio=pad).")
+    inputs: InputConfig = field(default_factory=InputConfig, metadata={
+        "help": "prompt and image settings, shared with evaluation and CSR (system_prompt, chat_template, image_aspect)"})
     chat_format: Literal["template", "vlrlhf_llava"] = _f(
-        "template", "template = the checkpoint's chat template (or chat_template), EOS after every answer; "
+        "template", "template = the checkpoint's chat template (or inputs.chat_template), EOS after every answer; "
         "vlrlhf_llava = VL-RLHF's LLaVA conversation: 'USER: <image>\\n{q}ASSISTANT: {a}' with no separator "
         "between turns and one EOS after the last answer (training/templates/vlrlhf_llava.jinja).")
     project_name: str | None = _f(None, "wandb project.")
     group_name: str | None = _f(None, "wandb group.")
     wandb_mode: str = _f("offline", "offline | online | disabled (WANDB_MODE when unset).")
+
+    MOVED = MOVED_TO_INPUTS  # `system_prompt:` / `--system_prompt`: one line naming inputs.system_prompt
 
     @property
     def resolved_dataset(self) -> str:
@@ -196,15 +197,15 @@ class TrainConfig(HFTrainingFields):
 
     def input_config(self):
         """The prompt/image settings shared with evaluation and CSR (evalsuite.models.inputs)."""
-        from evalsuite.models.inputs import InputConfig
+        import dataclasses
 
-        template = self.chat_template
-        if self.chat_format == "vlrlhf_llava":
-            _require(self.chat_template is None, "chat_template", "not with chat_format vlrlhf_llava (it is that format)")
-            _require(self.system_prompt is None, "system_prompt", "not with chat_format vlrlhf_llava (VL-RLHF's "
-                     "LLaVA conversation has no system turn)")
-            template = str(VLRLHF_LLAVA_TEMPLATE)
-        return InputConfig(system_prompt=self.system_prompt, chat_template=template, image_aspect=self.image_aspect)
+        if self.chat_format != "vlrlhf_llava":
+            return self.inputs
+        _require(self.inputs.chat_template is None, "inputs.chat_template",
+                 "not with chat_format vlrlhf_llava (it is that format)")
+        _require(self.inputs.system_prompt is None, "inputs.system_prompt", "not with chat_format vlrlhf_llava "
+                 "(VL-RLHF's LLaVA conversation has no system turn)")
+        return dataclasses.replace(self.inputs, chat_template=str(VLRLHF_LLAVA_TEMPLATE))
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, with secrets (`*_token`) hidden as TrainingArguments.to_dict does (printed, saved)."""

@@ -92,8 +92,9 @@ def validate_paths(cfg) -> None:
         require(Path(cfg.data_path).exists(), "data_path", f"no such file or directory {cfg.data_path!r}")
     if cfg.image_root:
         require(Path(cfg.image_root).is_dir(), "image_root", f"no such directory {cfg.image_root!r}")
-    if cfg.chat_template:
-        require(Path(cfg.chat_template).is_file(), "chat_template", f"no such file {cfg.chat_template!r}")
+    if cfg.inputs.chat_template:
+        require(Path(cfg.inputs.chat_template).is_file(), "inputs.chat_template",
+                f"no such file {cfg.inputs.chat_template!r}")
 
 
 def _validate_data(cfg) -> None:

@@ -3,9 +3,10 @@
 One path used by evaluation (`models/vlm.py`), SFT/DPO collation (`training/trainers/collate.py`),
 the CSR search and its reward pass (`training/csr/search.py`, `reward.py`):
 
-* `InputConfig`     the three user-facing settings: `system_prompt`, `chat_template` (a Jinja file
-                    replacing the checkpoint's), `image_aspect` (`crop` = what the processor does,
-                    `pad` = LLaVA-1.5's pad-to-square with the image mean colour, then the processor).
+* `InputConfig`     the three user-facing settings, the `inputs:` section of the eval, training and CSR
+                    configs: `system_prompt`, `chat_template` (a Jinja file replacing the
+                    checkpoint's), `image_aspect` (`crop` = what the processor does, `pad` =
+                    LLaVA-1.5's pad-to-square with the image mean colour, then the processor).
 * `ModelInputs`     binds a processor to an InputConfig: renders prompts (chat template with the
                     system prompt, or the family's documented prompt format where the processor has
                     no template, else a one-line error), prepares images and encodes a batch with
@@ -23,11 +24,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
+from evalsuite.config import opt
 from evalsuite.errors import UserError
 
 IMAGE_ASPECTS = ("crop", "pad")
+# The flat keys these settings had before the `inputs:` section; a config that still uses one is told the
+# new spelling in one line (evalsuite/config.py `build`, a class's MOVED) instead of "unknown key".
+MOVED_TO_INPUTS = {name: f"inputs.{name}" for name in ("system_prompt", "chat_template", "image_aspect")}
 # Keys the processor returns that are not model inputs: PaliGemma's back-compat `labels`
 # (collators build their own) and InternVL-style bookkeeping.
 NOT_MODEL_INPUTS = ("labels", "num_patches")
@@ -68,13 +73,18 @@ PLAIN_FORMATS: dict[str, tuple[str, str]] = {
 
 @dataclass(frozen=True)
 class InputConfig:
-    """User settings shared by evaluation, training collation and CSR (recorded in runs and manifests)."""
+    """The `inputs:` section of every config (`evalsuite run`, training, the CSR loop): declared here once,
+    passed on as this object, recorded in runs and manifests."""
 
-    system_prompt: str | None = None
-    chat_template: str | None = None   # path of a Jinja chat template file (replaces the checkpoint's)
-    image_aspect: str = "crop"
+    system_prompt: str | None = opt(None, "system message put before every conversation (null = none: the "
+                                          "checkpoint's chat template decides)")
+    chat_template: str | None = opt(None, "a Jinja chat template file used instead of the checkpoint's", path="file")
+    image_aspect: Literal["crop", "pad"] = opt(
+        "crop", "crop = the processor's own resizing; pad = pad to a square with the image mean colour first "
+                "(LLaVA-1.5's image_aspect_ratio=pad)")
 
     def __post_init__(self) -> None:  # values only: the template file is read (and checked) where it is used
+        # built directly in code too (not only through evalsuite.config.build, which checks the Literal)
         if self.image_aspect not in IMAGE_ASPECTS:
             raise UserError(f"image_aspect: {self.image_aspect!r} is not one of {', '.join(IMAGE_ASPECTS)}")
         if self.system_prompt is not None and not self.system_prompt.strip():
@@ -159,7 +169,7 @@ class ModelInputs:
             self.prompt_format = self.family.prompt_format
         else:
             raise UserError(f"{where}: {type(processor).__name__} has no chat template and no documented prompt "
-                            "format; pass --chat-template FILE (chat_template: in a config)")
+                            "format; pass --chat-template FILE (inputs.chat_template in a config)")
         self._system_as_string = False
         if self.config.system_prompt:
             self._check_system_prompt()

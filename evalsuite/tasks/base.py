@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from evalsuite.dist import Dist
 from evalsuite.errors import UserError
+from evalsuite.models.inputs import InputConfig
 from evalsuite.types import GenConfig, GenRequest, TaskResult, eval_key
 
 
@@ -28,9 +29,9 @@ class ModelLoader:
     """Loads the checkpoint on first use, once: a run whose answers are all cached never loads it."""
 
     def __init__(self, ckpt: str, device: str | None = None, trust_remote_code: bool = False,
-                 inputs: dict | None = None, dtype: str | None = None, engine: Any = None, log_dir: Path | None = None):
+                 inputs: InputConfig | None = None, dtype: str | None = None, engine: Any = None, log_dir: Path | None = None):
         self.ckpt, self.device, self.trust_remote_code, self.dtype = ckpt, device, trust_remote_code, dtype
-        self.inputs = _input_config(inputs)
+        self.inputs = inputs or InputConfig()
         self._vlm: Any = None
         self._prompts: Any = None
         # engine: None = HF generate in this process; else an evalsuite.engines EngineSpec, whose worker
@@ -77,14 +78,6 @@ class ModelLoader:
             self._generator.engine.close()
 
 
-def _input_config(inputs: dict | None):
-    """RunContext.inputs (system_prompt, chat_template, image_aspect[, chat_template_sha256]) as an InputConfig."""
-    from evalsuite.models.inputs import InputConfig
-
-    fields = ("system_prompt", "chat_template", "image_aspect")
-    return InputConfig(**{k: v for k, v in (inputs or {}).items() if k in fields})
-
-
 @dataclass(frozen=True)
 class RunContext:
     """Everything a task needs for one `evalsuite run`, fixed for the whole run."""
@@ -99,7 +92,7 @@ class RunContext:
     batch_size: int = 8
     gen: GenConfig = field(default_factory=GenConfig)   # own tasks' decoding (chair may cap max_new_tokens)
     trust_remote_code: bool = False
-    inputs: dict = field(default_factory=dict)          # system_prompt, chat_template, image_aspect
+    inputs: InputConfig = field(default_factory=InputConfig)   # the run's `inputs:` section, as is
     resume_root: Path | None = None     # per-sample answer cache root (STORE/.resume); None = no resume
     ckpt_id: str = ""                   # ModelId.key() (evalsuite/identity.py): what the model's answers depend on
     engine: Any = None                  # None = HF generate; an evalsuite.engines EngineSpec (docs/engines.md)

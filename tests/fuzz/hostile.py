@@ -69,7 +69,7 @@ def mutate(rng: random.Random, data: bytes, structural=None) -> bytes:
 # ------------------------------------------------------------------------------------------ YAML
 EVAL_FIELDS = {"ckpt": "x", "tasks": "[caption]", "data_root": "/tmp", "label": "'run A'", "limit": "2",
                "batch_size": "1", "seed": "0", "device": "cpu", "caption": "{prompt: 'Describe.'}", "gen": "{max_new_tokens: 8}", "rerun": "false",
-               "system_prompt": "'Be brief.'"}
+               "inputs": "{system_prompt: 'Be brief.'}"}
 TRAIN_FIELDS = {"method": "dpo", "loss_type": "sigmoid", "beta": "0.1", "lora_r": "8", "learning_rate": "0.01",
                 "max_steps": "2", "lora_target_modules": "auto", "per_device_train_batch_size": "2",
                 "save_strategy": '"no"', "report_to": "none", "use_cpu": "true", "seed": "0",

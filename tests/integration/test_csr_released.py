@@ -53,12 +53,12 @@ def test_released_preset_one_iteration(tmp_path, tiny_vlm_dir, tiny_clip_dir, wo
     from evalsuite.models.inputs import InputConfig
 
     pairs = json.loads((tmp_path / "run" / "iter_1" / "pairs.json").read_text())
-    base = load_vlm(cfg.model, device="cpu", inputs=InputConfig(system_prompt=cfg.system_prompt))
+    base = load_vlm(cfg.model, device="cpu", inputs=InputConfig(system_prompt=cfg.inputs.system_prompt))
     for rec in pairs:
         assert rec["template"] == "released"
         assert rec["conversations"][0]["value"] == base.inputs.prompt("Describe the image.").strip()
     loop_man = json.loads((tmp_path / "run" / "iter_1" / "manifest.json").read_text())
-    assert (loop_man["generation_inputs"]["image_aspect"], loop_man["train_config"]["image_aspect"]) == ("crop", "pad")
+    assert (loop_man["generation_inputs"]["image_aspect"], loop_man["train_config"]["inputs"]["image_aspect"]) == ("crop", "pad")
     man = read_manifest(merged)
     assert man["extra"]["merge"]["dtype"] == "float32" and man["extra"]["merge"]["delta_kept"] == pytest.approx(1.0, abs=1e-3)
     assert tok.decode([period]) == "."

@@ -43,7 +43,7 @@ def test_D15_non_vlm_checkpoint_leaves_no_output_dir(capsys, tiny_vlm_dir, world
 
 @pytest.mark.parametrize("flag, value, name", [
     ("--label", "ab\udcffcd", "--label"),
-    ("--system-prompt", "sys \udcfe", "--system-prompt"),
+    ("--system-prompt", "sys \udcfe", "inputs.system_prompt"),   # a field the flag sets, as --prompt
     ("--prompt", "describe \udcff", "caption.prompt"),
 ])
 def test_H17_non_utf8_argv_is_one_line_before_the_output_dir(flag, value, name, capsys, tiny_vlm_dir, world_dir,

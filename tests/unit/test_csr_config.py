@@ -23,7 +23,8 @@ def test_presets_parse_and_train_keys_are_trainer_fields(name):
     text = (CONFIGS / name).read_text()
     assert text.startswith("# python ") and "--config configs/" + name in text.splitlines()[0]
     cfg = load_config(CONFIGS / name)
-    known = {f.name for f in fields(TrainConfig)}
+    # + image_aspect: the loop's DPO-stage override of inputs.image_aspect (CSRConfig.train_config)
+    known = {f.name for f in fields(TrainConfig)} | {"image_aspect"}
     assert set(cfg.train) <= known, set(cfg.train) - known
 
 
@@ -139,18 +140,18 @@ def test_readme_evaluates_csr_checkpoints_with_the_presets_prompt_settings(tmp_p
     step = step[: step.index("done")]
     preset = yaml.safe_load((CONFIGS / "csr.yaml").read_text())
     sys_prompt = re.search(r'^SYS="(.*)"$', step, re.M).group(1)
-    assert (sys_prompt, preset["image_aspect"]) == (preset["system_prompt"], "pad")
+    assert (sys_prompt, preset["inputs"]["image_aspect"]) == (preset["inputs"]["system_prompt"], "pad")
     command = re.search(r"evalsuite run (.*?)\n\s*(--clip.*)\n", step, re.S)
     argv = shlex.split((command.group(1).rstrip("\\ ") + " " + command.group(2)).replace("$ck", str(tmp_path))
                        .replace('"$SYS"', shlex.quote(sys_prompt)).replace("/data/coco", str(tmp_path)))
     cfg, _ = load_eval_config(argv)
-    assert (cfg.system_prompt, cfg.image_aspect) == (preset["system_prompt"], "pad")
+    assert (cfg.inputs.system_prompt, cfg.inputs.image_aspect) == (preset["inputs"]["system_prompt"], "pad")
     overrides = shlex.split(re.search(r"adding\n#\s+(.*)\n", step).group(1).replace("/data/coco", str(tmp_path)))
     cfg = load_config(CONFIGS / "csr.yaml", [*overrides, f"model={tmp_path}"])
     assert cfg.eval.tasks == ["chair", "pope", "mme"] and cfg.eval.data_root == str(tmp_path)
     # the loop hands the preset's prompt settings to every evaluation
     ev = cfg.eval_config(tmp_path, "iter_1", tmp_path / "e")
-    assert (ev.system_prompt, ev.image_aspect) == (preset["system_prompt"], "pad")
+    assert ev.inputs is cfg.inputs and ev.inputs.image_aspect == "pad"  # the object itself
 
 
 def test_eval_section_without_a_data_root_names_eval_data_root():

@@ -50,10 +50,10 @@ def test_generation_crops_and_dpo_pads_as_released(tiny_vlm_dir, tiny_clip_dir, 
     px = dpo.encode([dpo.prompt("what?")], [red])["pixel_values"][0]
     assert px[:, 0, 0].tolist() == pytest.approx(BORDER, abs=2e-3)
     # one setting for all (tree / train unset): the top-level value everywhere
-    cfg = _preset(tiny_vlm_dir, tiny_clip_dir, tmp_path, "tree.image_aspect=null", "image_aspect=crop")
+    cfg = _preset(tiny_vlm_dir, tiny_clip_dir, tmp_path, "tree.image_aspect=null", "inputs.image_aspect=crop")
     cfg.train.pop("image_aspect")
     assert cfg.generation_input_config().image_aspect == "crop"
-    assert cfg.train_config(tiny_vlm_dir, 1, tmp_path / "iter_1", portable=True).image_aspect == "crop"
+    assert cfg.train_config(tiny_vlm_dir, 1, tmp_path / "iter_1", portable=True).inputs.image_aspect == "crop"
 
 
 @pytest.mark.parametrize("extra, projector_trains", [((), False), (("train.modules_to_save=multi_modal_projector",), True)])

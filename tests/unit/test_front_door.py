@@ -59,7 +59,7 @@ def test_bare_entry_point_option_is_refused():
 
 
 @pytest.mark.parametrize("argv", [["--config", "configs/train/tiny_cpu.yaml", "--output_dir"],
-                                  ["--config", "configs/csr.yaml", "--system_prompt"]])
+                                  ["--config", "configs/csr.yaml", "--inputs.system_prompt"]])
 def test_train_py_bare_string_flag_is_one_line_exit_2(argv, capsys):
     from training.train import main
 
@@ -96,17 +96,15 @@ def test_train_py_csr_help_shows_every_field_with_its_help(capsys):
 def test_train_py_dpo_help_shows_every_field_with_help(capsys):
     """evalsuite's trainer fields and every inherited TrainingArguments field, each with help text
     (a library paragraph shortened to its first sentence)."""
-    import dataclasses
-
     from training.config import TrainConfig
     from training.train import main
 
     assert main(["--method", "dpo", "--help"]) == 0
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")}
-    for f in dataclasses.fields(TrainConfig):
-        if f.init:
-            text = " ".join(f.metadata["help"].split())
-            assert f.name in rows and text[:20] in rows[f.name], f.name   # long ones are shortened
+    for key, f, sub in config_fields(TrainConfig):   # the inputs section as `inputs:`, then inputs.*
+        text = " ".join(f.metadata["help"].split())
+        shown = key + ":" if sub is not None else key
+        assert shown in rows and text[:20] in rows[shown], key   # long ones are shortened
 
 
 def test_choice_fields_are_literals_checked_by_the_loader():

@@ -85,9 +85,9 @@ def test_the_csr_preset_sets_the_released_system_prompt_and_pad(repo_root):
     import yaml
 
     csr = yaml.safe_load((repo_root / "configs" / "csr.yaml").read_text())
-    assert (csr["system_prompt"], csr["train"]["image_aspect"], csr["tree"]["image_aspect"]) == (VICUNA, "pad", "crop")
+    assert (csr["inputs"]["system_prompt"], csr["train"]["image_aspect"], csr["tree"]["image_aspect"]) == (VICUNA, "pad", "crop")
     dpo = yaml.safe_load((repo_root / "configs" / "train" / "llava15_7b_dpo.yaml").read_text())
-    assert dpo["image_aspect"] == "crop"
+    assert dpo["inputs"]["image_aspect"] == "crop"
 
 
 def test_no_chat_template_is_an_error_unless_a_file_is_given(processor, tmp_path):

@@ -77,12 +77,12 @@ def test_the_vlrlhf_preset_selects_it(repo_root, tmp_path):
     from training.config import build_train_config
 
     preset = yaml.safe_load((repo_root / "configs" / "train" / "llava15_7b_dpo.yaml").read_text())
-    assert (preset["chat_format"], preset["image_aspect"]) == ("vlrlhf_llava", "crop")
+    assert (preset["chat_format"], preset["inputs"]["image_aspect"]) == ("vlrlhf_llava", "crop")
     base = {"method": "dpo", "output_dir": str(tmp_path), "chat_format": "vlrlhf_llava"}
     cfg = build_train_config(base, "t", portable=True)
     assert cfg.input_config().chat_template == str(VLRLHF_LLAVA_TEMPLATE)
-    with pytest.raises(UserError, match="system_prompt"):
-        build_train_config({**base, "system_prompt": "Be brief."}, "t", portable=True)
+    with pytest.raises(UserError, match="inputs.system_prompt: not with chat_format vlrlhf_llava"):
+        build_train_config({**base, "inputs": {"system_prompt": "Be brief."}}, "t", portable=True)
 
 
 def test_the_vlrlhf_preset_batch_crops_and_uses_the_vlrlhf_prompt(repo_root, tiny_vlm_dir, tmp_path):

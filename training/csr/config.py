@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from evalsuite.config import opt
 from evalsuite.errors import UserError
+from evalsuite.models.inputs import IMAGE_ASPECTS, MOVED_TO_INPUTS, InputConfig
 from evalsuite.run_config import EvalConfig
 
 EXPANDERS = ("group_beam", "sample")
@@ -87,7 +88,7 @@ class TreeConfig:
     batch_nodes: nodes expanded in one batched forward (rows = nodes x beams); 1 = one-at-a-time.
     prompt_batch: prompts whose trees grow together (bounds memory and sets the unit of progress).
     image_aspect: the image preparation the candidates are generated (and LM-scored) from: `crop` (the
-      released sampler's HF processor), `pad`, or null = the top-level `image_aspect`.
+      released sampler's HF processor), `pad`, or null = `inputs.image_aspect`.
     engine: how the group beam search runs; both give the same trees (docs/csr-engine.md).
       `pool` (default): a continuously refilled pool of rows with prefix reuse and the search on the
         device (training/csr/pool.py); `prompt_batch` bounds the prompts resident in the pool,
@@ -138,7 +139,7 @@ class TreeConfig:
     kv_budget: int | str = opt("auto", "pool: cached tokens the pool may hold, or auto (half the free CUDA memory)")
     seed: int = opt(0, "search seed")
     image_aspect: Literal["crop", "pad"] | None = opt(
-        None, "image preparation of generation and LM scoring (null = the top-level image_aspect)")
+        None, "image preparation of generation and LM scoring (null = inputs.image_aspect)")
 
     def __post_init__(self) -> None:
         w = "tree"
@@ -275,11 +276,11 @@ class CSRConfig:
       configs/eval/), validated when the preset loads; null = no evaluation. The loop sets its ckpt,
       output, label and store (results and pair statistics, as task `csr_pairs`, go to `store`).
     device / dtype: where generation and scoring run (None = cuda if available, else cpu).
-    system_prompt / chat_template / image_aspect: the prompt and image settings used identically by
-      candidate generation, reward scoring, DPO collation and the coupled evaluation
-      (`evalsuite.models.inputs.InputConfig`; configs/csr.yaml sets the released code's), except that
-      `tree.image_aspect` and `train.image_aspect`, when set, replace `image_aspect` for generation (and
-      LM scoring) and for DPO: the released sampler centre-crops, its DPO pads.
+    inputs: the prompt and image settings (`evalsuite.models.inputs.InputConfig`: system_prompt,
+      chat_template, image_aspect) used identically by candidate generation, reward scoring, DPO collation
+      and the coupled evaluation, handed to each as the object (configs/csr.yaml sets the released code's),
+      except that `tree.image_aspect` and `train.image_aspect`, when set, replace `inputs.image_aspect` for
+      generation (and LM scoring) and for DPO: the released sampler centre-crops, its DPO pads.
     """
 
     method: Literal["csr"] = opt("csr", "the CSR loop")
@@ -297,42 +298,40 @@ class CSRConfig:
     device: str | None = opt(None, "cpu | cuda | cuda:N | mps for generation and scoring (null = cuda if available)")
     dtype: Literal["float32", "float16", "bfloat16"] | None = opt(
         None, "dtype of generation and scoring (null = bfloat16 on cuda, else float32)")
-    system_prompt: str | None = opt(None, "system prompt of generation, scoring, DPO and evaluation")
-    chat_template: str | None = opt(None, "a Jinja chat template file replacing the checkpoint's", path="file")
-    image_aspect: Literal["crop", "pad"] = opt("crop", "crop = the processor's; pad = LLaVA-1.5's pad to square")
+    inputs: InputConfig = opt(help="prompt and image settings of generation, scoring, DPO and evaluation "
+                                   "(tree.image_aspect / train.image_aspect replace image_aspect for one stage)",
+                              factory=InputConfig)
     tree: TreeConfig = opt(help="sentence-level search", factory=TreeConfig)
     reward: RewardConfig = opt(help="calibrated reward", factory=RewardConfig)
     pairs: PairConfig = opt(help="preference pair selection", factory=PairConfig)
     train: dict[str, Any] = opt(help="DPO settings on top of what the loop sets (lora_r, learning_rate, beta, ...)",
                                 factory=dict)
 
+    MOVED = MOVED_TO_INPUTS  # top-level system_prompt: ... in a preset: one line naming inputs.system_prompt
+
     def __post_init__(self) -> None:
         for name in ("model", "prompts", "image_root", "clip"):
             _check(bool(getattr(self, name)), f"csr.{name}", "is required")
         _check(self.iterations >= 1, "csr.iterations", "must be >= 1")
         _check(self.limit is None or self.limit >= 1, "csr.limit", "must be >= 1 or null")
-        self.input_config()  # an empty system_prompt fails before any model loads
         if self.eval is not None:
             defaults = EvalConfig()
             for name in ("ckpt", "output", "label", "store"):
                 _check(getattr(self.eval, name) == getattr(defaults, name), f"eval.{name}",
                        "is set by the loop (the checkpoint of each iteration, its eval dir, the top-level store)")
-            for name in ("system_prompt", "chat_template", "image_aspect"):
-                _check(getattr(self.eval, name) == getattr(defaults, name), f"eval.{name}",
-                       f"is set by the loop from the top-level {name} (generation, DPO and evaluation share it)")
+            _check(self.eval.inputs == defaults.inputs, "eval.inputs",
+                   "is set by the loop from the top-level inputs (generation, DPO and evaluation share it)")
         self.train_config(self.model, 1, self.run_dir / "iter_1", portable=True)  # fail now, not at the train stage
 
-    def input_config(self):
-        from evalsuite.models.inputs import InputConfig
+    def input_config(self) -> InputConfig:
+        """The top-level `inputs` (the coupled evaluation's; reward scoring's and DPO's but for image_aspect)."""
+        return self.inputs
 
-        return InputConfig(system_prompt=self.system_prompt, chat_template=self.chat_template,
-                           image_aspect=self.image_aspect)
-
-    def generation_input_config(self):
-        """The inputs candidates are generated and LM-scored from (`tree.image_aspect` over `image_aspect`)."""
+    def generation_input_config(self) -> InputConfig:
+        """The inputs candidates are generated and LM-scored from (`tree.image_aspect` over `inputs.image_aspect`)."""
         import dataclasses
 
-        return dataclasses.replace(self.input_config(), image_aspect=self.tree.image_aspect or self.image_aspect)
+        return dataclasses.replace(self.inputs, image_aspect=self.tree.image_aspect or self.inputs.image_aspect)
 
     def check_ready(self) -> None:
         """Before the loop starts: the inputs exist and the train section fits this machine."""
@@ -354,8 +353,7 @@ class CSRConfig:
         import dataclasses
 
         return dataclasses.replace(self.eval, ckpt=str(ckpt), output=str(out), label=label, store=self.store,
-                                   device=self.eval.device or self.device, system_prompt=self.system_prompt,
-                                   chat_template=self.chat_template, image_aspect=self.image_aspect)
+                                   device=self.eval.device or self.device, inputs=self.inputs)
 
     def train_config(self, ckpt: str | Path, t: int, d: Path, portable: bool = False):
         """The trainer's TrainConfig for iteration t: the preset's `train:` mapping + what the loop owns.
@@ -363,21 +361,26 @@ class CSRConfig:
         portable: check values without this machine's devices (QLoRA/flash-attention on a CPU-only machine
         are only warned about when the preset is loaded; `check_ready` checks for real, TrainingArguments
         included)."""
+        import dataclasses
+
         from training.config import build_train_config
 
+        # the prompt DPO trains on is the one the candidates were generated from; its images are prepared as
+        # `train.image_aspect` says when set (the released DPO pads what its sampler centre-cropped), else as
+        # `inputs.image_aspect`. `train.image_aspect` keeps its spelling: it is part of the csr_train results'
+        # identity (training/csr/train_log.py), which must not change for the same settings.
+        aspect = self.train.get("image_aspect", self.inputs.image_aspect)
+        _check(aspect in IMAGE_ASPECTS, "train.image_aspect", f"{aspect!r} is not one of {', '.join(IMAGE_ASPECTS)}")
         owned = {"method": "csr", "model_name_or_path": str(ckpt), "output_dir": str(d / "train"),
                  "merged_dir": str(d / "merged"), "data_path": str(d / "pairs.json"), "dataset_name": "csr_pairs",
                  "image_root": str(self.image_root), "iteration": t, "parent": str(ckpt), "save_merged": True,
-                 # the prompt DPO trains on is the one the candidates were generated from; its images
-                 # are prepared as `train.image_aspect` says when set (the released DPO pads what its
-                 # sampler centre-cropped), else as the top-level `image_aspect`
-                 "system_prompt": self.system_prompt, "chat_template": self.chat_template}
-        if "image_aspect" not in self.train:
-            owned["image_aspect"] = self.image_aspect
-        clash = sorted(set(owned) & set(self.train))
+                 "inputs": self.inputs if aspect == self.inputs.image_aspect
+                 else dataclasses.replace(self.inputs, image_aspect=aspect)}
+        train = {k: v for k, v in self.train.items() if k != "image_aspect"}
+        clash = sorted((set(owned) | {"system_prompt", "chat_template"}) & set(train))
         if clash:
             raise UserError(f"train: {', '.join(clash)} are set by the loop, remove them from the preset")
-        return build_train_config({**self.train, **owned}, "csr.train", portable=portable)
+        return build_train_config({**train, **owned}, "csr.train", portable=portable)
 
     @property
     def run_dir(self) -> Path:

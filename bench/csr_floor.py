@@ -1,0 +1,122 @@
+"""How few model forwards an exact CSR search can take for a set of prompts: the level floor, and what
+multi-token (speculative) verification with n-gram drafts would leave of it.
+
+    OMP_NUM_THREADS=1 python bench/csr_floor.py --prompts 16 [--ckpt DIR] [--draft 2,4,8]
+
+Grows the trees with `tree.engine: pool` (the released rules, as bench/csr_generate.py), then computes from
+the trees themselves, with no further model call:
+
+* level floor: a level's nodes exist only once the parent level is pruned, and a node's search takes one
+  forward per token of its longest sentence (the first token's logits come with the forward that feeds the
+  node's context). So a prompt needs the sum over its levels of its longest node, whatever the batching;
+  prompts run side by side, so the set needs the largest such sum.
+* speculative bound: each beam row proposes `k` draft tokens (the continuation of the longest n-gram, n <= 3,
+  that ends its context, looked up in its own context and then in the tree's earlier levels), and one forward
+  verifies them all. A group advances while its chosen tokens equal its drafts (then the logits of the next
+  step were computed by the same forward); group g may not pass group g-1, whose tokens at a step set g's
+  diversity penalty there. The count is the critical path of that schedule: a lower bound for any engine
+  using such drafts (verification costs k+1 positions per row in every forward).
+Both are exact for the trees grown: no model is needed once they exist.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def draft(ctx: list[int], corpus: list[list[int]], k: int, max_n: int = 3) -> list[int]:
+    """The k tokens that followed the most recent earlier occurrence of ctx's last n tokens (longest n
+    first): in ctx itself, then in the corpus sentences; [] when none."""
+    for n in range(min(max_n, len(ctx)), 0, -1):
+        tail = ctx[-n:]
+        for seq, own in [(ctx, True)] + [(s, False) for s in corpus]:
+            for i in range(len(seq) - n - (1 if own else 0), -1, -1):
+                if seq[i:i + n] == tail and i + n < len(seq):
+                    return seq[i + n:i + n + k]
+    return []
+
+
+def node_forwards(prefix: list[int], sentences: list[list[int]], corpus: list[list[int]], k: int) -> int:
+    """Forwards one node's search takes: k = 0 one per token of its longest sentence, else the verification
+    schedule of the module docstring."""
+    longest = max(len(s) for s in sentences)
+    if k == 0:
+        return longest
+    pos, forwards = [1] * len(sentences), 1  # the first token: from the forward that fed the context
+    while any(p < len(s) for p, s in zip(pos, sentences)):
+        new = list(pos)
+        for g, s in enumerate(sentences):
+            if pos[g] >= len(s):
+                continue
+            d = draft(prefix + s[:pos[g]], corpus, k)
+            ok = 0
+            while ok < len(d) and pos[g] + ok < len(s) and d[ok] == s[pos[g] + ok]:
+                ok += 1
+            ahead = [new[h] for h in range(g) if new[h] < len(sentences[h])]
+            new[g] = min([pos[g] + 1 + ok, len(s)] + ahead)
+        pos, forwards = [max(a, b) for a, b in zip(new, pos)], forwards + 1
+    return forwards
+
+
+def critical_forwards(trees, k: int) -> int:
+    worst = 0
+    for tree in trees:
+        by_depth: dict[int, list] = {}
+        for node in tree.nodes:
+            if node.children:
+                by_depth.setdefault(node.depth, []).append(node)
+        total, corpus = 0, []
+        for depth in sorted(by_depth):
+            level = by_depth[depth]
+            total += max(node_forwards(list(tree.prompt_ids) + node.response_ids,
+                                       [tree.nodes[c].sentence_ids for c in node.children], corpus, k)
+                         for node in level)
+            corpus += [tree.nodes[c].sentence_ids for node in level for c in node.children]
+        worst = max(worst, total)
+    return worst
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ckpt", default=None)
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--max-new-tokens", type=int, default=20)
+    ap.add_argument("--max-depth", type=int, default=4)
+    ap.add_argument("--draft", default="2,4,8", help="draft lengths k to bound")
+    args = ap.parse_args()
+    import torch
+    from PIL import Image
+
+    from csr_generate import run_engine
+    from evalsuite.models.vlm import load_vlm
+
+    torch.set_num_threads(1)
+    tmp = Path(tempfile.mkdtemp(prefix="csr_floor_"))
+    ckpt = args.ckpt
+    if ckpt is None:
+        from evalsuite.kit.tiny import build_tiny_vlm
+
+        ckpt = str(build_tiny_vlm(tmp / "tiny-vlm", seed=0))
+    for i in range(args.prompts):  # the images bench/csr_generate.py uses
+        Image.new("RGB", (64, 64), ((37 * i) % 256, (91 * i) % 256, (53 * i) % 256)).save(tmp / f"{i}.png")
+    records = [{"id": str(i), "image": f"{i}.png", "question": "Describe the image."} for i in range(args.prompts)]
+    res, trees = run_engine(load_vlm(ckpt, device="cpu"), tmp, records, "pool", args.max_new_tokens,
+                            args.max_depth, warm=False)
+    n = res["sentences"]
+    print(f"{args.prompts} prompts, {n} candidate sentences; pool engine: {res['forwards']} forwards "
+          f"({res['forwards_per_1k']:.1f} per 1,000 sentences)")
+    floor = critical_forwards(trees, 0)
+    print(f"level floor: {floor} forwards ({1000 * floor / n:.1f} per 1,000)")
+    for k in (int(x) for x in args.draft.split(",")):
+        f = critical_forwards(trees, k)
+        print(f"speculative, {k} n-gram draft tokens per row: {f} forwards ({1000 * f / n:.1f} per 1,000)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("task, args", [("caption", ["--max-new-tokens", "4"]),
                                         ("pope", ["--gen-kwargs", "max_new_tokens=4"])])
 def test_two_ranks_fail_together_on_empty_answers(task, args, tiny_vlm_dir, world_dir, tmp_path):
-    """An own task (caption: rank 0 answers images 0, 2; rank 1 images 1, 3) and an lmms-eval one (pope:
+    """An own task (caption: rank 0 answers the 1st and 3rd of the 4 images, rank 1 the others) and an lmms-eval one (pope:
     docs split by lmms-eval): each rank prints the one-line failure naming the 4 of 4 empty answers (the
     whole run's count, which rank 1 alone never holds); the launch exits 1; nothing is stored."""
     from tests.conftest import free_port
@@ -33,7 +33,8 @@ def test_two_ranks_fail_together_on_empty_answers(task, args, tiny_vlm_dir, worl
            "--limit", "4", "--batch-size", "2", "--device", "cpu", *args,
            "--store", str(tmp_path / "s"), "--output", str(tmp_path / "o")]
     # a rank left waiting would sit at its next collective for gloo's 30 minutes: the timeout catches it
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          check=False)
     assert proc.returncode == 1, proc.stderr[-3000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("evalsuite: failed:")]
     assert len(lines) == 2 and lines[0] == lines[1], proc.stderr[-3000:]   # rank 0 and rank 1 alike

@@ -83,7 +83,7 @@ def _ctx(dist, answer_of):
     prompts = SimpleNamespace(prompt=lambda p: f"USER: {p}")
     return SimpleNamespace(
         dist=dist, resume_root=None, loader=SimpleNamespace(inputs=None, prompts=lambda: prompts),
-        device_type="cpu", dtype=None, engine_identity=lambda: {}, ckpt_id="ck", batch_size=2,
+        device_type="cpu", dtype=None, engine_identity=dict, ckpt_id="ck", batch_size=2,
         generate=lambda reqs, gen: [answer_of(r.key) for r in reqs])
 
 

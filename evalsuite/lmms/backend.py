@@ -257,6 +257,7 @@ class EvalsuiteLMM(lmms):
         # lmms task -> cache namespace (evalsuite/lmms/task.py adds a data fingerprint: other data, other entries)
         self.cache_tags: dict[str, str] = {}
         self.counts = {"generated": 0, "cached": 0}
+        self.answered: dict[str, dict] = {}   # answer_counts()
 
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None):
@@ -279,6 +280,23 @@ class EvalsuiteLMM(lmms):
 
     def reset_counts(self) -> None:
         self.counts = {"generated": 0, "cached": 0}
+        self.answered = {}
+
+    def _note_answers(self, items: list[_Item], out: list) -> None:
+        """Remember, per lmms task, which of this rank's docs got an empty generate_until answer (cached or
+        new; a doc lmms-eval pads in twice counts once) and the first such doc, for `answer_counts`."""
+        for it, text in zip(items, out):
+            seen = self.answered.setdefault(it.task, {"docs": {}, "sample": None})
+            empty = not str(text or "").strip()
+            seen["docs"][it.doc_id] = empty
+            if empty and seen["sample"] is None:
+                seen["sample"] = (it.doc_id, it.request.prompt, text)
+
+    def answer_counts(self) -> dict[str, dict]:
+        """{lmms task: {"total", "empty", "sample": (doc_id, prompt, answer) of the first empty or None}} of
+        the generate_until answers this rank gave since `reset_counts` (evalsuite/lmms/task.py checks them)."""
+        return {task: {"total": len(seen["docs"]), "empty": sum(seen["docs"].values()), "sample": seen["sample"]}
+                for task, seen in self.answered.items()}
 
     def _cache(self, task: str) -> ResponseCache | None:
         if self.cache_dir is None:
@@ -347,6 +365,7 @@ class EvalsuiteLMM(lmms):
                         out[i] = cut_at_stop(text, until)
                     self._persist(items, chunk, out, "generate_until")
                     bar.update(len(chunk))
+        self._note_answers(items, out)
         return out
 
     def loglikelihood(self, requests) -> list[tuple[float, bool]]:

@@ -244,6 +244,12 @@ class LmmsRunner:
                 f"{spec.name}: lmms-eval run failed ({type(exc).__name__}: {exc}); {lm.counts['generated']} "
                 f"newly finished samples are kept in {self.cache_root} and will not be regenerated"
             ) from exc
+        # nothing scores nothing (evalsuite/tasks/answers.py): rank 0 counts every rank's answers per leaf
+        # and every rank fails together, before any of this name's results is written or stored
+        from evalsuite.tasks.answers import fail_together
+
+        parts = self.dist.gather(lm.answer_counts())
+        fail_together(self.dist, None if parts is None else empty_answers_failure(spec, parts))
         if raw is None:  # ranks != 0
             return []
         if self.results_json is not None:
@@ -251,6 +257,33 @@ class LmmsRunner:
         return to_task_results(spec, raw, dict(lm.counts), gen_kwargs=self.gen_kwargs, limit=self.limit,
                                bootstrap_iters=self.bootstrap_iters, backend=self._backend,
                                setup=backend_setup(self._backend, self.seed))
+
+
+def empty_answers_failure(spec: LmmsSpec, parts: list[dict]) -> str | None:
+    """The empty-answers failure of `spec` (one line, evalsuite/tasks/answers.py's rule per leaf) from every
+    rank's `EvalsuiteLMM.answer_counts()`, or None. A failing leaf fails the whole name: a group's aggregate
+    counts it too, so nothing of the name is stored; the other failing leaves are named as well."""
+    from evalsuite.tasks.answers import MAX_EMPTY_SHARE, empty_answers_message
+
+    failures = []
+    for leaf in spec.leaves:
+        counts = [p[leaf.lmms_task] for p in parts if leaf.lmms_task in p]
+        total, empty = sum(c["total"] for c in counts), sum(c["empty"] for c in counts)
+        sample = next((c["sample"] for c in counts if c["sample"] is not None), None)
+        if sample is None:
+            continue
+        doc, prompt, answer = sample
+        prompt = prompt if len(prompt) <= 200 else prompt[:200] + "..."
+        message = empty_answers_message(leaf.name, total, empty, f"doc {doc}, prompt {prompt!r} -> answer {answer!r}")
+        if message:
+            failures.append((leaf.name, message))
+    if not failures:
+        return None
+    message = failures[0][1]
+    if spec.name != failures[0][0]:  # a group's leaf: the name the user asked for is what is not stored
+        message = message.replace("nothing stored for it", f"nothing stored for {spec.name}", 1)
+    others = [name for name, _ in failures[1:]]
+    return message + (f" Also more than {MAX_EMPTY_SHARE:.0%} empty: {', '.join(others)}." if others else "")
 
 
 class LmmsTask:

@@ -14,7 +14,11 @@
 - Nothing scores nothing: when more than `MAX_EMPTY_SHARE` of a task's answers are empty (an encoder-decoder
   sliced at the prompt length, a model that emits EOS at once) the task fails in one line naming it and
   a sample (`check_answers`), before any metric is computed: CHAIR over empty captions is 0, which would
-  otherwise be stored as a perfect score.
+  otherwise be stored as a perfect score. The run stops there, as on any RunFailure; tasks finished before it
+  stay stored. Under several ranks rank 0 decides on the gathered answers and broadcasts its verdict
+  (`fail_together`), so every rank raises the same RunFailure at the same point instead of the others
+  waiting at the next collective. lmms-eval tasks follow the same rule on the generate_until answers of
+  evalsuite's adapter (evalsuite/lmms/task.py `empty_answers_failure`).
 """
 from __future__ import annotations
 
@@ -38,16 +42,43 @@ def _cache(ctx):
     return ResponseCache(Path(ctx.resume_root) / "own", ctx.ckpt_id, "answers", rank=ctx.dist.rank)
 
 
+def empty_answers_message(task: str, total: int, empty: int, sample: str) -> str | None:
+    """The one-line failure when more than MAX_EMPTY_SHARE of `total` answers are empty, else None.
+    It says what happens next: nothing of the task is stored and the run stops (a RunFailure), as for
+    every task, own or lmms-eval's."""
+    if not total or empty <= MAX_EMPTY_SHARE * total:
+        return None
+    return (f"{task}: {empty} of {total} answers are empty (more than {MAX_EMPTY_SHARE:.0%}); nothing stored "
+            f"for it and the run stops here (tasks finished before it stay stored). Sample: {sample}")
+
+
+def answers_failure(task: str, records: list[dict]) -> str | None:
+    """`empty_answers_message` for own-task answer records, the sample being the first empty one."""
+    empty = [r for r in records if not str(r.get("answer") or "").strip()]
+    if not empty:
+        return None
+    r = empty[0]
+    return empty_answers_message(task, len(records), len(empty), f"image {r.get('image_id')!r}, prompt "
+                                 f"{str(r.get('prompt_text') or r.get('prompt'))!r} -> answer {r.get('answer')!r}")
+
+
 def check_answers(task: str, records: list[dict]) -> None:
     """RunFailure (one line: the task, the share, a sample) when more than MAX_EMPTY_SHARE answers are empty."""
     from evalsuite.errors import RunFailure
 
-    empty = [r for r in records if not str(r.get("answer") or "").strip()]
-    if records and len(empty) > MAX_EMPTY_SHARE * len(records):
-        r = empty[0]
-        raise RunFailure(f"{task}: {len(empty)} of {len(records)} answers are empty (more than "
-                         f"{MAX_EMPTY_SHARE:.0%}); nothing stored for it. Sample: image {r.get('image_id')!r}, "
-                         f"prompt {str(r.get('prompt_text') or r.get('prompt'))!r} -> answer {r.get('answer')!r}")
+    message = answers_failure(task, records)
+    if message:
+        raise RunFailure(message)
+
+
+def fail_together(dist, message: str | None) -> None:
+    """Rank 0's verdict (`message`, None = pass; what the other ranks pass is ignored) on every rank: all
+    raise the same RunFailure here, or none does. Every rank must call it, as any collective."""
+    from evalsuite.errors import RunFailure
+
+    message = dist.broadcast(message if dist.is_main else None)
+    if message:
+        raise RunFailure(message)
 
 
 def generate_answers(ctx, images: list[dict], prompt: str, gen: GenConfig, data_id: str,
@@ -84,8 +115,8 @@ def generate_answers(ctx, images: list[dict], prompt: str, gen: GenConfig, data_
     records = [{"key": str(im["id"]), "image_id": im["id"], "image": im["path"], "prompt": prompt,
                 "prompt_text": sent, "answer": answers[k]} for im, k in zip(mine, keys)]
     parts = ctx.dist.gather(records)
-    if parts is None:
-        return None
-    records = ctx.dist.unshard(parts)
-    check_answers(task, records)
+    records = None if parts is None else ctx.dist.unshard(parts)
+    # decided on rank 0 (it alone holds every answer), raised on every rank: a failure on rank 0 alone
+    # would leave the others waiting at the next collective for ever
+    fail_together(ctx.dist, None if records is None else answers_failure(task, records))
     return records

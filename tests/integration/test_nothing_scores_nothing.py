@@ -1,5 +1,6 @@
-"""Numbers computed from nothing never reach the store: a task whose answers are (mostly) empty fails in one
-line naming the task and a sample, and a CSR iteration without pairs says why in one line."""
+"""Numbers computed from nothing never reach the store: a task whose answers are (mostly) empty, own or
+lmms-eval's, fails in one line naming the task and a sample, and a CSR iteration without pairs says why in
+one line. Under several ranks: tests/unit/test_empty_answers_ranks.py, tests/integration/test_empty_answers_ranks.py."""
 from __future__ import annotations
 
 import json
@@ -75,3 +76,30 @@ def test_csr_iteration_without_pairs_says_why(tiny_vlm_dir, tiny_clip_dir, world
     assert "\n" not in msg
     assert msg.startswith("iteration 1: no preference pairs from 2 trees (") and "too_few_paths=2" in msg, msg
     assert not list((tmp_path / "store").rglob("*.parquet"))
+
+
+def test_lmms_tasks_of_an_all_empty_checkpoint_fail_and_store_nothing(tiny_vlm_dir, world_dir, tmp_path):
+    """POPE, then MME, through lmms-eval on the mute checkpoint: evalsuite's adapter answered every request
+    with "" (lmms-eval would score POPE's as "no": accuracy 0.5, MME's as 0 per category); each run fails
+    in one line naming the task, the count and a sample, stores nothing, and stops there: `pope,mme`
+    never starts MME (the same rule and message as own tasks)."""
+    from tests.conftest import run_cli
+
+    ckpt = _mute(tiny_vlm_dir, tmp_path / "mute")
+    store = tmp_path / "store"
+    env = {"HF_HOME": str(tmp_path / "hf"), "LM_HARNESS_CACHE_PATH": str(tmp_path / "req")}
+    for tasks, failing in (("pope,mme", "pope"), ("mme", "mme")):
+        out = tmp_path / f"out-{failing}"
+        res = run_cli("run", "--ckpt", str(ckpt), "--tasks", tasks, "--data-root", str(world_dir), "--limit", "8",
+                      "--gen-kwargs", "max_new_tokens=4", "--output", str(out), "--store", str(store),
+                      "--device", "cpu", env=env)
+        assert res.returncode == 1, res.stderr[-2000:]
+        last = res.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"evalsuite: failed: {failing}: 8 of 8 answers are empty (more than 50%); nothing "
+                               "stored for it and the run stops here (tasks finished before it stay stored). "
+                               "Sample: doc 0, prompt '"), res.stderr[-2000:]
+        assert last.endswith("-> answer ''"), last
+        assert not list(store.rglob("*.parquet"))  # no accuracy of empty answers
+        assert not (out / failing).exists() and not (out / "lmms_results.json").exists()
+        assert not (json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {})
+        assert "lmms-eval task mme" not in res.stderr or failing == "mme"

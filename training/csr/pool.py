@@ -289,11 +289,12 @@ class Search:
         for name in ("t", "run_score", "run_tok", "fin_score", "fin_tok", "fin_len", "fin_set", "fin_ord", "open_"):
             setattr(self, name, getattr(self, name).index_select(0, idx))
 
-    def step(self, logits: torch.Tensor) -> tuple[list[tuple[Any, list[Hyp]]], torch.Tensor, torch.Tensor]:
-        """One step of every node: (ended nodes with their hypotheses, cache rows to keep, their tokens)."""
+    def step(self, logits: torch.Tensor, normalized: bool = False) -> tuple[list[tuple[Any, list[Hyp]]], torch.Tensor, torch.Tensor]:
+        """One step of every node: (ended nodes with their hypotheses, cache rows to keep, their tokens).
+        normalized=True: `logits` are log-probabilities already (training/csr/vllm_beam.py's top-N rows)."""
         spec, G, S, B, K, T = self.spec, self.G, self.S, self.B, self.K, self.T
         m = len(self)
-        lp = torch.log_softmax(logits, dim=-1)
+        lp = logits.clone() if normalized else torch.log_softmax(logits, dim=-1)
         if self.suppress.numel():
             lp[:, self.suppress] = float("-inf")
         V = lp.shape[-1]

@@ -117,3 +117,34 @@ def test_topn_search_equals_hf_group_beam_search(vlm, image_root):
     assert [[h.ids for h in hs] for hs in top] == [[h.ids for h in hs] for hs in ref]
     for hs, rs in zip(top, ref):
         assert [h.score for h in hs] == pytest.approx([r.score for r in rs], abs=1e-5)
+
+
+class _FakeEngine:
+    def __init__(self, **info):
+        self.info, self.running, self.max_logprobs = {"vocab": 226, **info}, False, None
+
+    def start(self):
+        self.running = True
+
+
+def test_worker_limits_refused_in_one_line():
+    """`tree.engine: vllm` + `group_beam` is accepted; the worker is started with max_logprobs >= N, and one
+    that reports fewer, or log-probs other than raw ones, is a UserError naming tree.engine."""
+    from types import SimpleNamespace
+
+    from evalsuite.errors import UserError
+    from training.csr.search import SearchSpec
+    from training.csr.vllm_expand import VllmSampler
+
+    cfg = TreeConfig(engine="vllm")
+    assert (cfg.engine, cfg.expander) == ("vllm", "group_beam")
+    spec = SearchSpec(stop_ids=tuple(range(30)), suppress_ids=(40, 41))
+    need = logprobs_needed(spec)
+    assert need == 31 + 4 + 2  # K = (1 + 30 stop ids) x 1, 4 earlier groups, 2 suppressed
+    ok = _FakeEngine(max_logprobs=need)
+    assert VllmSampler(SimpleNamespace(engine=ok), cfg).logprobs(spec) == need and ok.max_logprobs == need
+    for info, what in (({"max_logprobs": 20}, "allows 20"), ({"max_logprobs": 64, "logprobs_mode": "processed_logprobs"},
+                                                           "processed_logprobs")):
+        with pytest.raises(UserError, match=what) as exc:
+            VllmSampler(SimpleNamespace(engine=_FakeEngine(**info)), cfg).logprobs(spec)
+        assert str(exc.value).startswith("tree.engine") and "\n" not in str(exc.value)

@@ -29,8 +29,8 @@ sentence) are one request. `TopNStats` counts the calls and rows.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 

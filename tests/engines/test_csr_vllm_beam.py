@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 
-def test_group_beam_trees_on_vllm_equal_hf(vllm_spec, vllm_ckpts, world_dir, tmp_path, caplog):
-    """2 prompts, depth 2, 6 new tokens, under the released rules and under `stop: sentence_marks` with
+
+@pytest.mark.parametrize("arch", ["llava", "qwen2_vl"])
+def test_group_beam_trees_on_vllm_equal_hf(arch, vllm_spec, vllm_ckpts, world_dir, tmp_path, caplog):
+    """Tiny LLaVA and Qwen2-VL (M-RoPE positions for the beams' tokens), 2 prompts, depth 2, 6 new tokens, under the released rules and under `stop: sentence_marks` with
     suppressed special tokens (a larger N): the trees grown from vLLM's top-N log-probs, one call per search
     step, are the HF reference path's (node ids, token ids, statuses, scores within 1e-5), but for near-ties."""
     import time
@@ -18,7 +21,7 @@ def test_group_beam_trees_on_vllm_equal_hf(vllm_spec, vllm_ckpts, world_dir, tmp
     from training.csr.vllm_beam import logprobs_needed
     from training.csr.vllm_expand import VllmSampler
 
-    ckpt = vllm_ckpts["llava"]
+    ckpt = vllm_ckpts[arch]
     vlm = load_vlm(ckpt, device="cpu")
     images = world_dir / "images" / "train"
     records = [{"id": p.stem, "image": p.name, "question": "Describe the image."} for p in sorted(images.iterdir())[:2]]

@@ -9,9 +9,10 @@ import pytest
 
 @pytest.mark.parametrize("arch", ["llava", "qwen2_vl"])
 def test_group_beam_trees_on_vllm_equal_hf(arch, vllm_spec, vllm_ckpts, world_dir, tmp_path, caplog):
-    """Tiny LLaVA and Qwen2-VL (M-RoPE positions for the beams' tokens), 2 prompts, depth 2, 6 new tokens, under the released rules and under `stop: sentence_marks` with
-    suppressed special tokens (a larger N): the trees grown from vLLM's top-N log-probs, one call per search
-    step, are the HF reference path's (node ids, token ids, statuses, scores within 1e-5), but for near-ties."""
+    """Tiny LLaVA and Qwen2-VL (M-RoPE positions for the beams' tokens), 2 prompts, depth 2, 6 new tokens,
+    under the released rules and under `stop: sentence_marks` with suppressed special tokens (a larger N):
+    the trees grown from vLLM's top-N log-probs, one call per search step, are the HF reference path's
+    (node ids, token ids, statuses, scores within 1e-5), but for near-ties."""
     import time
 
     from evalsuite.models.vlm import load_vlm

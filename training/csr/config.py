@@ -96,8 +96,9 @@ class TreeConfig:
         cannot be cut and stacked run the reference path (said in the log).
       `reference`: levels in lockstep over `prompt_batch` prompts, chunks of `batch_nodes` nodes, every
         node prefilled from its prompt (training/csr/search.py).
-      `vllm`: the sample expander on a vLLM worker in its own environment (training/csr/vllm_expand.py,
-        docs/engines.md); sampled trees differ from HF's draws, not in their rules.
+      `vllm`: a vLLM worker in its own environment (training/csr/vllm_expand.py, docs/engines.md):
+        sampled trees differ from HF's draws, not in their rules; group_beam is stepped one token per
+        call from top-N log-probs (training/csr/vllm_beam.py): HF's trees up to near-ties.
     kv_budget: `pool` only: cached tokens the pool may hold (rows x width + kept contexts), or `auto`
       (half the free CUDA memory; unbounded on CPU).
     A field only the other expander (or stop rule) reads must keep its default: set, it is an error
@@ -135,7 +136,7 @@ class TreeConfig:
     prompt_batch: int = opt(16, "prompts whose trees grow together")
     engine: Literal["pool", "reference", "vllm"] = opt(
         "pool", "pool = continuously refilled rows with prefix reuse (same trees); reference = level lockstep; "
-        "vllm = the sample expander on a vLLM worker (docs/engines.md)")
+        "vllm = either expander on a vLLM worker (docs/engines.md)")
     kv_budget: int | str = opt("auto", "pool: cached tokens the pool may hold, or auto (half the free CUDA memory)")
     seed: int = opt(0, "search seed")
     image_aspect: Literal["crop", "pad"] | None = opt(
@@ -144,8 +145,6 @@ class TreeConfig:
     def __post_init__(self) -> None:
         w = "tree"
         _check(self.expander in EXPANDERS, f"{w}.expander", f"{self.expander!r} is not one of {EXPANDERS}")
-        _check(self.engine != "vllm" or self.expander == "sample", f"{w}.engine",
-               "vllm runs the sample expander only (set tree.expander: sample)")
         _check(self.stop in STOP_RULES, f"{w}.stop", f"{self.stop!r} is not one of {STOP_RULES}")
         _check(self.junk_filter in JUNK_FILTERS, f"{w}.junk_filter", f"{self.junk_filter!r} is not one of {JUNK_FILTERS}")
         _check(self.num_beams >= 1, f"{w}.num_beams", "must be >= 1")

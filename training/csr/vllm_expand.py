@@ -1,4 +1,5 @@
-"""The CSR `sample` expander on vLLM (`tree.engine: vllm`; docs/engines.md "CSR trees").
+"""The CSR expanders on vLLM (`tree.engine: vllm`; docs/engines.md "CSR trees"): `sample`, and `group_beam`
+stepped one token at a time from top-N log-probs (training/csr/vllm_beam.py, where its exactness is argued).
 
     with VllmSampler.open(vlm, ckpt, cfg.tree) as sampler:     # one worker per tree-generation stage
         TreeGenerator(vlm, cfg.tree, image_root, sampler=sampler).generate(records)
@@ -14,17 +15,29 @@ their prompt and image, so vLLM's prefix cache serves their common prefix (in bl
 
 What differs from the HF expander: the draws (vLLM's sampler and its per-request seeds, from the tree
 seed and node key, against torch generators per row), so the trees differ; their distribution is the same.
+
+`group_beam`: every step of a chunk's search (`tree.batch_nodes` nodes of `tree.prompt_batch` prompts, as
+the reference path chunks them) is ONE worker call, a `max_tokens=1` request per distinct running row
+(prompt + node response + the beam's tokens) asking the top-N raw log-probs, N = `vllm_beam.logprobs_needed`;
+the prefix cache holds each node's context once for its beams. The trees are HF's up to the engines'
+rounding of the log-probs (near-ties). Counts (calls, requests per call) are logged at `close()`.
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 
 class VllmSampler:
     """A vLLM worker for one checkpoint + the encoding of CSR prompts for it."""
 
     def __init__(self, generator, tree_cfg):
+        from training.csr.vllm_beam import TopNStats
+
         self.generator, self.cfg = generator, tree_cfg
+        self.beam_stats = TopNStats()
 
     @classmethod
     def open(cls, vlm, ckpt: str | Path, tree_cfg, dtype: str = "float32", device: str = "cpu",
@@ -42,6 +55,8 @@ class VllmSampler:
         self.close()
 
     def close(self) -> None:
+        if self.beam_stats.calls:
+            log.info("tree.engine vllm, group_beam: %s", self.beam_stats.line())
         self.generator.engine.close()
 
     def prompt(self, image, question: str):
@@ -56,6 +71,8 @@ class VllmSampler:
         from training.csr.search import Hyp, row_seed
 
         cfg = self.cfg
+        if cfg.expander == "group_beam":
+            return self.beam(contexts, spec)
         prompts = [PromptIds(list(ids) + list(resp), image, list(expanded) + list(resp))
                    for ids, image, expanded, resp in contexts]
         params = {"max_tokens": spec.max_new_tokens, "n": cfg.num_samples, "temperature": cfg.temperature,
@@ -66,6 +83,45 @@ class VllmSampler:
             hyps = [Hyp(tuple(r["ids"]), sum(r["logprobs"]) / len(r["logprobs"]), j) for j, r in enumerate(rows)]
             out.append(sorted(hyps, key=lambda h: -h.score))
         return out
+
+
+    def logprobs(self, spec) -> int:
+        """N of the top-N log-probs the search asks (vllm_beam.logprobs_needed); the worker is started with a
+        max_logprobs that allows it, and one that reports less (or log-probs other than raw) is refused."""
+        from evalsuite.errors import UserError
+        from training.csr.vllm_beam import logprobs_needed
+
+        engine = self.generator.engine
+        need = logprobs_needed(spec)
+        if not engine.running:
+            engine.max_logprobs = max(need, 20)  # 20: vLLM's default
+        engine.start()
+        info = engine.info
+        need = min(need, int(info["vocab"]))
+        cap = int(info.get("max_logprobs", 20))
+        if 0 <= cap < need:
+            raise UserError(f"tree.engine: vllm: the group beam search needs the top {need} log-probs per step "
+                            f"(beams, groups, stop and suppressed ids), the vLLM worker allows {cap} (max_logprobs)")
+        if info.get("logprobs_mode", "raw_logprobs") != "raw_logprobs":
+            raise UserError(f"tree.engine: vllm: the worker returns {info['logprobs_mode']}, the group beam search "
+                            "needs raw_logprobs (the model's log-softmax)")
+        return need
+
+    def beam(self, contexts, spec):
+        """contexts as `expand`'s -> per node, `num_beams` Hyps best first (`search.group_beam_search`'s)."""
+        from evalsuite.engines.vllm_engine import PromptIds
+        from training.csr.vllm_beam import search_topn
+
+        n = self.logprobs(spec)
+        engine = self.generator.engine
+        bases = [(list(ids) + list(resp), image, list(expanded) + list(resp)) for ids, image, expanded, resp in contexts]
+
+        def next_topn(rows):
+            prompts = [PromptIds(bases[i][0] + list(t), bases[i][1], bases[i][2] + list(t)) for i, t in rows]
+            # a node's first step (no beam tokens yet) checks vLLM's expansion of its prompt
+            return engine.next_logprobs(prompts, n, check=all(not t for _, t in rows))
+
+        return search_topn(len(contexts), next_topn, spec, int(engine.info["vocab"]), n, self.beam_stats)
 
 
 def open_sampler(cfg, vlm, ckpt: str | Path, world: int, log_path: Path) -> VllmSampler:

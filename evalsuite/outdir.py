@@ -34,6 +34,22 @@ def differences(old, new, prefix: str = "") -> list[str]:
     return out
 
 
+def _upgraded(config):
+    """A run.json config written by an earlier release, in today's spelling, so that the same settings
+    resume: the prompt settings that moved into `inputs:` (evalsuite/models/inputs.py MOVED_TO_INPUTS)."""
+    from evalsuite.models.inputs import MOVED_TO_INPUTS
+
+    if not isinstance(config, dict) or not any(k in config for k in MOVED_TO_INPUTS):
+        return config
+    config = dict(config)
+    inputs = dict(config.get("inputs") or {})
+    for key in MOVED_TO_INPUTS:
+        if key in config:
+            inputs.setdefault(key, config.pop(key))
+    config["inputs"] = inputs
+    return config
+
+
 class OutputDir:
     def __init__(self, path: str | os.PathLike, flag: str = "--output"):
         self.path = Path(path)
@@ -59,7 +75,7 @@ class OutputDir:
             raise UserError(f"{flag} {p}: run.json unreadable ({e}); pass a new or empty directory") from None
         if not isinstance(old, dict) or not old.get("run_id"):
             raise UserError(f"{flag} {p}: run.json names no run; pass a new or empty directory")
-        diff = differences(old.get("config"), config)
+        diff = differences(_upgraded(old.get("config")), config)
         if old.get("ckpt_hash") != ckpt_hash:
             diff.insert(0, "the checkpoint's weights")
         elif model_id is not None and old.get("model_id") not in (None, model_id):

@@ -143,6 +143,9 @@ class TrainConfig(HFTrainingFields):
     project_name: str | None = _f(None, "wandb project.")
     group_name: str | None = _f(None, "wandb group.")
     wandb_mode: str = _f("offline", "offline | online | disabled (WANDB_MODE when unset).")
+    save_on_signal: bool = _f(True, "On the first SIGTERM/SIGINT during training: finish the optimizer step, save "
+                              "checkpoint-<step> (as save_steps would) and exit 143/130; a second signal stops at once. "
+                              "false = stop at once, keeping only the periodic checkpoints (docs/reliability.md).")
 
     @property
     def resolved_dataset(self) -> str:
@@ -157,6 +160,9 @@ class TrainConfig(HFTrainingFields):
         _require(bool(self.output_dir), "output_dir", "required (where checkpoints, logs and the merged model go)")
         validate_numbers(self)  # before TrainingArguments' own checks (check_ready), whose messages name no field
         validate_values(self)
+        # transformers' own SIGTERM checkpoint would replace save_on_signal's handler (or be replaced by it)
+        _require(not (self.enable_jit_checkpoint and self.save_on_signal), "enable_jit_checkpoint",
+                 "not with save_on_signal true (both checkpoint on SIGTERM); set save_on_signal false to use it")
 
     def trainer_kwargs(self) -> dict[str, Any]:
         """Every HF TrainingArguments field as given or defaulted (to build a DPOConfig / SFTConfig from),

@@ -1,0 +1,162 @@
+"""The first SIGTERM / SIGINT during training saves checkpoint-<step> and exits 143 / 130 (training/signals.py,
+`save_on_signal`); `--save_on_signal false` is the old behaviour (stop at once, nothing saved beyond the
+periodic checkpoints). The signal is sent once the first step is logged, to a run of max_steps well
+beyond it, with periodic saving off (`save_strategy: no` in the tiny preset), so any checkpoint-N is the
+signal's."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from training.train import main as train_main
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_YAML = str(REPO / "configs" / "train" / "tiny_cpu.yaml")
+MAX_STEPS = 60  # ~13 steps/s on one CPU thread: a signal right after step 1 lands long before the end
+
+
+@pytest.fixture(scope="module")
+def pairs(world_dir, tmp_path_factory) -> Path:
+    """8 DPO pairs (chosen = an image's first caption, rejected = the next image's) + the same as SFT data."""
+    caps = json.loads((world_dir / "annotations" / "captions_train.json").read_text())
+    files = {im["id"]: f"images/train/{im['file_name']}" for im in caps["images"]}
+    first: dict = {}
+    for a in caps["annotations"]:
+        first.setdefault(a["image_id"], a["caption"])
+    rows = sorted(first.items())[:8]
+    d = tmp_path_factory.mktemp("signal")
+    (d / "pairs.json").write_text(json.dumps([{"image": files[i], "prompt": "describe the image.", "chosen": c,
+                                               "rejected": rows[(k + 1) % 8][1]} for k, (i, c) in enumerate(rows)]))
+    (d / "sft.json").write_text(json.dumps([{"image": files[i], "conversations": [
+        {"from": "user", "value": "<image>\ndescribe the image."}, {"from": "assistant", "value": c}]}
+        for i, c in rows]))
+    return d / "pairs.json"
+
+
+def _argv(tiny_vlm_dir, world_dir, pairs, out, *extra):
+    return ["--config", TINY_YAML, "--model_name_or_path", str(tiny_vlm_dir), "--data_path", str(pairs),
+            "--image_root", str(world_dir), "--output_dir", str(out), "--max_steps", str(MAX_STEPS), *extra]
+
+
+def _first_step_logged(out: Path) -> bool:
+    log = out / "metrics.jsonl"
+    try:
+        return any("loss" in json.loads(x) for x in log.read_text().splitlines() if x.strip())
+    except (OSError, ValueError):
+        return False
+
+
+def _signal_subprocess(argv, out: Path, sig, tmp_path) -> tuple[int, str]:
+    """Run train.py in a subprocess, send `sig` once step 1 is logged; (exit code, stderr)."""
+    err = tmp_path / "stderr.txt"
+    with open(err, "w") as fh:
+        proc = subprocess.Popen([sys.executable, str(REPO / "training" / "train.py"), *argv], cwd=REPO,
+                                stdout=subprocess.DEVNULL, stderr=fh, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        try:
+            deadline = time.time() + 120
+            while not _first_step_logged(out):
+                assert proc.poll() is None, f"exited before step 1 ({proc.returncode}): {err.read_text()[-2000:]}"
+                assert time.time() < deadline, "no step logged in 120 s"
+                time.sleep(0.02)
+            proc.send_signal(sig)
+            rc = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return rc, err.read_text()
+
+
+def _signal_in_process(out: Path, sig):
+    """Send `sig` to this process (the pytest main thread gets it) once step 1 is logged in `out`."""
+    def watch():
+        deadline = time.time() + 120
+        while not _first_step_logged(out) and time.time() < deadline:
+            time.sleep(0.005)
+        os.kill(os.getpid(), sig)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t
+
+
+def _checkpoints(out: Path) -> list[Path]:
+    return sorted(p for p in out.iterdir() if p.name.startswith("checkpoint-"))
+
+
+def _assert_complete(ckpt: Path, step: int) -> None:
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    assert state["global_step"] == step
+    weights = list(ckpt.glob("*.safetensors"))
+    assert weights and all(w.stat().st_size > 0 for w in weights)
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):   # resumable, not just the weights
+        assert (ckpt / name).is_file(), name
+
+
+def _no_leftovers(out: Path, ckpt: Path) -> None:
+    """Only what a run with save_steps writes: no temp files, no merged/adapter (the run did not finish)."""
+    assert {p.name for p in out.iterdir()} <= {".lock", "train_run.json", "metrics.jsonl", "README.md", ckpt.name}
+    names = [p.name for p in out.rglob("*")]
+    assert not [n for n in names if "tmp" in n.lower() or n.endswith(".partial") or "incomplete" in n], names
+
+
+def _logged_steps(out: Path) -> list[int]:
+    return [r["step"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+
+
+def test_sigterm_saves_checkpoint_exits_143_and_resume_runs_to_the_end(tiny_vlm_dir, world_dir, pairs, tmp_path):
+    out = tmp_path / "run"
+    argv = _argv(tiny_vlm_dir, world_dir, pairs, out)
+    rc, err = _signal_subprocess(argv, out, signal.SIGTERM, tmp_path)
+    assert rc == 143, err[-2000:]
+    [ckpt] = _checkpoints(out)
+    step = int(ckpt.name.split("-")[1])
+    assert 1 <= step < MAX_STEPS
+    _assert_complete(ckpt, step)
+    _no_leftovers(out, ckpt)
+    lines = [x for x in err.splitlines() if "train.py:" in x]
+    assert lines[-1].endswith(f"train.py: terminated at step {step}: saved {ckpt}; "
+                              "continue with --resume_from_checkpoint true"), lines
+
+    assert train_main([*argv, "--resume_from_checkpoint", "true"]) == 0
+    assert _logged_steps(out) == list(range(1, MAX_STEPS + 1))
+    assert (out / "merged" / "evalsuite.json").is_file()
+
+
+def test_sigint_during_sft_saves_checkpoint_exits_130(tiny_vlm_dir, world_dir, pairs, tmp_path, capsys):
+    out = tmp_path / "sft"
+    argv = _argv(tiny_vlm_dir, world_dir, pairs, out, "--method", "sft", "--dataset_name", "vlquery_json",
+                 "--data_path", str(pairs.with_name("sft.json")))
+    watcher = _signal_in_process(out, signal.SIGINT)
+    with pytest.raises(SystemExit) as e:
+        train_main(argv)
+    watcher.join()
+    assert e.value.code == 130
+    [ckpt] = _checkpoints(out)
+    step = int(ckpt.name.split("-")[1])
+    assert 1 <= step < MAX_STEPS
+    _assert_complete(ckpt, step)
+    _no_leftovers(out, ckpt)
+    assert f"train.py: interrupted at step {step}: saved {ckpt}" in capsys.readouterr().err
+
+
+def test_switch_off_stops_at_once_without_a_checkpoint(tiny_vlm_dir, world_dir, pairs, tmp_path, capsys):
+    """In-process (the subprocess path is the test above's): the old behaviour, interrupt_exit's line."""
+    out = tmp_path / "off"
+    watcher = _signal_in_process(out, signal.SIGTERM)
+    with pytest.raises(SystemExit) as e:
+        train_main(_argv(tiny_vlm_dir, world_dir, pairs, out, "--save_on_signal", "false"))
+    watcher.join()
+    assert e.value.code == 143
+    assert not _checkpoints(out) and not (out / "merged").exists()
+    lines = [x for x in capsys.readouterr().err.splitlines() if "train.py:" in x]
+    assert lines[-1].endswith(f"train.py: terminated (checkpoints saved so far stay in {out}; "
+                              "continue with --resume_from_checkpoint true)"), lines

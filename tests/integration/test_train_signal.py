@@ -21,6 +21,7 @@ from training.train import main as train_main
 REPO = Path(__file__).resolve().parents[2]
 TINY_YAML = str(REPO / "configs" / "train" / "tiny_cpu.yaml")
 MAX_STEPS = 60  # ~13 steps/s on one CPU thread: a signal right after step 1 lands long before the end
+CSR_STEPS = 30  # in-process: the signal follows step 1 within milliseconds
 
 
 @pytest.fixture(scope="module")
@@ -160,3 +161,49 @@ def test_switch_off_stops_at_once_without_a_checkpoint(tiny_vlm_dir, world_dir, 
     lines = [x for x in capsys.readouterr().err.splitlines() if "train.py:" in x]
     assert lines[-1].endswith(f"train.py: terminated (checkpoints saved so far stay in {out}; "
                               "continue with --resume_from_checkpoint true)"), lines
+
+
+def test_csr_signal_in_dpo_stage_saves_and_the_rerun_continues(tiny_vlm_dir, tiny_clip_dir, world_dir, tmp_path):
+    """The CSR loop's DPO stage (trees, scores and pairs already done): SIGTERM saves
+    iter_1/train/checkpoint-N and exits 143 with no train.done; the rerun continues from it to the end."""
+    from evalsuite.files import sha256_file
+    from training.csr.config import load_config
+    from training.csr.loop import run_csr
+
+    images = world_dir / "images" / "train"
+    files = sorted(p.name for p in images.iterdir())[:8]
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f, "image": f, "question": "Describe the image."}) + "\n"
+                               for f in files))
+    run = tmp_path / "run"
+    cfg = load_config(REPO / "configs" / "csr_tiny.yaml", [
+        f"model={tiny_vlm_dir}", f"clip={tiny_clip_dir}", f"prompts={prompts}", f"image_root={images}",
+        f"output_dir={run}", f"store={tmp_path / 'store'}", "iterations=1", f"train.max_steps={CSR_STEPS}",
+        "train.per_device_train_batch_size=2"])
+    d = run / "iter_1"
+    d.mkdir(parents=True)
+    human = {"from": "human", "value": "<image>\nDescribe the image."}
+    (d / "pairs.json").write_text(json.dumps([
+        {"id": f, "image": f, "conversations": [human, {"from": "gpt", "value": f"a picture {i}."}],
+         "rejected_conversations": [human, {"from": "gpt", "value": f"a cat and a dog {i}."}]}
+        for i, f in enumerate(files)]))
+    for stage in ("generate", "score"):
+        (d / f"{stage}.done").write_text("{}")
+    (d / "pairs.done").write_text(json.dumps({"pairs": len(files), "skipped": {},
+                                              "pairs_hash": sha256_file(d / "pairs.json")}))
+
+    watcher = _signal_in_process(d / "train", signal.SIGTERM)
+    with pytest.raises(SystemExit) as e:
+        run_csr(cfg)
+    watcher.join()
+    assert e.value.code == 143 and not (d / "train.done").exists() and not (d / "merged").exists()
+    [ckpt] = _checkpoints(d / "train")
+    step = int(ckpt.name.split("-")[1])
+    assert 1 <= step < CSR_STEPS
+    _assert_complete(ckpt, step)
+
+    assert run_csr(cfg) == [str(d / "merged")]
+    assert (d / "train.done").is_file()
+    assert ckpt.is_dir()  # continued from it: a fresh start removes the attempt's train/ folder first
+    assert json.loads((d / "manifest.json").read_text())["train_config"]["resume_from_checkpoint"] == str(ckpt)
+    assert _logged_steps(d / "train") == list(range(1, CSR_STEPS + 1))

@@ -104,6 +104,7 @@ def test_jit_checkpoint_only_with_the_switch_off(tmp_path):
     from training.config import load_config
 
     (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
     (tmp_path / "d.json").write_text("[]")
     base = {"model_name_or_path": str(tmp_path / "m"), "output_dir": str(tmp_path / "o"),
             "data_path": str(tmp_path / "d.json"), "enable_jit_checkpoint": True}

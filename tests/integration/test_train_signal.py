@@ -93,13 +93,15 @@ def _checkpoints(out: Path) -> list[Path]:
     return sorted(p for p in out.iterdir() if p.name.startswith("checkpoint-"))
 
 
-def _assert_complete(ckpt: Path, step: int) -> None:
+def _assert_complete(ckpt: Path, step: int, ranks: int = 1) -> None:
     state = json.loads((ckpt / "trainer_state.json").read_text())
     assert state["global_step"] == step
     weights = list(ckpt.glob("*.safetensors"))
     assert weights and all(w.stat().st_size > 0 for w in weights)
-    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):   # resumable, not just the weights
+    for name in ("optimizer.pt", "scheduler.pt"):   # resumable, not just the weights
         assert (ckpt / name).is_file(), name
+    rng = ["rng_state.pth"] if ranks == 1 else [f"rng_state_{r}.pth" for r in range(ranks)]  # one per rank
+    assert sorted(p.name for p in ckpt.glob("rng_state*.pth")) == rng
 
 
 def _no_leftovers(out: Path, ckpt: Path) -> None:
@@ -207,3 +209,60 @@ def test_csr_signal_in_dpo_stage_saves_and_the_rerun_continues(tiny_vlm_dir, tin
     assert ckpt.is_dir()  # continued from it: a fresh start removes the attempt's train/ folder first
     assert json.loads((d / "manifest.json").read_text())["train_config"]["resume_from_checkpoint"] == str(ckpt)
     assert _logged_steps(d / "train") == list(range(1, CSR_STEPS + 1))
+
+
+def _rank_pid(parent: int, rank: int) -> int | None:
+    """The pid of torchrun's worker `rank` (a child of `parent` whose environment says RANK=rank)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            env = (stat.parent / "environ").read_bytes().split(b"\0") if ppid == parent else []
+        except (OSError, ValueError, IndexError):
+            continue
+        if f"RANK={rank}".encode() in env:
+            return int(stat.parent.name)
+    return None
+
+
+@pytest.mark.slow
+def test_ddp_signal_to_one_rank_stops_both_at_the_same_step(tiny_vlm_dir, world_dir, pairs, tmp_path):
+    """torchrun, 2 ranks (gloo): SIGTERM to rank 1 alone. The flag is OR-reduced at each step end, so both
+    ranks stop after the same step, rank 0 writes checkpoint-N and every worker exits 143 (no rank is
+    left waiting in a collective: the run ends well within the timeout)."""
+    import shutil
+
+    from tests.conftest import free_port
+
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("torchrun not found")
+    out = tmp_path / "ddp"
+    cmd = [torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), str(REPO / "training" / "train.py"),
+           *_argv(tiny_vlm_dir, world_dir, pairs, out, "--ddp_backend", "gloo", "--max_steps", "400")]
+    err = tmp_path / "stderr.txt"
+    with open(err, "w") as fh:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=fh,
+                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+        try:
+            deadline = time.time() + 300
+            while not _first_step_logged(out) or not (out / "metrics.rank1.jsonl").is_file():
+                assert proc.poll() is None, err.read_text()[-3000:]
+                assert time.time() < deadline, "no step logged in 300 s"
+                time.sleep(0.05)
+            pid = _rank_pid(proc.pid, 1)
+            assert pid, "rank 1's process not found"
+            os.kill(pid, signal.SIGTERM)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    text = err.read_text()
+    [ckpt] = _checkpoints(out)
+    step = int(ckpt.name.split("-")[1])
+    assert 1 <= step < 400
+    _assert_complete(ckpt, step, ranks=2)
+    assert f"train.py: terminated at step {step}: saved {ckpt}" in text, text[-3000:]
+    rank1 = [r["step"] for r in map(json.loads, (out / "metrics.rank1.jsonl").read_text().splitlines()) if "loss" in r]
+    assert _logged_steps(out)[-1] == rank1[-1] == step
+    assert "exitcode  : 143" in text or "exitcode: 143" in text, text[-3000:]

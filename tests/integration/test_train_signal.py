@@ -5,6 +5,7 @@ beyond it, with periodic saving off (`save_strategy: no` in the tiny preset), so
 signal's."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -76,17 +77,26 @@ def _signal_subprocess(argv, out: Path, sig, tmp_path) -> tuple[int, str]:
     return rc, err.read_text()
 
 
+@contextlib.contextmanager
 def _signal_in_process(out: Path, sig):
-    """Send `sig` to this process (the pytest main thread gets it) once step 1 is logged in `out`."""
+    """Within: send `sig` to this process (the pytest main thread gets it) once step 1 is logged in `out`;
+    never after the block (a run that failed early must not get a stray signal into the next test)."""
+    done = threading.Event()
+
     def watch():
-        deadline = time.time() + 120
-        while not _first_step_logged(out) and time.time() < deadline:
+        while not done.is_set():
+            if _first_step_logged(out):
+                os.kill(os.getpid(), sig)
+                return
             time.sleep(0.005)
-        os.kill(os.getpid(), sig)
 
     t = threading.Thread(target=watch, daemon=True)
     t.start()
-    return t
+    try:
+        yield
+    finally:
+        done.set()
+        t.join()
 
 
 def _checkpoints(out: Path) -> list[Path]:
@@ -138,10 +148,8 @@ def test_sigint_during_sft_saves_checkpoint_exits_130(tiny_vlm_dir, world_dir, p
     out = tmp_path / "sft"
     argv = _argv(tiny_vlm_dir, world_dir, pairs, out, "--method", "sft", "--dataset_name", "vlquery_json",
                  "--data_path", str(pairs.with_name("sft.json")))
-    watcher = _signal_in_process(out, signal.SIGINT)
-    with pytest.raises(SystemExit) as e:
+    with _signal_in_process(out, signal.SIGINT), pytest.raises(SystemExit) as e:
         train_main(argv)
-    watcher.join()
     assert e.value.code == 130
     [ckpt] = _checkpoints(out)
     step = int(ckpt.name.split("-")[1])
@@ -154,10 +162,8 @@ def test_sigint_during_sft_saves_checkpoint_exits_130(tiny_vlm_dir, world_dir, p
 def test_switch_off_stops_at_once_without_a_checkpoint(tiny_vlm_dir, world_dir, pairs, tmp_path, capsys):
     """In-process (the subprocess path is the test above's): the old behaviour, interrupt_exit's line."""
     out = tmp_path / "off"
-    watcher = _signal_in_process(out, signal.SIGTERM)
-    with pytest.raises(SystemExit) as e:
+    with _signal_in_process(out, signal.SIGTERM), pytest.raises(SystemExit) as e:
         train_main(_argv(tiny_vlm_dir, world_dir, pairs, out, "--save_on_signal", "false"))
-    watcher.join()
     assert e.value.code == 143
     assert not _checkpoints(out) and not (out / "merged").exists()
     lines = [x for x in capsys.readouterr().err.splitlines() if "train.py:" in x]
@@ -194,10 +200,8 @@ def test_csr_signal_in_dpo_stage_saves_and_the_rerun_continues(tiny_vlm_dir, tin
     (d / "pairs.done").write_text(json.dumps({"pairs": len(files), "skipped": {},
                                               "pairs_hash": sha256_file(d / "pairs.json")}))
 
-    watcher = _signal_in_process(d / "train", signal.SIGTERM)
-    with pytest.raises(SystemExit) as e:
+    with _signal_in_process(d / "train", signal.SIGTERM), pytest.raises(SystemExit) as e:
         run_csr(cfg)
-    watcher.join()
     assert e.value.code == 143 and not (d / "train.done").exists() and not (d / "merged").exists()
     [ckpt] = _checkpoints(d / "train")
     step = int(ckpt.name.split("-")[1])

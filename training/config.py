@@ -62,6 +62,8 @@ class TrainConfig(HFTrainingFields):
     checkpoint dir; nothing is downloaded), `iteration` and `parent` (written into the merged
     checkpoint's manifest; parent defaults to model_name_or_path), `merged_dir` (default
     OUTPUT_DIR/merged), `save_merged`, `merge_dtype` (float32 merge, saved in the base's dtype).
+    Signals: `save_on_signal` (the first SIGTERM/SIGINT saves checkpoint-<step>, then exit 143/130:
+    training/signals.py, docs/reliability.md).
     Schedule: `warmup_ratio` (VL-RLHF's flag, mapped onto transformers 5's warmup_steps);
     `resume_from_checkpoint` also takes VL-RLHF's `True` (the latest OUTPUT_DIR/checkpoint-N).
     Data: `dataset_name`, `data_path`, `image_root`, `eval_split` + `data_ratio` (VL-RLHF: a fixed

@@ -48,10 +48,10 @@ def _argv(tiny_vlm_dir, world_dir, pairs, out, *extra):
             "--image_root", str(world_dir), "--output_dir", str(out), "--max_steps", str(MAX_STEPS), *extra]
 
 
-def _first_step_logged(out: Path) -> bool:
+def _first_step_logged(out: Path, steps: int = 1) -> bool:
     log = out / "metrics.jsonl"
     try:
-        return any("loss" in json.loads(x) for x in log.read_text().splitlines() if x.strip())
+        return sum("loss" in json.loads(x) for x in log.read_text().splitlines() if x.strip()) >= steps
     except (OSError, ValueError):
         return False
 
@@ -78,14 +78,14 @@ def _signal_subprocess(argv, out: Path, sig, tmp_path) -> tuple[int, str]:
 
 
 @contextlib.contextmanager
-def _signal_in_process(out: Path, sig):
-    """Within: send `sig` to this process (the pytest main thread gets it) once step 1 is logged in `out`;
+def _signal_in_process(out: Path, sig, steps: int = 1):
+    """Within: send `sig` to this process (the pytest main thread gets it) once `steps` steps are logged in `out`;
     never after the block (a run that failed early must not get a stray signal into the next test)."""
     done = threading.Event()
 
     def watch():
         while not done.is_set():
-            if _first_step_logged(out):
+            if _first_step_logged(out, steps):
                 os.kill(os.getpid(), sig)
                 return
             time.sleep(0.005)
@@ -157,6 +157,24 @@ def test_sigint_during_sft_saves_checkpoint_exits_130(tiny_vlm_dir, world_dir, p
     _assert_complete(ckpt, step)
     _no_leftovers(out, ckpt)
     assert f"train.py: interrupted at step {step}: saved {ckpt}" in capsys.readouterr().err
+
+
+def test_signal_save_follows_save_total_limit_and_save_only_model(tiny_vlm_dir, world_dir, pairs, tmp_path, capsys):
+    """The signal's save is the Trainer's own: with periodic saves every step, `save_total_limit 1` leaves
+    the signal's checkpoint alone (and removes the step before it) and `save_only_model` leaves out
+    optimizer, scheduler and RNG state."""
+    out = tmp_path / "limit"
+    with _signal_in_process(out, signal.SIGTERM, steps=3), pytest.raises(SystemExit) as e:
+        train_main(_argv(tiny_vlm_dir, world_dir, pairs, out, "--save_strategy", "steps", "--save_steps", "1",
+                         "--save_total_limit", "1", "--save_only_model", "true"))
+    assert e.value.code == 143
+    [ckpt] = _checkpoints(out)
+    step = int(ckpt.name.split("-")[1])
+    assert step >= 3
+    assert f"train.py: terminated at step {step}: saved {ckpt}" in capsys.readouterr().err
+    assert json.loads((ckpt / "trainer_state.json").read_text())["global_step"] == step
+    assert (ckpt / "adapter_model.safetensors").is_file()
+    assert not [p.name for p in ckpt.iterdir() if p.suffix in (".pt", ".pth")]
 
 
 def test_switch_off_stops_at_once_without_a_checkpoint(tiny_vlm_dir, world_dir, pairs, tmp_path, capsys):

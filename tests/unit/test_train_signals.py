@@ -65,12 +65,11 @@ def test_callback_saves_and_stops_only_after_a_signal():
 def test_signal_save_then_exit_code_and_one_line(tmp_path, capsys):
     trainer = FakeTrainer(tmp_path)
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(SystemExit) as e:
-        with save_on_signal(trainer, True, " (hint)"):
-            [cb] = trainer.callbacks
-            signal.raise_signal(signal.SIGTERM)   # recorded, training goes on
-            _step_end(cb, trainer.args, 4)
-            cb.on_save(trainer.args, SimpleNamespace(global_step=4), None)
+    with pytest.raises(SystemExit) as e, save_on_signal(trainer, True, " (hint)"):
+        [cb] = trainer.callbacks
+        signal.raise_signal(signal.SIGTERM)   # recorded, training goes on
+        _step_end(cb, trainer.args, 4)
+        cb.on_save(trainer.args, SimpleNamespace(global_step=4), None)
     assert e.value.code == 143
     assert capsys.readouterr().err.strip() == f"train.py: terminated at step 4: saved {tmp_path / 'checkpoint-4'} (hint)"
     assert signal.getsignal(signal.SIGTERM) is before and not trainer.callbacks
@@ -80,16 +79,15 @@ def test_signal_save_then_exit_code_and_one_line(tmp_path, capsys):
 def test_checkpoint_half_written_when_stopped_at_once_is_removed(tmp_path, complete):
     trainer = FakeTrainer(tmp_path)
     part = tmp_path / "checkpoint-3"
-    with pytest.raises(KeyboardInterrupt):
-        with save_on_signal(trainer, True):
-            [cb] = trainer.callbacks
-            cb.request.signum = signal.SIGTERM
-            _step_end(cb, trainer.args, 3)
-            part.mkdir()
-            (part / "model.safetensors").write_bytes(b"x")
-            if complete:
-                (part / "trainer_state.json").write_text("{}")
-            raise KeyboardInterrupt   # the second signal, while the save runs
+    with pytest.raises(KeyboardInterrupt), save_on_signal(trainer, True):
+        [cb] = trainer.callbacks
+        cb.request.signum = signal.SIGTERM
+        _step_end(cb, trainer.args, 3)
+        part.mkdir()
+        (part / "model.safetensors").write_bytes(b"x")
+        if complete:
+            (part / "trainer_state.json").write_text("{}")
+        raise KeyboardInterrupt   # the second signal, while the save runs
     assert part.is_dir() == complete
 
 

@@ -263,7 +263,7 @@ def test_ddp_signal_to_one_rank_stops_both_at_the_same_step(tiny_vlm_dir, world_
            *_argv(tiny_vlm_dir, world_dir, pairs, out, "--ddp_backend", "gloo", "--max_steps", "400")]
     err = tmp_path / "stderr.txt"
     with open(err, "w") as fh:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=fh,
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=fh, start_new_session=True,
                                 env={**os.environ, "OMP_NUM_THREADS": "1"})
         try:
             deadline = time.time() + 300
@@ -276,8 +276,8 @@ def test_ddp_signal_to_one_rank_stops_both_at_the_same_step(tiny_vlm_dir, world_
             os.kill(pid, signal.SIGTERM)
             proc.wait(timeout=120)
         finally:
-            if proc.poll() is None:
-                proc.kill()
+            if proc.poll() is None:   # hung: its workers too (they are in its own session)
+                os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     text = err.read_text()
     [ckpt] = _checkpoints(out)

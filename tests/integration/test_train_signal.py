@@ -233,17 +233,21 @@ def test_csr_signal_in_dpo_stage_saves_and_the_rerun_continues(tiny_vlm_dir, tin
     assert _logged_steps(d / "train") == list(range(1, CSR_STEPS + 1))
 
 
-def _rank_pid(parent: int, rank: int) -> int | None:
-    """The pid of torchrun's worker `rank` (a child of `parent` whose environment says RANK=rank)."""
+def _children(parent: int) -> dict[int, list[bytes]]:
+    """pid -> environment of each child process of `parent` (torchrun's workers)."""
+    out = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            env = (stat.parent / "environ").read_bytes().split(b"\0") if ppid == parent else []
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                out[int(stat.parent.name)] = (stat.parent / "environ").read_bytes().split(b"\0")
         except (OSError, ValueError, IndexError):
             continue
-        if f"RANK={rank}".encode() in env:
-            return int(stat.parent.name)
-    return None
+    return out
+
+
+def _rank_pid(parent: int, rank: int) -> int | None:
+    """The pid of torchrun's worker `rank` (a child of `parent` whose environment says RANK=rank)."""
+    return next((pid for pid, env in _children(parent).items() if f"RANK={rank}".encode() in env), None)
 
 
 @pytest.mark.slow
@@ -263,7 +267,7 @@ def test_ddp_signal_to_one_rank_stops_both_at_the_same_step(tiny_vlm_dir, world_
            *_argv(tiny_vlm_dir, world_dir, pairs, out, "--ddp_backend", "gloo", "--max_steps", "400")]
     err = tmp_path / "stderr.txt"
     with open(err, "w") as fh:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=fh, start_new_session=True,
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=fh,
                                 env={**os.environ, "OMP_NUM_THREADS": "1"})
         try:
             deadline = time.time() + 300
@@ -276,9 +280,13 @@ def test_ddp_signal_to_one_rank_stops_both_at_the_same_step(tiny_vlm_dir, world_
             os.kill(pid, signal.SIGTERM)
             proc.wait(timeout=120)
         finally:
-            if proc.poll() is None:   # hung: its workers too (they are in its own session)
-                os.killpg(proc.pid, signal.SIGKILL)
+            if proc.poll() is None:   # hung: its workers too (torchrun starts them in sessions of their own)
+                workers = list(_children(proc.pid))
+                proc.kill()
                 proc.wait()
+                for pid in workers:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
     text = err.read_text()
     [ckpt] = _checkpoints(out)
     step = int(ckpt.name.split("-")[1])

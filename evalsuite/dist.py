@@ -98,6 +98,18 @@ class Dist:
         td.broadcast_object_list(box, src=0, group=self._object_group())
         return box[0]
 
+    def reduce_max(self, value: int, device=None) -> int:
+        """The largest `value` over all ranks (an OR of flags), every rank gets it; `device`: where the
+        group's backend takes tensors (the trainer's device: cuda under NCCL)."""
+        if not self.distributed:
+            return value
+        import torch
+        import torch.distributed as td
+
+        box = torch.tensor([value], dtype=torch.int64, device=device)
+        td.all_reduce(box, op=td.ReduceOp.MAX)
+        return int(box.item())
+
     def unshard(self, parts: list[list]) -> list:
         """Inverse of `shard` on rank 0: the per-rank lists gathered back into the original order."""
         out: list = []

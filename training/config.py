@@ -63,6 +63,8 @@ class TrainConfig(HFTrainingFields):
     checkpoint dir; nothing is downloaded), `iteration` and `parent` (written into the merged
     checkpoint's manifest; parent defaults to model_name_or_path), `merged_dir` (default
     OUTPUT_DIR/merged), `save_merged`, `merge_dtype` (float32 merge, saved in the base's dtype).
+    Signals: `save_on_signal` (the first SIGTERM/SIGINT saves checkpoint-<step>, then exit 143/130:
+    training/signals.py, docs/reliability.md).
     Schedule: `warmup_ratio` (VL-RLHF's flag, mapped onto transformers 5's warmup_steps);
     `resume_from_checkpoint` also takes VL-RLHF's `True` (the latest OUTPUT_DIR/checkpoint-N).
     Data: `dataset_name`, `data_path`, `image_root`, `eval_split` + `data_ratio` (VL-RLHF: a fixed
@@ -142,6 +144,9 @@ class TrainConfig(HFTrainingFields):
     project_name: str | None = _f(None, "wandb project.")
     group_name: str | None = _f(None, "wandb group.")
     wandb_mode: str = _f("offline", "offline | online | disabled (WANDB_MODE when unset).")
+    save_on_signal: bool = _f(True, "On the first SIGTERM/SIGINT during training: finish the optimizer step, save "
+                              "checkpoint-<step> (as save_steps would) and exit 143/130; a second signal stops at once. "
+                              "false = stop at once, keeping only the periodic checkpoints (docs/reliability.md).")
 
     MOVED = MOVED_TO_INPUTS  # `system_prompt:` / `--system_prompt`: one line naming inputs.system_prompt
 
@@ -158,6 +163,9 @@ class TrainConfig(HFTrainingFields):
         _require(bool(self.output_dir), "output_dir", "required (where checkpoints, logs and the merged model go)")
         validate_numbers(self)  # before TrainingArguments' own checks (check_ready), whose messages name no field
         validate_values(self)
+        # transformers' own SIGTERM checkpoint would replace save_on_signal's handler (or be replaced by it)
+        _require(not (self.enable_jit_checkpoint and self.save_on_signal), "enable_jit_checkpoint",
+                 "not with save_on_signal true (both checkpoint on SIGTERM); set save_on_signal false to use it")
 
     def trainer_kwargs(self) -> dict[str, Any]:
         """Every HF TrainingArguments field as given or defaulted (to build a DPOConfig / SFTConfig from),

@@ -27,7 +27,7 @@ from evalsuite.errors import UserError
 LOCK = ".lock"
 MARKER = "train_run.json"
 # settings that may change between a run and its continuation without making it another run
-_RESUME_FREE = {"resume_from_checkpoint", "logging_dir", "overwrite_output_dir", "local_rank"}
+_RESUME_FREE = {"resume_from_checkpoint", "logging_dir", "overwrite_output_dir", "local_rank", "save_on_signal"}
 
 
 def _fingerprint(cfg) -> dict[str, Any]:

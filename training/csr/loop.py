@@ -16,7 +16,8 @@ Layout of `output_dir` (default runs/NAME/):
     iter_t/<stage>.done              stage markers, written last (JSON with what the stage produced)
 
 Every file is written atomically and a stage's marker only after its outputs, so a killed run rerun
-with the same output_dir resumes at the first unfinished stage (training restarts from its start).
+with the same output_dir resumes at the first unfinished stage (training restarts from its start, or from
+the checkpoint-N a SIGTERM/SIGINT saved: training/signals.py).
 Under torchrun each rank generates a shard of the prompts; rank 0 runs the other single-process
 stages while the others wait, and every rank joins training (the trainer is accelerate-aware).
 """
@@ -238,11 +239,19 @@ def stage_train(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> 
                         "loosen tree caps or pairs.min_gap")
     models.release()
     dist = models.dist
-    if dist.is_main:  # a killed attempt leaves partial trainer output: start training afresh
-        for sub in ("train", "merged"):
+    tcfg = cfg.train_config(ckpt, t, d)
+    # an attempt stopped by SIGTERM/SIGINT saved checkpoint-N (save_on_signal, training/signals.py): continue
+    # from it when it is this configuration's; else a killed attempt's partial output: start training afresh
+    from training.signals import resumable_checkpoint
+
+    resume = dist.broadcast(resumable_checkpoint(d / "train", tcfg) if dist.is_main else None)
+    if dist.is_main:
+        for sub in ("merged",) if resume else ("train", "merged"):
             shutil.rmtree(d / sub, ignore_errors=True)
     dist.barrier()
-    tcfg = cfg.train_config(ckpt, t, d)
+    if resume:
+        log.info("iter %d: training continues from %s", t, resume)
+        tcfg.resume_from_checkpoint = resume
     tcfg.check_paths()
     merged = str(run_dpo(tcfg))
     if dist.is_main:

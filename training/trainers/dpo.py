@@ -152,6 +152,7 @@ def run_dpo(cfg) -> Path:
     from training.trainers.model import load_model_and_processor, setup_reporting
 
     from training.outdir import owned_output_dir
+    from training.signals import save_on_signal, signal_hint
 
     with owned_output_dir(cfg):   # one run per output_dir: locked, another run's folder refused
         setup_reporting(cfg)
@@ -162,6 +163,7 @@ def run_dpo(cfg) -> Path:
             trainer.train_dataset = trainer.precompute_reference(trainer.train_dataset)
             if trainer.eval_dataset is not None:
                 trainer.eval_dataset = trainer.precompute_reference(trainer.eval_dataset)
-        trainer.train(resume_from_checkpoint=resume_checkpoint(cfg))
+        with save_on_signal(trainer, cfg.save_on_signal, signal_hint(cfg)):  # 1st SIGTERM/SIGINT: save, exit
+            trainer.train(resume_from_checkpoint=resume_checkpoint(cfg))
         return finish_training(trainer, cfg, processor, info, method="csr" if cfg.method == "csr" else "dpo")
 

@@ -53,12 +53,14 @@ def run_sft(cfg) -> Path:
     from training.trainers.model import load_model_and_processor, setup_reporting
 
     from training.outdir import owned_output_dir
+    from training.signals import save_on_signal, signal_hint
 
     with owned_output_dir(cfg):   # one run per output_dir: locked, another run's folder refused
         setup_reporting(cfg)
         train_ds, eval_ds, info = load_examples(cfg)
         model, processor = load_model_and_processor(cfg)
         trainer = build_sft_trainer(cfg, model, processor, train_ds, eval_ds)
-        trainer.train(resume_from_checkpoint=resume_checkpoint(cfg))
+        with save_on_signal(trainer, cfg.save_on_signal, signal_hint(cfg)):  # 1st SIGTERM/SIGINT: save, exit
+            trainer.train(resume_from_checkpoint=resume_checkpoint(cfg))
         return finish_training(trainer, cfg, processor, info, method="sft")
 

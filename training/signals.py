@@ -1,0 +1,146 @@
+"""Save a checkpoint and stop on the first SIGTERM / SIGINT during training (`save_on_signal`, default true).
+
+    with save_on_signal(trainer, cfg.save_on_signal, hint):    # around trainer.train(...) (sft.py, dpo.py)
+        trainer.train(resume_from_checkpoint=...)
+
+Cluster schedulers (Slurm, Kubernetes) send SIGTERM some seconds before they kill a job; without this a
+run keeps only its periodic checkpoint-N folders. Here:
+- first signal: the handler only records it. At the end of the current optimizer step
+  `SaveOnSignalCallback` takes the largest signal number over all ranks (an OR of the flag, so every
+  rank stops at the same step and none waits in a collective), then asks the Trainer for its normal
+  checkpoint (`control.should_save`: checkpoint-<step>, what `save_steps` writes, with `save_only_model`
+  and `save_total_limit` applied by transformers) and to stop (`control.should_training_stop`). After
+  `train()` returns, one stderr line names the folder and the process exits 143 (SIGTERM) / 130 (SIGINT).
+- second signal: the handler that was there before runs (train.py's `interrupt_exit`: stop at once, exit
+  143 / 130). If it lands while that checkpoint is being written, the half-written folder (no
+  trainer_state.json yet) is removed, so `--resume_from_checkpoint true` never picks it.
+- a signal after the last step's end (the run's own closing save/log): no step end sees it; the
+  previous handler's behaviour applies as the run returns (exit 143 / 130, nothing merged).
+docs/reliability.md says why and how to turn it off.
+"""
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+EXIT_CODE = {signal.SIGTERM: 143, signal.SIGINT: 130}
+WORD = {signal.SIGTERM: "terminated", signal.SIGINT: "interrupted"}
+
+
+class StopRequest:
+    """The first signal's number (0 = none yet); the handler sets it and does nothing else."""
+
+    def __init__(self):
+        self.signum = 0
+        self.previous: dict[int, object] = {}
+
+    def handler(self, signum, frame):
+        if not self.signum:
+            self.signum = signum
+            return
+        _stop_now(signum, self.previous.get(signum), frame)
+
+
+def _stop_now(signum, previous, frame):
+    """What the signal did before training installed its handler (train.py: an exception -> one line, exit)."""
+    if callable(previous):
+        previous(signum, frame)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    from training.outdir import Terminated
+
+    raise Terminated()
+
+
+class SaveOnSignalCallback(TrainerCallback):
+    """At each optimizer step's end: the recorded signal agreed over the ranks -> save and stop."""
+
+    def __init__(self, request: StopRequest):
+        self.request = request
+        self.signum = 0           # the agreed signal, once acted on
+        self.step: int | None = None
+        self.saved: Path | None = None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.step is not None:
+            return
+        from evalsuite.dist import Dist
+
+        signum = Dist.current().reduce_max(int(self.request.signum), device=args.device)
+        if signum:
+            self.signum, self.step = signum, state.global_step
+            control.should_save = True
+            control.should_training_stop = True
+
+    def on_save(self, args, state, control, **kwargs):
+        if self.step is not None and state.global_step == self.step:
+            self.saved = Path(args.output_dir) / f"checkpoint-{self.step}"
+
+
+@contextlib.contextmanager
+def save_on_signal(trainer, enabled: bool = True, hint: str = ""):
+    """Around `trainer.train()`: the module docstring's behaviour; `enabled` false (or not the main thread,
+    where no handler can be installed) leaves the signals as they are."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    request = StopRequest()
+    callback = SaveOnSignalCallback(request)
+    trainer.add_callback(callback)
+    for sig in EXIT_CODE:
+        request.previous[sig] = signal.signal(sig, request.handler)
+    try:
+        yield
+    except BaseException:
+        # stopped at once (a second signal, or a failure) while the checkpoint asked for here was written
+        if callback.step is not None and callback.saved is None and trainer.args.should_save:
+            part = Path(trainer.args.output_dir) / f"checkpoint-{callback.step}"
+            if part.is_dir() and not (part / "trainer_state.json").is_file():
+                shutil.rmtree(part, ignore_errors=True)
+        raise
+    finally:
+        for sig, old in request.previous.items():
+            signal.signal(sig, old)
+        trainer.remove_callback(callback)
+    if callback.saved is not None:
+        from evalsuite.dist import Dist
+
+        Dist.current().barrier()  # no rank exits (torchrun would then kill the rest) before rank 0 has saved
+        if trainer.args.should_save:
+            print(f"train.py: {WORD[callback.signum]} at step {callback.step}: saved {callback.saved}{hint}",
+                  file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_CODE[callback.signum])
+    if request.signum:  # arrived after the last step's end: as without this switch
+        _stop_now(request.signum, request.previous.get(request.signum), None)
+
+
+def resumable_checkpoint(out: Path, cfg) -> str | None:
+    """The latest complete checkpoint-N (trainer_state.json written) in `out` of a run with cfg's own
+    configuration (OUTPUT_DIR/train_run.json, training/outdir.py), else None (the CSR loop then starts afresh)."""
+    import json
+
+    from evalsuite.outdir import differences
+    from training.outdir import MARKER, _fingerprint
+
+    try:
+        old = json.loads((Path(out) / MARKER).read_text())["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if differences(old, _fingerprint(cfg)):
+        return None
+    done = [p for p in Path(out).glob("checkpoint-*") if p.name.split("-", 1)[1].isdigit()
+            and (p / "trainer_state.json").is_file()]
+    return str(max(done, key=lambda p: int(p.name.split("-", 1)[1]))) if done else None
+
+
+def signal_hint(cfg) -> str:
+    """How to continue from the signal's checkpoint: the CSR loop resumes it when rerun (training/csr/loop.py)."""
+    if cfg.method == "csr":
+        return "; rerun the same command: the CSR loop continues its DPO stage from it"
+    return "; continue with --resume_from_checkpoint true"

@@ -9,7 +9,6 @@ import argparse
 import importlib
 import sys
 
-from evalsuite import __version__
 from evalsuite.errors import RunFailure, UserError
 
 # subcommand modules, in the order `--help` lists them
@@ -20,13 +19,27 @@ COMMANDS = [
 ]
 
 
+class _Version(argparse.Action):
+    """`--version`: the version every result row and report records (evalsuite/version.py: the package
+    version plus `git describe` in a checkout), read only when asked for."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from evalsuite.version import code_version
+
+        print(f"evalsuite {code_version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="evalsuite",
         description="Evaluate VLM checkpoints (lmms-eval tasks, CHAIR, CLIP relevance), keep versioned "
                     "results, and write HTML reports across training iterations.",
     )
-    parser.add_argument("--version", action="version", version=f"evalsuite {__version__}")
+    parser.add_argument("--version", action=_Version, help="the code version results and reports record, and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:

@@ -13,7 +13,7 @@
   gathers the answers back into image order; the other ranks get None.
 - Nothing scores nothing: when more than `MAX_EMPTY_SHARE` of a task's answers are empty (an encoder-decoder
   sliced at the prompt length, a model that emits EOS at once) the task fails in one line naming it and
-  a sample (`check_answers`), before any metric is computed: CHAIR over empty captions is 0, which would
+  a sample (`answers_failure`), before any metric is computed: CHAIR over empty captions is 0, which would
   otherwise be stored as a perfect score. The run stops there, as on any RunFailure; tasks finished before it
   stay stored. Under several ranks rank 0 decides on the gathered answers and broadcasts its verdict
   (`fail_together`), so every rank raises the same RunFailure at the same point instead of the others
@@ -62,15 +62,6 @@ def answers_failure(task: str, records: list[dict]) -> str | None:
                                  f"{str(r.get('prompt_text') or r.get('prompt'))!r} -> answer {r.get('answer')!r}")
 
 
-def check_answers(task: str, records: list[dict]) -> None:
-    """RunFailure (one line: the task, the share, a sample) when more than MAX_EMPTY_SHARE answers are empty."""
-    from evalsuite.errors import RunFailure
-
-    message = answers_failure(task, records)
-    if message:
-        raise RunFailure(message)
-
-
 def fail_together(dist, message: str | None) -> None:
     """Rank 0's verdict (`message`, None = pass; what the other ranks pass is ignored) on every rank: all
     raise the same RunFailure here, or none does. Every rank must call it, as any collective."""
@@ -84,7 +75,7 @@ def fail_together(dist, message: str | None) -> None:
 def generate_answers(ctx, images: list[dict], prompt: str, gen: GenConfig, data_id: str,
                      task: str = "answers") -> list[dict] | None:
     """Answer records {key, image_id, image, prompt, answer} for `images` ({id, path}), in their order;
-    `task` names the task in the empty-answers failure (`check_answers`)."""
+    `task` names the task in the empty-answers failure (`answers_failure`)."""
     from tqdm.auto import tqdm
 
     from evalsuite.models.cache import request_key

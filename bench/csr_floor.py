@@ -6,9 +6,9 @@ multi-token (speculative) verification with n-gram drafts would leave of it.
 Grows the trees with `tree.engine: pool` (the released rules, as bench/csr_generate.py), then computes from
 the trees themselves, with no further model call:
 
-* level floor: a level's nodes exist only once the parent level is pruned, and a node's search takes one
-  forward per token of its longest sentence (the first token's logits come with the forward that feeds the
-  node's context). So a prompt needs the sum over its levels of its longest node, whatever the batching;
+* level floor: a level's nodes exist only once the parent level is pruned, and a node's search takes at
+  least one forward per token of its longest kept sentence (the first token's logits come with the forward
+  that feeds the node's context; a search may run longer than its kept sentences, so this is a lower bound). So a prompt needs the sum over its levels of its longest node, whatever the batching;
   prompts run side by side, so the set needs the largest such sum.
 * speculative bound: each beam row proposes `k` draft tokens (the continuation of the longest n-gram, n <= 3,
   that ends its context, looked up in its own context and then in the tree's earlier levels), and one forward
@@ -16,7 +16,7 @@ the trees themselves, with no further model call:
   step were computed by the same forward); group g may not pass group g-1, whose tokens at a step set g's
   diversity penalty there. The count is the critical path of that schedule: a lower bound for any engine
   using such drafts (verification costs k+1 positions per row in every forward).
-Both are exact for the trees grown: no model is needed once they exist.
+Both are lower bounds computed from the trees grown: no model is needed once they exist.
 """
 from __future__ import annotations
 
@@ -108,6 +108,9 @@ def main() -> int:
     res, trees = run_engine(load_vlm(ckpt, device="cpu"), tmp, records, "pool", args.max_new_tokens,
                             args.max_depth, warm=False)
     n = res["sentences"]
+    if not n:
+        print("no candidate sentences were grown: nothing to bound")
+        return 1
     print(f"{args.prompts} prompts, {n} candidate sentences; pool engine: {res['forwards']} forwards "
           f"({res['forwards_per_1k']:.1f} per 1,000 sentences)")
     floor = critical_forwards(trees, 0)

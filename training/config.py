@@ -133,7 +133,9 @@ class TrainConfig(HFTrainingFields):
     rpo_alpha: float = _f(0.0, "Weight of an NLL term on the chosen response (RPO; TRL's loss_type [sigmoid, sft]).")
     precompute_ref_log_probs: bool = _f(False, "Compute reference log-probs once before training and reuse them.")
     freeze_vision_tower: bool = _f(True, "Freeze the vision encoder.")
-    use_flash_attention_2: bool = _f(False, "attn_implementation='flash_attention_2' (needs CUDA + flash-attn).")
+    use_flash_attention_2: bool = _f(False, "attn_implementation='flash_attention_2' (needs CUDA + flash-attn; a model "
+                                            "class without it: one warning, default attention). VL-RLHF's default is "
+                                            "true (docs/csr-fidelity.md); llava15_7b_dpo.yaml sets it.")
     use_lora: bool = _f(False, "Train a LoRA adapter instead of all weights.")
     lora_r: int = _f(64, "LoRA rank.")
     lora_alpha: int = _f(16, "LoRA alpha.")

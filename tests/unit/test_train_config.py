@@ -233,3 +233,28 @@ def test_demo_sft_keeps_its_split_explicitly():
     for name in ("demo.yaml", "demo_tiny.yaml"):
         sft = read_yaml(REPO / "configs" / name)["sft"]
         assert (sft["sft_split"], sft["eval_split"], sft.get("data_ratio", 1.0)) == ("held_out", 0.0, 1.0), name
+
+
+def test_flash_attention_on_a_model_class_without_it_warns_once_and_loads(tiny_vlm_dir, tmp_path, monkeypatch,
+                                                                           caplog):
+    """VL-RLHF disables the flag, with one warning, for an architecture it has no flash attention for;
+    ours does so for a model class without transformers' flash-attention-2 path (LLaVA has one)."""
+    import logging
+
+    from transformers import LlavaForConditionalGeneration
+
+    from training.config import build_train_config
+    from training.trainers.model import _flash_attention_supported, load_model_and_processor
+
+    assert _flash_attention_supported(tiny_vlm_dir, False)
+    monkeypatch.setattr(LlavaForConditionalGeneration, "_supports_flash_attn", False)
+    cfg = build_train_config({"model_name_or_path": str(tiny_vlm_dir), "output_dir": str(tmp_path / "o"),
+                              "data_path": str(tmp_path), "use_flash_attention_2": True}, portable=True)
+    assert cfg.use_flash_attention_2 is True   # portable: checked without this machine's devices, then restored
+    with caplog.at_level(logging.WARNING, logger="training.trainers.model"):
+        model, _ = load_model_and_processor(cfg)
+    lines = [r.getMessage() for r in caplog.records if r.name == "training.trainers.model"
+             and "use_flash_attention_2" in r.getMessage()]
+    assert lines == [("use_flash_attention_2: LlavaForConditionalGeneration has no flash attention 2; loading it "
+                      "with its default attention")]
+    assert model.config._attn_implementation != "flash_attention_2"

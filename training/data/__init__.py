@@ -65,9 +65,9 @@ def split_train_eval(examples: list[Any], eval_split: float, data_ratio: float, 
     the first int(len(train) * data_ratio) rows of the (shuffled) train split are kept and the rest is
     unused. eval_split 0: no eval rows, the original order. Returns (train, eval).
 
-    eval_in_train (VL-RLHF's sft.py, which draws the same split but passes the whole dataset as
-    train_dataset): every example trains, in its original order, and the eval rows are drawn as above
-    (so they are trained on too); data_ratio must be 1 there, as sft.py's data_ratio reaches nothing."""
+    eval_in_train (VL-RLHF's SFT, which draws the same split but trains on the whole dataset; the "SFT
+    split" row of docs/csr-fidelity.md): every example trains, in its original order, and the eval rows are
+    drawn as above (so they are trained on too); data_ratio must be 1 there, as it reaches nothing."""
     if eval_split > 0 and len(examples) > 1:
         from datasets import Dataset
 
@@ -84,8 +84,8 @@ def split_train_eval(examples: list[Any], eval_split: float, data_ratio: float, 
     return [examples[i] for i in train_idx], [examples[i] for i in eval_idx]
 
 
-# VL-RLHF draws a 0.5 % eval split (dpo.py holds it out of training; sft.py trains on it too: sft_split);
-# CSR's trainer uses every pair
+# VL-RLHF draws a 0.5 % eval split (its DPO holds it out of training, its SFT trains on it too: sft_split,
+# docs/csr-fidelity.md); CSR's trainer uses every pair
 EVAL_SPLIT = {"sft": 0.005, "dpo": 0.005, "csr": 0.0}
 
 

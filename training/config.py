@@ -100,12 +100,14 @@ class TrainConfig(HFTrainingFields):
                                           "from warmup_steps < 1; give one of the two).")
     resume_from_checkpoint: str | bool | None = _f(None, "A checkpoint dir, or true = the latest OUTPUT_DIR/checkpoint-N "
                                                          "(VL-RLHF's bool flag).")
-    dataset_name: Literal["vlquery_json", "plain_dpo", "csr_pairs", "vlfeedback_paired", "rlhfv"] | None = _f(None, "vlquery_json (SFT) | plain_dpo | csr_pairs | vlfeedback_paired | rlhfv. Default: vlfeedback_paired for "
-             "dpo (VL-RLHF's), vlquery_json for sft, csr_pairs for csr.")
+    dataset_name: Literal["vlquery_json", "plain_dpo", "csr_pairs", "vlfeedback_paired", "rlhfv"] | None = _f(
+        None, "vlquery_json (SFT) | plain_dpo | csr_pairs | vlfeedback_paired | rlhfv. Default: vlfeedback_paired "
+        "for dpo (VL-RLHF's), vlquery_json for sft, csr_pairs for csr.")
     data_path: str | None = _f(None, "Data file (json/jsonl/parquet) or local dataset snapshot directory.", path="any")
     image_root: str | None = _f(None, "Directory joined with each record's image path (escapes refused).", path="dir")
     data_ratio: float = _f(1.0, "Share of the train split kept (VL-RLHF): after the eval_split is held out, the "
-                                "first data_ratio of the remaining (shuffled) records train; the rest is unused.")
+                                "first data_ratio of the remaining (shuffled) records train; the rest is unused. sft: "
+                                "only with sft_split held_out.")
     eval_split: float | None = _f(None, "Fraction drawn as the eval split (seed 42, as VL-RLHF's "
                                         "train_test_split): held out before data_ratio, except under sft_split "
                                         "vlrlhf. Default: 0.005 for sft/dpo, 0 for csr.")

@@ -216,7 +216,8 @@ def measure_dpo(arch, vlm, counter, s: Sizes, images, root, clock, peak) -> list
     cuda = vlm.device.startswith("cuda")
     vlm.model.config.save_pretrained(root / "model")  # the config check wants a checkpoint dir; weights stay in memory
     cfg = load_config({
-        "method": "dpo", "model_name_or_path": str(root / "model"), "data_path": str(_pairs(vlm, s, images, root)),
+        "method": "dpo", "dataset_name": "plain_dpo", "model_name_or_path": str(root / "model"),
+        "data_path": str(_pairs(vlm, s, images, root)),
         "image_root": str(root), "output_dir": str(root / "dpo"), "eval_split": 0.0, "max_length": 2048,
         "max_prompt_length": 1024, "max_target_length": 512, "use_lora": True, "lora_r": s.lora_r,
         "lora_alpha": s.lora_alpha, "lora_dropout": 0.05, "lora_target_modules": "auto", "freeze_vision_tower": True,

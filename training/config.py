@@ -47,7 +47,9 @@ from training.hf_fields import HFTrainingFields
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DATASET = {"sft": "vlquery_json", "dpo": "plain_dpo", "csr": "csr_pairs"}
+# dpo: VL-RLHF's own default (docs/csr-fidelity.md); sft: VL-RLHF has none (a name is required), vlquery_json
+# is the one SFT format; csr: the pair file the CSR loop writes
+DEFAULT_DATASET = {"sft": "vlquery_json", "dpo": "vlfeedback_paired", "csr": "csr_pairs"}
 VLRLHF_LLAVA_TEMPLATE = Path(__file__).resolve().parent / "templates" / "vlrlhf_llava.jinja"
 
 
@@ -68,7 +70,8 @@ class TrainConfig(HFTrainingFields):
     Schedule: `warmup_ratio` (VL-RLHF's flag, mapped onto transformers 5's warmup_steps);
     `resume_from_checkpoint` also takes VL-RLHF's `True` (the latest OUTPUT_DIR/checkpoint-N).
     Data: `dataset_name`, `data_path`, `image_root`, `eval_split` + `data_ratio` (VL-RLHF: a fixed
-    eval split, then the share of the rest kept), `dataset_num_proc`, `skip_missing_images`,
+    eval split, then the share of the rest kept), `sft_split` (vlrlhf: SFT trains on every record, the
+    eval split included, as VL-RLHF's sft.py), `dataset_num_proc`, `skip_missing_images`,
     `score_margin` (vlfeedback_paired).
     Lengths (text tokens, see module doc): `max_length`, `max_prompt_length`, `max_target_length`,
     `truncation` (vlrlhf = TRL 0.8.1's rules, per_field = each field capped by its own limit).
@@ -97,13 +100,21 @@ class TrainConfig(HFTrainingFields):
                                           "from warmup_steps < 1; give one of the two).")
     resume_from_checkpoint: str | bool | None = _f(None, "A checkpoint dir, or true = the latest OUTPUT_DIR/checkpoint-N "
                                                          "(VL-RLHF's bool flag).")
-    dataset_name: Literal["vlquery_json", "plain_dpo", "csr_pairs", "vlfeedback_paired", "rlhfv"] | None = _f(None, "vlquery_json (SFT) | plain_dpo | csr_pairs | vlfeedback_paired | rlhfv.")
+    dataset_name: Literal["vlquery_json", "plain_dpo", "csr_pairs", "vlfeedback_paired", "rlhfv"] | None = _f(
+        None, "vlquery_json (SFT) | plain_dpo | csr_pairs | vlfeedback_paired | rlhfv. Default: vlfeedback_paired "
+        "for dpo (VL-RLHF's), vlquery_json for sft, csr_pairs for csr.")
     data_path: str | None = _f(None, "Data file (json/jsonl/parquet) or local dataset snapshot directory.", path="any")
     image_root: str | None = _f(None, "Directory joined with each record's image path (escapes refused).", path="dir")
     data_ratio: float = _f(1.0, "Share of the train split kept (VL-RLHF): after the eval_split is held out, the "
-                                "first data_ratio of the remaining (shuffled) records train; the rest is unused.")
-    eval_split: float | None = _f(None, "Fraction held out as the eval split before data_ratio (seed 42, as "
-                                        "VL-RLHF's train_test_split). Default: 0.005 for sft/dpo, 0 for csr.")
+                                "first data_ratio of the remaining (shuffled) records train; the rest is unused. sft: "
+                                "only with sft_split held_out.")
+    eval_split: float | None = _f(None, "Fraction drawn as the eval split (seed 42, as VL-RLHF's "
+                                        "train_test_split): held out before data_ratio, except under sft_split "
+                                        "vlrlhf. Default: 0.005 for sft/dpo, 0 for csr.")
+    sft_split: Literal["vlrlhf", "held_out"] = _f(
+        "vlrlhf", "sft only. vlrlhf: every record trains in file order and the eval_split rows are also trained "
+        "on (VL-RLHF's sft.py passes the whole dataset); data_ratio must stay 1 (sft.py ignores it). held_out: "
+        "the eval_split rows are held out and data_ratio of the rest trains, as for dpo.")
     dataset_num_proc: int = _f(1, "Processes for dataset preprocessing (datasets.map num_proc).")
     skip_missing_images: bool = _f(False, "Drop (and count) records whose image file is missing.")
     score_margin: float = _f(-1.0, "vlfeedback_paired: -1 keeps the largest-gap pair(s); else pairs with gap >= margin.")
@@ -124,7 +135,9 @@ class TrainConfig(HFTrainingFields):
     rpo_alpha: float = _f(0.0, "Weight of an NLL term on the chosen response (RPO; TRL's loss_type [sigmoid, sft]).")
     precompute_ref_log_probs: bool = _f(False, "Compute reference log-probs once before training and reuse them.")
     freeze_vision_tower: bool = _f(True, "Freeze the vision encoder.")
-    use_flash_attention_2: bool = _f(False, "attn_implementation='flash_attention_2' (needs CUDA + flash-attn).")
+    use_flash_attention_2: bool = _f(False, "attn_implementation='flash_attention_2' (needs CUDA + flash-attn; a model "
+                                            "class without it: one warning, default attention). VL-RLHF's default is "
+                                            "true (docs/csr-fidelity.md); llava15_7b_dpo.yaml sets it.")
     use_lora: bool = _f(False, "Train a LoRA adapter instead of all weights.")
     lora_r: int = _f(64, "LoRA rank.")
     lora_alpha: int = _f(16, "LoRA alpha.")

@@ -104,6 +104,12 @@ def _validate_data(cfg) -> None:
     require(0.0 < cfg.data_ratio <= 1.0, "data_ratio", f"must be in (0, 1], got {cfg.data_ratio}")
     require(cfg.eval_split is None or 0.0 <= cfg.eval_split < 1.0, "eval_split",
              f"must be in [0, 1) or null, got {cfg.eval_split}")
+    if cfg.method != "sft":
+        require(cfg.sft_split == "vlrlhf", "sft_split", f"{cfg.sft_split!r} only applies to method sft, not {cfg.method}")
+    elif cfg.sft_split == "vlrlhf":  # released SFT computes a data_ratio subset and never trains on it (docs/csr-fidelity.md)
+        require(cfg.data_ratio == 1.0, "data_ratio", f"{cfg.data_ratio} has no effect with sft_split vlrlhf (every "
+                                                     "record trains, as VL-RLHF's sft.py); set sft_split held_out to "
+                                                     "train on that share")
     require(cfg.dataset_num_proc >= 1, "dataset_num_proc", f"must be >= 1, got {cfg.dataset_num_proc}")
 
 

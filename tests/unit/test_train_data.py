@@ -234,3 +234,50 @@ def test_sft_answers_are_not_cut_by_max_target_length(tiny_vlm_dir):
     labelled = lambda cfg: int((SFTCollator(proc, **cfg)([ex])["labels"] != -100).sum())  # noqa: E731
     full = labelled(dict(max_length=512, max_target_length=3))
     assert full > 3 and labelled(dict(max_length=512, max_target_length=3, truncation="per_field")) == 3
+
+
+def test_sft_trains_every_record_and_evaluates_the_vlrlhf_split():
+    """VL-RLHF sft.py: the same train_test_split(test_size=0.005, seed=42) is drawn, but the trainer gets
+    train_dataset=dataset: all 200 records train, in file order, the eval row among them. data_ratio has
+    no effect there, so anything but 1 is refused rather than ignored."""
+    from datasets import Dataset
+
+    want = Dataset.from_dict({"i": list(range(200))}).train_test_split(test_size=0.005, seed=42)
+    tr, ev = split_train_eval(list(range(200)), 0.005, 1.0, eval_in_train=True)
+    assert tr == list(range(200)) and ev == want["test"]["i"] and len(ev) == 1 and ev[0] in tr
+    assert split_train_eval(list(range(10)), 0.0, 1.0, eval_in_train=True) == (list(range(10)), [])
+    with pytest.raises(UserError, match="^data_ratio: 0.5 has no effect"):
+        split_train_eval(list(range(10)), 0.005, 0.5, eval_in_train=True)
+
+
+def _sft_cfg(root, n, **extra):
+    from training.config import load_config
+
+    (root / "m").mkdir(exist_ok=True)
+    (root / "m" / "config.json").write_text("{}")
+    rows = [{"image": "a.png", "conversations": [{"from": "user", "value": f"q{i}"},
+                                                 {"from": "assistant", "value": f"a{i}"}]} for i in range(n)]
+    f = write(root / "sft.json", rows)
+    return load_config({"method": "sft", "model_name_or_path": str(root / "m"), "output_dir": str(root / "o"),
+                        "data_path": str(f), "image_root": str(root / "img"), **extra})
+
+
+def test_load_examples_sft_default_and_held_out_switch(root):
+    """20 records, eval_split 0.1 (2 rows): by default (sft_split vlrlhf) all 20 train in file order and
+    the 2 eval rows are among them; held_out trains the other 18, then data_ratio 0.5 keeps int(9.0) = 9."""
+    from training.data import load_examples
+
+    train, ev, info = load_examples(_sft_cfg(root, 20, eval_split=0.1))
+    assert (info["train"], info["eval"], info["eval_in_train"]) == (20, 2, True)
+    assert [m[-1]["content"] for m in train["messages"]] == [f"a{i}" for i in range(20)]
+    assert {m[-1]["content"] for m in ev["messages"]} <= {f"a{i}" for i in range(20)} and len(ev) == 2
+    _, _, held = load_examples(_sft_cfg(root, 20, eval_split=0.1, sft_split="held_out"))
+    assert (held["train"], held["eval"], held["eval_in_train"]) == (18, 2, False)
+    _, _, half = load_examples(_sft_cfg(root, 20, eval_split=0.1, sft_split="held_out", data_ratio=0.5))
+    assert (half["train"], half["eval"]) == (9, 2)
+
+
+def test_plain_dpo_record_read_as_the_default_vlfeedback_names_plain_dpo(root):
+    f = write(root / "p.json", [{"image": "a.png", "prompt": "Q", "chosen": "x", "rejected": "y"}])
+    with pytest.raises(UserError, match=r"p.json\[0\]: no 'completions' .*--dataset_name plain_dpo"):
+        read_examples("vlfeedback_paired", f)

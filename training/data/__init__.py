@@ -59,10 +59,15 @@ def drop_missing_images(examples: list[dict], skip: bool, workers: int = 1) -> t
     return kept, missing
 
 
-def split_train_eval(examples: list[Any], eval_split: float, data_ratio: float, seed: int = 42) -> tuple[list[Any], list[Any]]:
+def split_train_eval(examples: list[Any], eval_split: float, data_ratio: float, seed: int = 42,
+                     eval_in_train: bool = False) -> tuple[list[Any], list[Any]]:
     """VL-RLHF's split (its dpo.py): HF datasets' `train_test_split(test_size=eval_split, seed=42)`, then
     the first int(len(train) * data_ratio) rows of the (shuffled) train split are kept and the rest is
-    unused. eval_split 0: no eval rows, the original order. Returns (train, eval)."""
+    unused. eval_split 0: no eval rows, the original order. Returns (train, eval).
+
+    eval_in_train (VL-RLHF's SFT, which draws the same split but trains on the whole dataset; the "SFT
+    split" row of docs/csr-fidelity.md): every example trains, in its original order, and the eval rows are
+    drawn as above (so they are trained on too); data_ratio must be 1 there, as it reaches nothing."""
     if eval_split > 0 and len(examples) > 1:
         from datasets import Dataset
 
@@ -70,11 +75,18 @@ def split_train_eval(examples: list[Any], eval_split: float, data_ratio: float, 
         train_idx, eval_idx = parts["train"]["i"], parts["test"]["i"]
     else:
         train_idx, eval_idx = list(range(len(examples))), []
-    train_idx = train_idx[: int(len(train_idx) * data_ratio)]
+    if eval_in_train:
+        if data_ratio != 1.0:
+            raise UserError(f"data_ratio: {data_ratio} has no effect when every example trains (sft_split vlrlhf)")
+        train_idx = list(range(len(examples)))
+    else:
+        train_idx = train_idx[: int(len(train_idx) * data_ratio)]
     return [examples[i] for i in train_idx], [examples[i] for i in eval_idx]
 
 
-EVAL_SPLIT = {"sft": 0.005, "dpo": 0.005, "csr": 0.0}  # VL-RLHF holds out 0.5 %; CSR trains on every pair
+# VL-RLHF draws a 0.5 % eval split (its DPO holds it out of training, its SFT trains on it too: sft_split,
+# docs/csr-fidelity.md); CSR's trainer uses every pair
+EVAL_SPLIT = {"sft": 0.005, "dpo": 0.005, "csr": 0.0}
 
 
 def data_hash(files: list[Path]) -> str:
@@ -93,11 +105,13 @@ def load_examples(cfg) -> tuple[Any, Any, dict]:
     if not examples:
         raise UserError(f"data_path: no training examples in {cfg.data_path!r}")
     eval_split = cfg.eval_split if cfg.eval_split is not None else EVAL_SPLIT.get(cfg.method, 0.0)
-    train, held = split_train_eval(examples, eval_split, cfg.data_ratio)
+    eval_in_train = cfg.method == "sft" and cfg.sft_split == "vlrlhf"
+    train, held = split_train_eval(examples, eval_split, cfg.data_ratio, eval_in_train=eval_in_train)
     if not train:
         raise UserError(f"data_ratio: {cfg.data_ratio} of {len(examples) - len(held)} examples keeps none for training")
     info = {"dataset_name": cfg.resolved_dataset, "examples": len(examples), "train": len(train),
-            "eval": len(held), "eval_split": eval_split, "missing_images": missing, "data_hash": data_hash(files)}
+            "eval": len(held), "eval_split": eval_split, "eval_in_train": eval_in_train and bool(held),
+            "missing_images": missing, "data_hash": data_hash(files)}
     log.info("data: %s", info)
     to_ds = lambda rows: Dataset.from_list([{k: v for k, v in r.items() if k != "source"} for r in rows])  # noqa: E731
     return to_ds(train), (to_ds(held) if held else None), info

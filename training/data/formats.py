@@ -121,6 +121,9 @@ def _completions(row: dict, where: str) -> list[tuple[str, float]]:
         if not all(isinstance(comps.get(k), list) for k in keys):
             raise UserError(f"{where}: completions must hold 'annotations' and 'response' lists")
         comps = [{"annotations": a, "response": r} for a, r in zip(comps["annotations"], comps["response"])]
+    if comps is None and "chosen" in row:  # vlfeedback_paired is dpo's default dataset_name (VL-RLHF's)
+        raise UserError(f"{where}: no 'completions' (dataset_name vlfeedback_paired, dpo's default); a "
+                        "prompt/chosen/rejected record is plain_dpo: --dataset_name plain_dpo")
     if not isinstance(comps, list):
         raise UserError(f"{where}: field 'completions' must be a list")
     out = []

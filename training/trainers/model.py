@@ -47,6 +47,24 @@ def _check_checkpoint(path: Path) -> None:
         raise UserError(f"model_name_or_path: {e}") from None
 
 
+def _flash_attention_supported(path: Path, trust_remote_code: bool) -> bool:
+    """Whether the checkpoint's model class has a flash-attention-2 path. One that has none loads with its
+    default attention after one warning line, as VL-RLHF disables the flag for such architectures
+    (docs/csr-fidelity.md); the machine itself (CUDA, flash-attn) was checked with the config."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
+    try:
+        cls = AutoModelForImageTextToText._model_mapping[type(config)]
+    except KeyError:  # not an image-text model: from_pretrained names the problem
+        return True
+    if getattr(cls, "_supports_flash_attn", False) or getattr(cls, "_supports_flash_attn_2", False):
+        return True
+    log.warning("use_flash_attention_2: %s has no flash attention 2; loading it with its default attention",
+                cls.__name__)
+    return False
+
+
 def load_model_and_processor(cfg):
     """(model, processor) from cfg.model_name_or_path, local files only."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -55,7 +73,7 @@ def load_model_and_processor(cfg):
     _check_checkpoint(path)
     kwargs = dict(local_files_only=True, trust_remote_code=cfg.trust_remote_code, dtype=torch_dtype(cfg),
                   use_safetensors=True)
-    if cfg.use_flash_attention_2:
+    if cfg.use_flash_attention_2 and _flash_attention_supported(path, cfg.trust_remote_code):
         kwargs["attn_implementation"] = "flash_attention_2"
     quant = _quantization(cfg)
     if quant is not None:

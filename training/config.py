@@ -77,7 +77,8 @@ class TrainConfig(HFTrainingFields):
     Where these follow VL-RLHF's code rather than the seed's wording: docs/csr-fidelity.md.
     Model: `freeze_vision_tower`, `use_flash_attention_2`, `use_lora`, `lora_r`, `lora_alpha`,
     `lora_dropout`, `lora_target_modules` (comma list or `auto`), `lora_scope` (released: names matched
-    anywhere, vision tower included, as VL-RLHF/CSR; language_model: LM Linear layers only), `lora_bias`, `q_lora`, `bits`, `modules_to_save`, `trust_remote_code`.
+    anywhere, vision tower included, as VL-RLHF/CSR; language_model: LM Linear layers only), `lora_merge`
+    (all | language_model: which LoRA layers the merged checkpoint takes), `lora_bias`, `q_lora`, `bits`, `modules_to_save`, `trust_remote_code`.
     Logging: `project_name`, `group_name` (wandb project / group), `wandb_mode` (offline by default).
     Inputs: the `inputs:` section (`evalsuite.models.inputs.InputConfig`, the one evaluation and CSR use):
     `inputs.system_prompt`, `inputs.chat_template` (a Jinja file), `inputs.image_aspect` (crop | pad);
@@ -135,6 +136,9 @@ class TrainConfig(HFTrainingFields):
         "released", "released = VL-RLHF's and CSR's rule: each name (auto: every suffix of an LM Linear, lm_head "
         "excluded) matches any Linear whose name ends with it, vision tower included (LLaVA: CLIP's q/k/v_proj); "
         "language_model = ours: only Linear layers inside the language model (docs/csr-fidelity.md).")
+    lora_merge: Literal["all", "language_model"] = _f(
+        "all", "Which LoRA layers the merged checkpoint takes: all (VL-RLHF's merge_peft_model.py) or those in the "
+        "language model only, the rest dropped (CSR: LLaVA's merge loads CLIP afresh, so its LoRA is lost).")
     lora_bias: Literal["none", "all", "lora_only"] = _f("none", "none | all | lora_only.")
     q_lora: bool = _f(False, "QLoRA: load the base quantised (needs CUDA + bitsandbytes).")
     bits: int = _f(4, "QLoRA bits: 4 or 8.")

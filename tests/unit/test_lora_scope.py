@@ -94,9 +94,12 @@ def test_presets_name_their_scope(repo_root):
     from training.config import TrainConfig
 
     assert TrainConfig.__dataclass_fields__["lora_scope"].default == "released"
+    assert TrainConfig.__dataclass_fields__["lora_merge"].default == "all"
     cfgs = repo_root / "configs"
-    assert yaml.safe_load((cfgs / "train" / "llava15_7b_dpo.yaml").read_text())["lora_scope"] == "released"
-    assert yaml.safe_load((cfgs / "csr.yaml").read_text())["train"]["lora_scope"] == "released"
+    vlrlhf = yaml.safe_load((cfgs / "train" / "llava15_7b_dpo.yaml").read_text())
+    csr = yaml.safe_load((cfgs / "csr.yaml").read_text())["train"]
+    assert (vlrlhf["lora_scope"], vlrlhf["lora_merge"]) == ("released", "all")
+    assert (csr["lora_scope"], csr["lora_merge"]) == ("released", "language_model")
     assert yaml.safe_load((cfgs / "train" / "tiny_cpu.yaml").read_text())["lora_scope"] == "language_model"
     assert yaml.safe_load((cfgs / "csr_tiny.yaml").read_text())["train"]["lora_scope"] == "language_model"
     for demo in ("demo.yaml", "demo_tiny.yaml"):
@@ -138,3 +141,28 @@ def test_a_dpo_step_under_released_trains_the_vision_lora_and_not_the_vision_tow
     moved = [n for n, p in vision_lora.items() if not torch.equal(p, after[n].detach())]
     assert any("lora_B" in n for n in moved), sorted(vision_lora)
     assert [n for n, p in vision_base.items() if not torch.equal(p, after[n].detach())] == []
+
+    # the merge: VL-RLHF's merge_peft_model.py merges every adapter (lora_merge all); CSR's, through LLaVA's
+    # loader, loses the CLIP adapters (lora_merge language_model): its merged vision tower is the base's
+    from safetensors.torch import load_file
+
+    from training.checkpoint import save_checkpoint
+
+    def weights(d):
+        return {k: v for f in sorted(d.glob("*.safetensors")) for k, v in load_file(str(f)).items()}
+
+    base = weights(tiny_vlm_dir)
+    merged = {}
+    for how in ("all", "language_model"):
+        out = save_checkpoint(trainer.model, processor, tmp_path / how, iteration=1, parent=None, method="dpo",
+                              config={}, data_hash=None, base=tiny_vlm_dir, lora_merge=how)
+        merged[how] = weights(out)
+        assert json.loads((out / "evalsuite.json").read_text())["extra"]["merge"]["lora_dropped_layers"] == (
+            0 if how == "all" else 3 * model.config.vision_config.num_hidden_layers)
+    vision = [k for k in base if VISION in k]
+    lm = [k for k in base if "language_model." in k and k.endswith("q_proj.weight")]
+    assert vision and lm and set(merged["all"]) == set(merged["language_model"]) == set(base)
+    assert [k for k in vision if not torch.equal(merged["language_model"][k], base[k])] == []
+    assert [k for k in vision if not torch.equal(merged["all"][k], base[k])], "no vision LoRA was merged"
+    for k in lm:  # the language model's LoRA is merged either way
+        assert torch.equal(merged["all"][k], merged["language_model"][k]) and not torch.equal(merged["all"][k], base[k])

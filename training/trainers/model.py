@@ -168,7 +168,7 @@ def _suffix_hits(name: str, candidates: list[str]) -> list[str]:
     return [c for c in candidates if c == name or c.endswith("." + name)]
 
 
-def lora_targets(model, spec: str, scope: str = "language_model") -> list[str]:
+def lora_targets(model, spec: str, scope: str) -> list[str]:
     """Full names of the modules that take LoRA (see `lora_scope` in training/config.py).
 
     released (VL-RLHF's `default_lora_target` for LLaVA, CSR's `find_all_linear_names`; docs/csr-fidelity.md):

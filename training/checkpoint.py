@@ -55,10 +55,37 @@ def _is_peft(model) -> bool:
     return isinstance(model, PeftModel)
 
 
-def merge_lora_fp32(model, base: str | Path, save_dtype: str, trust_remote_code: bool = False):
+def drop_lora_outside_language_model(peft) -> list[str]:
+    """Replace every LoRA layer of `peft` outside the language model by its base layer (`lora_merge:
+    language_model`); returns their names. CSR's merge does this implicitly: LLaVA's loader builds the
+    model with the vision tower not yet loaded, so the adapter's CLIP weights find no module and are
+    skipped, and CLIP is then loaded as it was (docs/csr-fidelity.md, "LoRA targets")."""
+    from peft.tuners.lora import LoraLayer
+
+    from training.trainers.model import language_model
+
+    core = peft.get_base_model()
+    inside = {id(m) for m in language_model(core).modules()}  # by structure, as lora_scope finds the LM
+    prefix = next(n for n, m in peft.named_modules() if m is core)
+    dropped = []
+    for name, module in list(peft.named_modules()):
+        if isinstance(module, LoraLayer) and id(module) not in inside:
+            parent, _, child = name.rpartition(".")
+            setattr(peft.get_submodule(parent), child, module.get_base_layer())
+            dropped.append(name[len(prefix) + 1:] if prefix and name.startswith(prefix + ".") else name)
+    if dropped:
+        log.info("merge: %d LoRA layers outside the language model dropped, not merged (lora_merge "
+                 "language_model), e.g. %s", len(dropped), dropped[0])
+    return dropped
+
+
+def merge_lora_fp32(model, base: str | Path, save_dtype: str, trust_remote_code: bool = False,
+                    lora_merge: str = "all"):
     """(full model in `save_dtype`, stats): the trained adapter of `model` (a PeftModel) merged in
     float32 into the weights of `base`. stats: rms of the LoRA delta, rms of (saved - base) over the
-    same weights, and `delta_kept` = <saved - base, delta> / <delta, delta> (1 = all of it survived)."""
+    same weights, and `delta_kept` = <saved - base, delta> / <delta, delta> (1 = all of it survived).
+    lora_merge: all = every LoRA layer; language_model = only those inside the language model (the others
+    are dropped, counted in stats `lora_dropped_layers`)."""
     import torch
     from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
     from peft.tuners.lora import LoraLayer
@@ -70,6 +97,7 @@ def merge_lora_fp32(model, base: str | Path, save_dtype: str, trust_remote_code:
                                 trust_remote_code=trust_remote_code)
     peft32 = get_peft_model(base32, model.peft_config[adapter], adapter_name=adapter)
     set_peft_model_state_dict(peft32, state, adapter_name=adapter)
+    dropped = drop_lora_outside_language_model(peft32) if lora_merge == "language_model" else []
     target = getattr(torch, save_dtype)
     sums = torch.zeros(3, dtype=torch.float64)  # sum delta^2, sum diff^2, sum diff * delta
     count = 0
@@ -85,21 +113,24 @@ def merge_lora_fp32(model, base: str | Path, save_dtype: str, trust_remote_code:
     n = max(count, 1)
     stats = {"dtype": save_dtype, "lora_weights": count, "rms_lora_delta": float((sums[0] / n).sqrt()),
              "rms_merged_minus_base": float((sums[1] / n).sqrt()),
-             "delta_kept": float(sums[2] / sums[0]) if sums[0] > 0 else None}
+             "delta_kept": float(sums[2] / sums[0]) if sums[0] > 0 else None, "lora_dropped_layers": len(dropped)}
     if stats["delta_kept"] is not None and stats["delta_kept"] < KEPT_WARNING:
         log.warning("merge: only %.0f%% of the LoRA delta (rms %.3g) survived saving in %s; "
                     "set merge_dtype: float32 to keep it", 100 * stats["delta_kept"], stats["rms_lora_delta"], save_dtype)
     return full, stats
 
 
-def merged_model(model, base: str | Path | None = None, merge_dtype: str = "auto", trust_remote_code: bool = False):
+def merged_model(model, base: str | Path | None = None, merge_dtype: str = "auto", trust_remote_code: bool = False,
+                 lora_merge: str = "all"):
     """(plain transformers model, merge stats or None). A LoRA model with a known `base` is merged in
     float32 (`merge_lora_fp32`) and cast to `merge_dtype` (auto = the base checkpoint's dtype); a
-    full model is saved as trained unless `merge_dtype` names a dtype."""
+    full model is saved as trained unless `merge_dtype` names a dtype. lora_merge: see merge_lora_fp32."""
     if _is_peft(model) and base is not None:
         dtype = checkpoint_dtype(base) if merge_dtype == "auto" else merge_dtype
-        return merge_lora_fp32(model, base, dtype, trust_remote_code)
+        return merge_lora_fp32(model, base, dtype, trust_remote_code, lora_merge)
     if _is_peft(model):
+        if lora_merge == "language_model":
+            drop_lora_outside_language_model(model)
         model = model.merge_and_unload()
     if merge_dtype != "auto":
         import torch
@@ -111,7 +142,7 @@ def merged_model(model, base: str | Path | None = None, merge_dtype: str = "auto
 def save_checkpoint(model, processor, out_dir: str | Path, *, iteration: int, parent: str | None, method: str,
                     config: dict, data_hash: str | None, extra: dict[str, Any] | None = None,
                     base: str | Path | None = None, merge_dtype: str = "auto",
-                    trust_remote_code: bool = False) -> Path:
+                    trust_remote_code: bool = False, lora_merge: str = "all") -> Path:
     """Merge, save weights + processor, write the manifest; replaces `out_dir` atomically.
 
     `base`: the checkpoint the model was trained from (its weights are re-read for the merge)."""
@@ -124,7 +155,7 @@ def save_checkpoint(model, processor, out_dir: str | Path, *, iteration: int, pa
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        full, stats = merged_model(model, base, merge_dtype, trust_remote_code)
+        full, stats = merged_model(model, base, merge_dtype, trust_remote_code, lora_merge)
         # TRL patches forward() for its fused LM head; the weights and config are untouched by it.
         full.save_pretrained(tmp, safe_serialization=True)
         processor.save_pretrained(tmp)

@@ -79,8 +79,9 @@ class TrainConfig(HFTrainingFields):
     `precompute_ref_log_probs` (reference pass once before training, adapter disabled).
     Where these follow VL-RLHF's code rather than the seed's wording: docs/csr-fidelity.md.
     Model: `freeze_vision_tower`, `use_flash_attention_2`, `use_lora`, `lora_r`, `lora_alpha`,
-    `lora_dropout`, `lora_target_modules` (comma list or `auto` = every Linear of the language model),
-    `lora_bias`, `q_lora`, `bits`, `modules_to_save`, `trust_remote_code`.
+    `lora_dropout`, `lora_target_modules` (comma list or `auto`), `lora_scope` (released: names matched
+    anywhere, vision tower included, as VL-RLHF/CSR; language_model: LM Linear layers only), `lora_merge`
+    (all | language_model: which LoRA layers the merged checkpoint takes), `lora_bias`, `q_lora`, `bits`, `modules_to_save`, `trust_remote_code`.
     Logging: `project_name`, `group_name` (wandb project / group), `wandb_mode` (offline by default).
     Inputs: the `inputs:` section (`evalsuite.models.inputs.InputConfig`, the one evaluation and CSR use):
     `inputs.system_prompt`, `inputs.chat_template` (a Jinja file), `inputs.image_aspect` (crop | pad);
@@ -142,7 +143,15 @@ class TrainConfig(HFTrainingFields):
     lora_r: int = _f(64, "LoRA rank.")
     lora_alpha: int = _f(16, "LoRA alpha.")
     lora_dropout: float = _f(0.05, "LoRA dropout.")
-    lora_target_modules: str = _f("auto", "Comma list of module names/suffixes, or 'auto' (all LM linears).")
+    lora_target_modules: str = _f("auto", "Comma list of module names/suffixes, or 'auto' (the suffixes of the "
+                                          "language model's Linear layers); where they may land: lora_scope.")
+    lora_scope: Literal["released", "language_model"] = _f(
+        "released", "released = VL-RLHF's and CSR's rule: each name (auto: every suffix of an LM Linear, lm_head "
+        "excluded) matches any Linear whose name ends with it, vision tower included (LLaVA: CLIP's q/k/v_proj); "
+        "language_model = ours: only Linear layers inside the language model (docs/csr-fidelity.md).")
+    lora_merge: Literal["all", "language_model"] = _f(
+        "all", "Which LoRA layers the merged checkpoint takes: all (VL-RLHF's merge_peft_model.py) or those in the "
+        "language model only, the rest dropped (CSR: LLaVA's merge loads CLIP afresh, so its LoRA is lost).")
     lora_bias: Literal["none", "all", "lora_only"] = _f("none", "none | all | lora_only.")
     q_lora: bool = _f(False, "QLoRA: load the base quantised (needs CUDA + bitsandbytes).")
     bits: int = _f(4, "QLoRA bits: 4 or 8.")

@@ -61,4 +61,7 @@ def test_released_preset_one_iteration(tmp_path, tiny_vlm_dir, tiny_clip_dir, wo
     assert (loop_man["generation_inputs"]["image_aspect"], loop_man["train_config"]["inputs"]["image_aspect"]) == ("crop", "pad")
     man = read_manifest(merged)
     assert man["extra"]["merge"]["dtype"] == "float32" and man["extra"]["merge"]["delta_kept"] == pytest.approx(1.0, abs=1e-3)
+    # lora_scope released trained LoRA on the vision tower's q/k/v too; lora_merge language_model left it out
+    assert (loop_man["train_config"]["lora_scope"], loop_man["train_config"]["lora_merge"]) == ("released", "language_model")
+    assert man["extra"]["merge"]["lora_dropped_layers"] > 0
     assert tok.decode([period]) == "."

@@ -91,6 +91,6 @@ def finish_training(trainer, cfg, processor, info: dict, method: str) -> Path:
                         parent=cfg.parent or cfg.model_name_or_path, method=method, config=cfg.resolved(),
                         data_hash=info.get("data_hash"), extra={"data": info, "metrics": _last_metrics(trainer)},
                         base=cfg.model_name_or_path, merge_dtype=cfg.merge_dtype,
-                        trust_remote_code=cfg.trust_remote_code)
+                        trust_remote_code=cfg.trust_remote_code, lora_merge=cfg.lora_merge)
     acc.wait_for_everyone()
     return out

@@ -1,13 +1,14 @@
 """Model setup shared by SFT and DPO: load a local VLM, freeze the vision tower, build the LoRA config.
 
-LoRA targets are always resolved to full module names inside the language model, found by structure
-(`get_decoder()` / `language_model`, not by module names): a bare `q_proj` would also match CLIP's
-attention or BLIP's Q-Former, and LoRA on `lm_head` breaks TRL's fused LM head.
+LoRA targets are resolved to full module names (`lora_targets`). Under `lora_scope: released` (VL-RLHF's and
+CSR's rule) bare names match anywhere, as peft matches them: a bare `q_proj` also lands on CLIP's attention.
+Under `lora_scope: language_model` (ours) they are matched inside the language model only, found by
+structure (`get_decoder()` / `language_model`, not by module names). LoRA on `lm_head` is refused in both:
+it breaks TRL's fused LM head.
 """
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 
 from evalsuite.errors import UserError
@@ -154,37 +155,73 @@ def language_model(model):
     return dec
 
 
+def _is_linear(module) -> bool:
+    import torch.nn as nn
+
+    return isinstance(module, nn.Linear) or type(module).__name__ in ("Linear4bit", "Linear8bitLt")
+
+
 def language_model_linears(model) -> list[str]:
     """Full names of the nn.Linear (and quantised Linear) modules inside the language model (`language_model`),
     the output head excluded: never the vision tower, projector or Q-Former, whatever they are called."""
-    import torch.nn as nn
-
     lm, head = language_model(model), model.get_output_embeddings()
     prefix = next(n for n, m in model.named_modules() if m is lm)
     names = []
     for name, module in lm.named_modules():
-        is_linear = isinstance(module, nn.Linear) or type(module).__name__ in ("Linear4bit", "Linear8bitLt")
-        if is_linear and module is not head and name.split(".")[-1] != "lm_head":
+        if _is_linear(module) and module is not head and name.split(".")[-1] != "lm_head":
             names.append(f"{prefix}.{name}" if prefix else name)
     return names
 
 
-def lora_targets(model, spec: str) -> list[str]:
-    """`auto` -> every language-model Linear; else each comma-listed name/suffix, restricted to the LM."""
-    candidates = language_model_linears(model)
+def model_linears(model) -> list[str]:
+    """Full names of every Linear of the whole model (vision tower and projector included), the output head
+    excluded (TRL's fused LM head reads its weight)."""
+    head = model.get_output_embeddings()
+    return [name for name, module in model.named_modules()
+            if name and _is_linear(module) and module is not head and name.split(".")[-1] != "lm_head"]
+
+
+def _suffix_hits(name: str, candidates: list[str]) -> list[str]:
+    # peft's own rule for a list of target names: the full name equals it or ends with "." + it
+    return [c for c in candidates if c == name or c.endswith("." + name)]
+
+
+def lora_targets(model, spec: str, scope: str) -> list[str]:
+    """Full names of the modules that take LoRA (see `lora_scope` in training/config.py).
+
+    released (VL-RLHF's `default_lora_target` for LLaVA, CSR's `find_all_linear_names`; docs/csr-fidelity.md):
+    `auto` is the set of last name parts of the language model's Linear layers (q_proj, ..., down_proj for
+    LLaVA), and every name, auto's or listed, is matched as peft matches a list of names, across the whole
+    model: on LLaVA, CLIP's q_proj/k_proj/v_proj take LoRA too; the projector (linear_1/2) does not.
+    language_model: `auto` = every Linear of the language model; a listed name is matched inside the language
+    model only, and the matches it has outside are left out with a warning naming how many."""
+    lm_linears = language_model_linears(model)
+    if not lm_linears:
+        raise UserError("lora_target_modules: found no Linear layers in the language model")
     if spec.strip() == "auto":
-        if not candidates:
-            raise UserError("lora_target_modules: found no Linear layers in the language model")
-        return candidates
-    wanted = [s.strip() for s in spec.split(",") if s.strip()]
+        if scope == "language_model":
+            return lm_linears
+        wanted = sorted({n.split(".")[-1] for n in lm_linears})
+    else:
+        wanted = [s.strip() for s in spec.split(",") if s.strip()]
     if "lm_head" in wanted:
         raise UserError("lora_target_modules: lm_head cannot take LoRA (TRL's fused LM head reads its weight)")
-    chosen = []
+    everywhere = model_linears(model)
+    chosen: list[str] = []
     for w in wanted:
-        pattern = re.compile(rf"(^|\.){re.escape(w)}$")
-        hits = [c for c in candidates if pattern.search(c)]
-        if not hits:
-            raise UserError(f"lora_target_modules: {w!r} matches no Linear layer of the language model")
+        hits = _suffix_hits(w, everywhere)
+        if scope == "language_model":
+            inside = _suffix_hits(w, lm_linears)
+            if not inside:
+                raise UserError(f"lora_target_modules: {w!r} matches no Linear layer of the language model"
+                                + (f" ({len(hits)} outside it: lora_scope released adapts those)" if hits else ""))
+            if len(hits) > len(inside):
+                log.warning("lora_target_modules: %r also matches %d Linear layers outside the language model "
+                            "(e.g. %s); left out by lora_scope language_model", w, len(hits) - len(inside),
+                            next(h for h in hits if h not in inside))
+            hits = inside
+        elif not hits:
+            raise UserError(f"lora_target_modules: {w!r} matches no Linear layer of the model")
         chosen.extend(h for h in hits if h not in chosen)
     return chosen
 
@@ -195,9 +232,11 @@ def lora_config(cfg, model):
         return None
     from peft import LoraConfig
 
-    targets = lora_targets(model, cfg.lora_target_modules)
+    targets = lora_targets(model, cfg.lora_target_modules, cfg.lora_scope)
     extra = [m.strip() for m in cfg.modules_to_save.split(",") if m.strip()] or None
-    log.info("LoRA r=%d alpha=%d on %d modules", cfg.lora_r, cfg.lora_alpha, len(targets))
+    outside = len(set(targets) - set(language_model_linears(model)))
+    log.info("LoRA r=%d alpha=%d on %d modules (%d outside the language model; lora_scope %s)",
+             cfg.lora_r, cfg.lora_alpha, len(targets), outside, cfg.lora_scope)
     return LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, bias=cfg.lora_bias,
                       target_modules=targets, modules_to_save=extra, task_type="CAUSAL_LM")
 

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "csr_clean"))
-from make_reference import _stub_imports  # noqa: E402  (the same stand-ins)
+from make_reference import _stub_imports  # the same stand-ins
 
 
 def random_tree(rng: random.Random) -> list[dict]:

@@ -27,7 +27,11 @@ def test_released_preset_one_iteration(tmp_path, tiny_vlm_dir, tiny_clip_dir, wo
                  f"output_dir={tmp_path / 'run'}", f"store={tmp_path / 'store'}", "iterations=1", "device=cpu",
                  "dtype=float32", "tree.max_new_tokens=8", "tree.max_chars=150",
                  "train.bf16=false", "train.use_cpu=true", "train.gradient_checkpointing=false", "train.lora_r=8",
-                 "train.lora_alpha=16"]
+                 "train.lora_alpha=16",
+                 # Vicuna's system prompt in words the tiny word-level tokenizer knows: it decodes the real one some
+                 # 80 characters short (unknown words vanish), and the released scorer's cut at len(prompt string) + 3 would then
+                 # leave every depth-1 sentence empty, dropped as too short (tree.junk_rules: released)
+                 "inputs.system_prompt=a user and an assistant. the assistant is detailed."]
     cfg = load_config(REPO / "configs" / "csr.yaml", overrides)
     assert (cfg.tree.stop, cfg.tree.dedupe_siblings, cfg.tree.junk_filter, cfg.reward.language_score) == \
         ("released", False, "after_pruning", "beam")

@@ -48,10 +48,12 @@ def test_paper_preset_is_the_released_code():
     d = TreeConfig()
     assert (d.stop, d.period_id, d.max_chars, d.max_response_tokens, d.max_depth, d.dedupe_siblings, d.junk_filter) == released
     assert cfg.reward.language_score == "beam" and cfg.dtype == "float16"
+    assert (t.junk_rules, d.junk_rules, cfg.pairs.tie_order) == ("released", "released", "released")
     assert (cfg.train["warmup_ratio"], cfg.train["merge_dtype"]) == (0.03, "auto") and "max_target_length" not in cfg.train
     tiny = load_config(CONFIGS / "csr_tiny.yaml")
     assert (tiny.tree.stop, tiny.tree.dedupe_siblings, tiny.tree.junk_filter, tiny.reward.language_score) == \
         ("sentence_marks", True, "before_pruning", "teacher_forced")
+    assert (tiny.tree.junk_rules, tiny.pairs.tie_order) == ("broad", "node_id")
 
 
 def test_overrides_and_run_dir():

@@ -185,7 +185,8 @@ def test_trees_round_trip(trees, tmp_path):
     ("a\nb\nc\nd\ne\nf\ng", "newlines"),
 ])
 def test_cleaning_rules(text, reason):
-    assert junk_reason(text, 4) == reason
+    """Our rules (`tree.junk_rules: broad`); the released ones: tests/unit/test_csr_clean.py."""
+    assert junk_reason(text, 4, "broad") == reason
 
 
 def test_sampling_never_emits_suppressed_tokens(vlm, image_root):

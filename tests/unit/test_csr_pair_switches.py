@@ -148,7 +148,8 @@ def test_released_template_is_what_llava_v1_trains(tiny_vlm_dir):
 
 
 def test_csr_preset_and_defaults_are_released(repo_root):
-    assert (PairConfig().template, PairConfig().post_eos, PairConfig().guards) == ("released", "keep", False)
+    assert (PairConfig().template, PairConfig().post_eos, PairConfig().guards, PairConfig().tie_order) == \
+        ("released", "keep", False, "released")
     from evalsuite.errors import UserError
 
     with pytest.raises(UserError, match="pairs.min_gap"):
@@ -156,7 +157,7 @@ def test_csr_preset_and_defaults_are_released(repo_root):
     import yaml
 
     pairs = yaml.safe_load((repo_root / "configs" / "csr.yaml").read_text())["pairs"]
-    assert pairs == {"template": "released", "post_eos": "keep", "guards": False}
+    assert pairs == {"template": "released", "post_eos": "keep", "guards": False, "tie_order": "released"}
 
 
 def test_no_pairs_message_names_only_settings_that_apply():

@@ -1,14 +1,69 @@
 """Junk filters for new sentences (docs/csr-method.md §3.2(b)); a hit drops the child and its subtree.
 
-`junk_reason(text, min_chars)` returns the first rule a sentence breaks, or None. The rules are the
-released code's: foreign scripts (Korean, kana, Cyrillic) and emoji, repeated `&nbsp;`, a word said 6+
-times in a row, a character repeated 11+ times (spaces allowed between repeats), the literal
-degenerate strings, more than 5 newlines, and a sentence shorter than `min_chars` characters.
+`junk_reason(text, min_chars, rules)` returns the first rule a sentence breaks, or None. Two rule sets,
+chosen by `tree.junk_rules` (docs/csr-fidelity.md, "Junk rules"):
+
+* `released`: the released scorer's, read from the node's *new text* (`released_new_text`: the node's
+  whole decoded text past len(parent's text) + 3 characters, stripped, then the released character
+  whitelist, which deletes emoji, dingbats, "-" and most symbols first). A new text is junk when it holds
+  Hangul syllables or compatibility jamo (U+3130-318F, U+AC00-D7AF), Cyrillic (U+0400-04FF), kana
+  (U+3040-30FF) or an emoji of U+1F300-1F5FF, 1F600-1F64F, 1F680-1F6FF, 1F700-1F77F (never left after
+  the whitelist, kept for completeness); two or more `&nbsp;` back to back; one word six or more times
+  in a row, case-sensitive, separated by whitespace only (the last repeats may be prefixes of longer
+  words: the back-reference has no closing word boundary); any character but a newline eleven or more
+  times, with optional whitespace between (whitespace itself counts); one of the strings 11 x "t",
+  11 x "s", 13 commas separated by single spaces, 10 x "'"; more than 5 newlines. Then it is too short
+  when the new text, as it is, has fewer than `min_chars` characters (released: 4).
+* `broad` (ours, the demo's): read from the decoded sentence itself; foreign scripts widened to Hangul
+  Jamo, U+1F000-1FAFF and the dingbats U+2600-27BF (so "♪" counts), `&nbsp;` twice with whitespace
+  between, word repeats case-insensitive across punctuation, ", , , , " (4 commas); character repeats
+  of non-whitespace characters only; too short below `min_chars` characters after stripping.
+
+tests/unit/test_csr_clean.py compares the `released` set with the released functions' own verdicts
+(tests/data/csr_clean/released.json).
 """
 from __future__ import annotations
 
 import re
 
+# ------------------------------------------------------------------ released
+_R_FOREIGN = re.compile("[\u3130-\u318f\uac00-\ud7af\u0400-\u04ff\u3040-\u30ff]")
+_R_EMOJI = re.compile("[\U0001f300-\U0001f5ff\U0001f600-\U0001f64f\U0001f680-\U0001f6ff\U0001f700-\U0001f77f]")
+_R_NBSP = re.compile("(?:&nbsp;){2,}")
+_R_WORD_REPEAT = re.compile(r"\b(\w+)\b(?:\s+\1){5,}")
+_R_CHAR_REPEAT = re.compile(r"(.)(?:\s*\1){10,}")
+_R_LITERALS = ("t" * 11, "s" * 11, ", " * 12 + ",", "'" * 10)
+
+
+def released_new_text(text: str, parent_text: str) -> str:
+    """The text the released filters (and its CLIP) read for a node: `text` past len(parent_text) + 3
+    characters, stripped, whitelisted; with an empty parent text the whole text, whitelisted, unstripped."""
+    from training.csr.reward import released_whitelist
+
+    return released_whitelist(text[len(parent_text) + 3:].strip() if parent_text else text)
+
+
+def _released(text: str, min_chars: int) -> str | None:
+    if _R_FOREIGN.search(text):
+        return "foreign_script"
+    if _R_EMOJI.search(text):
+        return "emoji"
+    if _R_NBSP.search(text):
+        return "nbsp"
+    if _R_WORD_REPEAT.search(text):
+        return "word_repeat"
+    if _R_CHAR_REPEAT.search(text):
+        return "char_repeat"
+    if any(lit in text for lit in _R_LITERALS):
+        return "degenerate_literal"
+    if text.count("\n") > 5:
+        return "newlines"
+    if len(text) < min_chars:
+        return "too_short"
+    return None
+
+
+# ------------------------------------------------------------------ broad (ours)
 _FOREIGN = re.compile(
     "[\u1100-\u11ff\u3130-\u318f\uac00-\ud7af"  # Hangul jamo, compatibility jamo, syllables
     "\u3040-\u30ff"  # Hiragana + Katakana
@@ -21,8 +76,7 @@ _CHAR_REPEAT = re.compile(r"(\S)(?:\s*\1){10,}")
 _LITERALS = ("ttttttttttt", "sssssssssss", ", , , , ", "''''''''''")
 
 
-def junk_reason(text: str, min_chars: int = 4) -> str | None:
-    """Name of the first cleaning rule `text` breaks, or None when it is a usable sentence."""
+def _broad(text: str, min_chars: int) -> str | None:
     if _FOREIGN.search(text):
         return "foreign_script"
     if _NBSP.search(text):
@@ -38,3 +92,13 @@ def junk_reason(text: str, min_chars: int = 4) -> str | None:
     if len(text.strip()) < min_chars:
         return "too_short"
     return None
+
+
+def junk_reason(text: str, min_chars: int, rules: str) -> str | None:
+    """Name of the first rule of `rules` (`released` | `broad`) that `text` breaks, or None when it is a
+    usable sentence. `released` expects the node's new text (`released_new_text`), `broad` the sentence."""
+    if rules == "released":
+        return _released(text, min_chars)
+    if rules == "broad":
+        return _broad(text, min_chars)
+    raise ValueError(f"junk rules {rules!r} is not one of ('released', 'broad')")

@@ -28,11 +28,13 @@ EXPANDERS = ("group_beam", "sample")
 STOP_RULES = ("released", "sentence_marks")
 ENGINES = ("pool", "reference", "vllm")
 JUNK_FILTERS = ("after_pruning", "before_pruning")
+JUNK_RULES = ("released", "broad")
 REWARD_MODES = ("rank", "value")
 LANGUAGE_SCORES = ("beam", "teacher_forced")
 CLIP_TEXTS = ("released", "sentence")
 PAIR_TEMPLATES = ("released", "single")
 POST_EOS = ("keep", "cut")
+TIE_ORDERS = ("released", "node_id")
 
 
 def _check(cond: bool, where: str, msg: str) -> None:
@@ -80,11 +82,16 @@ class TreeConfig:
     dedupe_siblings: drop exact-duplicate sibling sentences (released: kept, always `num_beams` children).
     junk_filter: `after_pruning` (released: junk and too-short sentences are dropped, with their
       subtrees, once the tree is grown, so they can hold a pruning slot) or `before_pruning` (ours).
+    junk_rules: what junk is (training/csr/clean.py). `released`: the released scorer's rules on the node's
+      text past len(parent's text) + 3 characters, whitelisted (the text `reward.clip_text: released`
+      gives CLIP). `broad` (ours): wider foreign-script, `&nbsp;`, word-repeat and comma rules on the
+      decoded sentence.
     suppress_special_tokens: false (released: the search may emit any token of the released vocabulary;
       an HF checkpoint's image/video placeholder is still never generated, since a context holding one
       cannot be fed back and the released LLaVA's image index lies outside its vocabulary) or true (ours:
       pad and BOS are banned too; `evalsuite.models.vlm.suppressed_token_ids`).
-    min_sentence_chars: shorter new sentences are dropped with their subtree (docs/csr-method.md §3.2(b)).
+    min_sentence_chars: shorter new sentences are dropped with their subtree (docs/csr-method.md §3.2(b));
+      `junk_rules: released` counts the whitelisted new text as it is, `broad` the stripped sentence.
     batch_nodes: nodes expanded in one batched forward (rows = nodes x beams); 1 = one-at-a-time.
     prompt_batch: prompts whose trees grow together (bounds memory and sets the unit of progress).
     image_aspect: the image preparation the candidates are generated (and LM-scored) from: `crop` (the
@@ -130,6 +137,8 @@ class TreeConfig:
     dedupe_siblings: bool = opt(False, "drop exact-duplicate sibling sentences (released: kept)")
     junk_filter: Literal["after_pruning", "before_pruning"] = opt(
         "after_pruning", "when junk and too-short sentences are dropped (released: after pruning)")
+    junk_rules: Literal["released", "broad"] = opt(
+        "released", "what junk is: the released rules on the cut, whitelisted text, or ours (broad) on the sentence")
     suppress_special_tokens: bool = opt(
         False, "ban pad and BOS in the search too (released: only the image placeholder, which cannot be fed back)")
     batch_nodes: int = opt(32, "nodes expanded in one batched forward (1 = one at a time)")
@@ -147,6 +156,7 @@ class TreeConfig:
         _check(self.expander in EXPANDERS, f"{w}.expander", f"{self.expander!r} is not one of {EXPANDERS}")
         _check(self.stop in STOP_RULES, f"{w}.stop", f"{self.stop!r} is not one of {STOP_RULES}")
         _check(self.junk_filter in JUNK_FILTERS, f"{w}.junk_filter", f"{self.junk_filter!r} is not one of {JUNK_FILTERS}")
+        _check(self.junk_rules in JUNK_RULES, f"{w}.junk_rules", f"{self.junk_rules!r} is not one of {JUNK_RULES}")
         _check(self.num_beams >= 1, f"{w}.num_beams", "must be >= 1")
         _check(self.num_beam_groups >= 1 and self.num_beams % self.num_beam_groups == 0,
                f"{w}.num_beam_groups", f"must divide num_beams ({self.num_beams})")
@@ -242,7 +252,12 @@ class PairConfig:
       rejected; a prompt without a complete path (the released construct.py crashes there) is skipped
       and counted as "no_paths". True (ours): one path per distinct response, a prompt with fewer than
       `min_paths` of them is skipped, so is a pair whose two sides decode the same or whose reward gap is
-      below `min_gap` (None = no gap filter). min_paths / min_gap need guards: true."""
+      below `min_gap` (None = no gap filter). min_paths / min_gap need guards: true.
+    tie_order: the order complete paths are listed in, which breaks ties (chosen = the first best,
+      rejected = the last worst) and, with guards, picks the path kept for a repeated response.
+      `released`: depth first, children in the order the search returned them (construct.py's `dfs`),
+      stable-sorted by the released key (rank mode: the mean cost, ascending). `node_id` (ours, the
+      demo's): by leaf node id (the breadth-first order nodes are created in), sorted by reward."""
 
     template: Literal["released", "single"] = opt(
         "released", "the pair file's human turn: the templated prompt (released) or <image>+question (single)")
@@ -250,10 +265,13 @@ class PairConfig:
     guards: bool = opt(False, "dedupe paths, need min_paths distinct responses, drop equal sides / small gaps")
     min_paths: int = opt(2, "guards: prompts with fewer distinct complete responses are skipped")
     min_gap: float | None = opt(None, "guards: pairs whose reward gap is below this are skipped (null = no filter)")
+    tie_order: Literal["released", "node_id"] = opt(
+        "released", "path order that breaks reward ties: depth first as construct.py (released) or by leaf node id")
 
     def __post_init__(self) -> None:
         _check(self.template in PAIR_TEMPLATES, "pairs.template", f"{self.template!r} is not one of {PAIR_TEMPLATES}")
         _check(self.post_eos in POST_EOS, "pairs.post_eos", f"{self.post_eos!r} is not one of {POST_EOS}")
+        _check(self.tie_order in TIE_ORDERS, "pairs.tie_order", f"{self.tie_order!r} is not one of {TIE_ORDERS}")
         _check(isinstance(self.guards, bool), "pairs.guards", "must be true or false")
         _check(self.min_paths >= 2, "pairs.min_paths", "must be >= 2 (chosen and rejected must differ)")
         _check(self.min_gap is None or self.min_gap >= 0, "pairs.min_gap", "must be >= 0 or null")

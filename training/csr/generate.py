@@ -73,16 +73,27 @@ class Tree:
     prompt_ids: list[int]
     nodes: list[Node]
 
-    def complete_paths(self) -> list[list[int]]:
-        """Node ids root -> final leaf for every complete, undropped response."""
+    def complete_paths(self, order: str = "released") -> list[list[int]]:
+        """Node ids root -> final leaf for every complete, undropped response, listed depth first with
+        children in the order the search returned them (`released`: construct.py's `dfs`), or by leaf
+        node id (`node_id`: the breadth-first order nodes are created in)."""
+        leaves = [node for node in self.nodes if node.is_final and node.usable]
+        if order == "released":
+            pos, stack = {}, [0]
+            while stack:
+                nid = stack.pop()
+                pos[nid] = len(pos)
+                stack.extend(reversed(self.nodes[nid].children))
+            leaves.sort(key=lambda node: pos[node.id])
+        elif order != "node_id":
+            raise ValueError(f"path order {order!r} is not one of ('released', 'node_id')")
         paths = []
-        for node in self.nodes:
-            if node.is_final and node.usable:
-                path, cur = [], node
-                while cur is not None:
-                    path.append(cur.id)
-                    cur = self.nodes[cur.parent] if cur.parent is not None else None
-                paths.append(path[::-1])
+        for node in leaves:
+            path, cur = [], node
+            while cur is not None:
+                path.append(cur.id)
+                cur = self.nodes[cur.parent] if cur.parent is not None else None
+            paths.append(path[::-1])
         return paths
 
     def to_dict(self) -> dict[str, Any]:
@@ -239,16 +250,16 @@ class TreeGenerator:
             child = Node(id=len(tree.nodes), parent=nid, depth=parent.depth + 1,
                          prefix_ids=parent.response_ids, sentence_ids=ids, text=text,
                          sentence_score=h.score, lm_score=parent.lm_score + h.score, eos_at=eos_at)
+            tree.nodes.append(child)  # in the tree before its status: the released junk rules read its parent's text
+            parent.children.append(child.id)
             child.status = self._status(tree, child, pads=longest - len(ids))
             child.is_final = child.status in ("end", "final")
-            tree.nodes.append(child)
-            parent.children.append(child.id)
 
     def _status(self, tree: Tree, child: Node, pads: int) -> str:
         cfg = self.cfg
         if cfg.stop == "sentence_marks" and child.has_eos and not child.text:
             return "end"
-        if cfg.junk_filter == "before_pruning" and (reason := junk_reason(child.text, cfg.min_sentence_chars)):
+        if cfg.junk_filter == "before_pruning" and (reason := self._junk(tree, [child])[child.id]):
             return f"dropped:{reason}"
         return "final" if child.has_eos or self._at_cap(tree, child, pads) else "active"
 
@@ -271,11 +282,29 @@ class TreeGenerator:
     def _drop_junk(self, tree: Tree) -> None:
         """`junk_filter: after_pruning`: junk and too-short sentences go once the tree is grown, with
         their subtrees (score.py's clean_tree + length check)."""
+        reasons = self._junk(tree, [n for n in tree.nodes[1:] if n.status != "end"])
         for node in tree.nodes[1:]:  # a parent always precedes its children
             if not tree.nodes[node.parent].usable:
                 node.status = "dropped:ancestor"
-            elif node.status != "end" and (reason := junk_reason(node.text, self.cfg.min_sentence_chars)):
+            elif node.status != "end" and (reason := reasons[node.id]):
                 node.status = f"dropped:{reason}"
+
+    def _junk(self, tree: Tree, nodes: list[Node]) -> dict[int, str | None]:
+        """The junk rule each node breaks (None: usable), by `tree.junk_rules`: `broad` reads the decoded
+        sentence; `released` the node's new text as the released scorer cuts it from its whole decoded
+        text (`training.csr.reward.released_node_texts`, the text CLIP reads with `clip_text: released`)."""
+        cfg = self.cfg
+        if cfg.junk_rules == "broad":
+            return {n.id: junk_reason(n.text, cfg.min_sentence_chars, "broad") for n in nodes}
+        from evalsuite.models.vlm import build_prompt
+        from training.csr.clean import released_new_text
+        from training.csr.reward import released_node_texts
+
+        wanted = {n.id for n in nodes} | {n.parent for n in nodes}
+        texts = released_node_texts(self.vlm.tokenizer, tree, build_prompt(self.vlm, tree.question), self.image_id,
+                                    nids=wanted)
+        return {n.id: junk_reason(released_new_text(texts[n.id], texts[n.parent]), cfg.min_sentence_chars, "released")
+                for n in nodes}
 
     def _prune(self, tree: Tree, expanded: Iterable[int]) -> list[int]:
         """Next active nodes: live children of this depth, pruned to the best/worst by lm_score."""

@@ -49,14 +49,20 @@ class Pair:
 
 
 def select_pair(paths: Sequence[PathReward], cfg: PairConfig) -> tuple[PathReward, PathReward] | str:
-    """(chosen, rejected), or the reason the prompt is skipped. Ties keep path order, so with equal
-    rewards chosen is the first path and rejected the last. Without guards one path is both sides."""
+    """(chosen, rejected), or the reason the prompt is skipped. Ties keep path order (`pairs.tie_order`
+    says which order `paths` are in), so with equal rewards chosen is the first path and rejected the last.
+    `tie_order: released` sorts by the path's `key` (rank mode: the mean cost, construct.py's key), else
+    by reward. Without guards one path is both sides."""
     if not cfg.guards:
         if not paths:
             return "no_paths"
     elif len(paths) < cfg.min_paths:
         return "too_few_paths"
-    order = sorted(range(len(paths)), key=lambda i: (-paths[i].reward, i))
+    if cfg.tie_order == "released":
+        key = [p.key if p.key is not None else -p.reward for p in paths]
+    else:
+        key = [-p.reward for p in paths]
+    order = sorted(range(len(paths)), key=lambda i: (key[i], i))
     chosen, rejected = paths[order[0]], paths[order[-1]]
     if cfg.guards and cfg.min_gap is not None and chosen.reward - rejected.reward < cfg.min_gap:
         return "gap_below_min"
@@ -84,7 +90,7 @@ def build_pairs(trees: Sequence[Tree], scores: Sequence[dict], tokenizer, reward
     skipped: Counter = Counter()
     for i, (tree, sc) in enumerate(zip(trees, scores)):
         node_scores = {int(k): v for k, v in sc["nodes"].items()}
-        paths = path_rewards(tree, node_scores, reward, distinct=cfg.guards)
+        paths = path_rewards(tree, node_scores, reward, distinct=cfg.guards, order=cfg.tie_order)
         picked = select_pair(paths, cfg)
         if isinstance(picked, str):
             skipped[picked] += 1

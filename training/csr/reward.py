@@ -27,7 +27,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from training.csr.config import RewardConfig
 from training.csr.generate import Tree
@@ -53,11 +53,13 @@ def released_clip_text(text: str, parent_text: str) -> str:
     return released_whitelist(text[len(parent_text) + 3:].strip())
 
 
-def released_node_texts(tokenizer, tree: Tree, prompt_text: str, image_id: int | None) -> dict[int, str]:
+def released_node_texts(tokenizer, tree: Tree, prompt_text: str, image_id: int | None,
+                        nids: Iterable[int] | None = None) -> dict[int, str]:
     """Every node's text as the released sampler holds it: the root's is the prompt string; any other
     node's is its whole sequence (prompt, earlier sentences, this sentence with whatever followed an EOS)
     decoded without special tokens, except the image placeholder, kept once (an added, not a special,
-    token for the released tokenizer: construct.py finds "USER: <image>" in the decoded leaf text)."""
+    token for the released tokenizer: construct.py finds "USER: <image>" in the decoded leaf text).
+    nids: only these nodes (and the root)."""
     special = set(tokenizer.all_special_ids) - {image_id}
     head, prev = [], None
     for t in tree.prompt_ids:
@@ -65,7 +67,7 @@ def released_node_texts(tokenizer, tree: Tree, prompt_text: str, image_id: int |
             head.append(t)
         prev = t
     out = {0: prompt_text}
-    for node in tree.nodes[1:]:
+    for node in tree.nodes[1:] if nids is None else [tree.nodes[n] for n in sorted(set(nids) - {0})]:
         ids = head + [t for t in node.prefix_ids + node.sentence_ids if t not in special]
         out[node.id] = tokenizer.decode(ids, skip_special_tokens=False)
     return out
@@ -113,6 +115,7 @@ class PathReward:
     score: float             # rank: mean cost (lower better); value: summed reward (higher better)
     reward: float            # higher is better in both modes
     response_ids: list[int]
+    key: float | None = None  # select_pair's sort key with pairs.tie_order released, lower first (rank: score)
 
 
 def node_costs(tree: Tree, lm: dict[int, float], cos: dict[int, float], lam: float) -> dict[int, float]:
@@ -130,16 +133,18 @@ def node_costs(tree: Tree, lm: dict[int, float], cos: dict[int, float], lam: flo
     return costs
 
 
-def path_rewards(tree: Tree, scores: dict[int, dict], cfg: RewardConfig, distinct: bool = True) -> list[PathReward]:
-    """Every complete path of `tree` with its aggregated score: one entry per distinct response (the first
-    path giving it), or with `distinct=False` every path, as the released construct.py ranks them."""
+def path_rewards(tree: Tree, scores: dict[int, dict], cfg: RewardConfig, distinct: bool = True,
+                 order: str = "released") -> list[PathReward]:
+    """Every complete path of `tree` with its aggregated score, in `order` (`Tree.complete_paths`,
+    `pairs.tie_order`): one entry per distinct response (the first path giving it), or with
+    `distinct=False` every path, as the released construct.py ranks them."""
     ok = set(scorable(tree))
     if cfg.mode == "rank":
         costs = node_costs(tree, {k: v["lm"] for k, v in scores.items()},
                            {k: v["cos"] for k, v in scores.items()}, cfg.lam)
     out: list[PathReward] = []
     seen: set[tuple[int, ...]] = set()
-    for path in tree.complete_paths():
+    for path in tree.complete_paths(order):
         sents = [nid for nid in path if nid in ok]
         if not sents:
             continue  # a response with no usable sentence (a bare EOS at the root) has nothing to judge
@@ -153,7 +158,9 @@ def path_rewards(tree: Tree, scores: dict[int, dict], cfg: RewardConfig, distinc
         else:
             score = sum(value_sentence_reward(scores[s]["clip"], scores[s]["lm"], cfg.lam) for s in sents)
             reward = score
-        out.append(PathReward(path=path, sentences=sents, score=score, reward=reward, response_ids=response))
+        # rank: construct.py sorts by the mean cost itself (1 - cost can round two costs to one reward)
+        key = score if cfg.mode == "rank" else -reward
+        out.append(PathReward(path=path, sentences=sents, score=score, reward=reward, response_ids=response, key=key))
     return out
 
 

@@ -309,8 +309,9 @@ def _takes_mapping(tp: Any) -> bool:
 
 
 def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, str] | None = None,
-          prefix: str = ""):
-    """A `cls` instance from a mapping: unknown keys, wrong types and failed checks are one line each."""
+          prefix: str = "", moved_prefix: str | None = None):
+    """A `cls` instance from a mapping: unknown keys, wrong types and failed checks are one line each.
+    moved_prefix: where this section's MOVED keys now live (None = inside it; a parent's MOVED_UP)."""
     origins = origins or {}
     if not isinstance(data, dict):
         raise UserError(f"{where}: {prefix.rstrip('.') or 'config'}: expected a mapping, got {type(data).__name__}")
@@ -323,8 +324,9 @@ def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, s
         if key not in flds:
             moved = getattr(cls, "MOVED", {}).get(key)  # a key a release ago, now another field's spelling
             if moved:
-                raise UserError(f"{src}: {full}: renamed {prefix}{moved} (YAML: {moved.split('.')[0]}: "
-                                f"{{{moved.split('.', 1)[1]}: ...}}; command line: {prefix}{moved}=VALUE)")
+                to = prefix if moved_prefix is None else moved_prefix
+                raise UserError(f"{src}: {full}: renamed {to}{moved} (YAML: {moved.split('.')[0]}: "
+                                f"{{{moved.split('.', 1)[1]}: ...}}; command line: {to}{moved}=VALUE)")
             close = difflib.get_close_matches(str(key), list(flds), n=1)
             hint = f" (did you mean {prefix + close[0]!r}?)" if close else ""
             raise UserError(f"{src}: unknown key {full!r}{hint}")
@@ -337,7 +339,8 @@ def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, s
             raise UserError(f"{src}: {full}: {e}") from None
         sub = _dataclass_in(tp)
         if sub is not None and isinstance(value, dict):
-            value = build(sub, value, where, origins, prefix=f"{full}.")
+            value = build(sub, value, where, origins, prefix=f"{full}.",
+                          moved_prefix=prefix if key in getattr(cls, "MOVED_UP", ()) else None)
         kwargs[key] = value
     try:
         return cls(**kwargs)
@@ -346,7 +349,9 @@ def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, s
         field_name = head.split(".")[-1]
         # a section's own check names its bare field ("data_root: ..."): name it as the user wrote it
         shown = f"{prefix}{e}" if prefix and head == field_name and field_name in flds else str(e)
-        raise UserError(f"{_source(origins, prefix + field_name, where)}: {shown}") from None
+        src = _source(origins, prefix + field_name, where)
+        # a top-level check may name a key inside an untyped section ("train.image_aspect"): its own origin
+        raise UserError(f"{_source(origins, head, src) if not prefix else src}: {shown}") from None
     except (ValueError, TypeError) as e:
         raise UserError(f"{where}: {prefix.rstrip('.') + ': ' if prefix else ''}{' '.join(str(e).split())}") from None
 

@@ -325,6 +325,8 @@ class CSRConfig:
                                 factory=dict)
 
     MOVED = MOVED_TO_INPUTS  # top-level system_prompt: ... in a preset: one line naming inputs.system_prompt
+    # eval.system_prompt: ... names the top-level inputs.system_prompt, not eval.inputs (the loop sets that)
+    MOVED_UP = ("eval",)
 
     def __post_init__(self) -> None:
         for name in ("model", "prompts", "image_root", "clip"):

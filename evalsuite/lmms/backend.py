@@ -282,21 +282,26 @@ class EvalsuiteLMM(lmms):
         self.counts = {"generated": 0, "cached": 0}
         self.answered = {}
 
-    def _note_answers(self, items: list[_Item], out: list) -> None:
-        """Remember, per lmms task, which of this rank's docs got an empty generate_until answer (cached or
-        new; a doc lmms-eval pads in twice counts once) and the first such doc, for `answer_counts`."""
-        for it, text in zip(items, out):
-            seen = self.answered.setdefault(it.task, {"docs": {}, "sample": None})
+    def _note_answers(self, requests: list, items: list[_Item], out: list) -> None:
+        """Count, per lmms task, this rank's generate_until answers and the empty ones (cached or new), one
+        per request (a doc with several requests, or `repeats`, counts each), and keep the first empty one
+        for `answer_counts`. The requests lmms-eval adds only to even out the ranks' work (metadata
+        `__padding_only__`: evaluator.py's clones of a rank's last request, task.py's doc 0 on a rank with
+        no docs) are not counted: lmms-eval scores only each rank's own docs, so it drops their answers."""
+        for req, it, text in zip(requests, items, out):
+            if (getattr(req, "metadata", None) or {}).get("__padding_only__"):
+                continue
+            seen = self.answered.setdefault(it.task, {"total": 0, "empty": 0, "sample": None})
             empty = not str(text or "").strip()
-            seen["docs"][it.doc_id] = empty
+            seen["total"] += 1
+            seen["empty"] += empty
             if empty and seen["sample"] is None:
                 seen["sample"] = (it.doc_id, it.request.prompt, text)
 
     def answer_counts(self) -> dict[str, dict]:
         """{lmms task: {"total", "empty", "sample": (doc_id, prompt, answer) of the first empty or None}} of
         the generate_until answers this rank gave since `reset_counts` (evalsuite/lmms/task.py checks them)."""
-        return {task: {"total": len(seen["docs"]), "empty": sum(seen["docs"].values()), "sample": seen["sample"]}
-                for task, seen in self.answered.items()}
+        return {task: dict(seen) for task, seen in self.answered.items()}
 
     def _cache(self, task: str) -> ResponseCache | None:
         if self.cache_dir is None:
@@ -342,6 +347,7 @@ class EvalsuiteLMM(lmms):
     def generate_until(self, requests) -> list[str]:
         from tqdm.auto import tqdm
 
+        requests = list(requests)  # read twice: here and by _note_answers
         items, configs = [], []
         for req in requests:
             context, gen_kwargs, visual_fn, doc_id, task, split = req.args
@@ -365,7 +371,7 @@ class EvalsuiteLMM(lmms):
                         out[i] = cut_at_stop(text, until)
                     self._persist(items, chunk, out, "generate_until")
                     bar.update(len(chunk))
-        self._note_answers(items, out)
+        self._note_answers(requests, items, out)
         return out
 
     def loglikelihood(self, requests) -> list[tuple[float, bool]]:

@@ -364,14 +364,20 @@ class VllmEngine:
         with `expanded` (as `finish_generate` does)."""
         if not prompts:
             return []
+        return self.finish_next_logprobs(prompts, self.send_next_logprobs(prompts, n, check))
+
+    def send_next_logprobs(self, prompts: list[PromptIds], n: int, check: bool = False) -> int:
         images: dict[int, int] = {}
         payload = []
         for p in prompts:
             k = None if p.image is None else images.setdefault(id(p.image), len(images))
             payload.append({"ids": [int(i) for i in p.ids], "image": k})
         by_id = {id(p.image): p.image for p in prompts if p.image is not None}
-        msg = self.request("next_logprobs", prompts=payload, images=[image_payload(by_id[i]) for i in images],
-                           logprobs=int(n), prompt_ids=bool(check))
+        return self.send("next_logprobs", prompts=payload, images=[image_payload(by_id[i]) for i in images],
+                         logprobs=int(n), prompt_ids=bool(check))
+
+    def finish_next_logprobs(self, prompts: list[PromptIds], rid: int) -> list[list[list]]:
+        msg = self.receive(rid, "next_logprobs")
         for p, ran in zip(prompts, msg.get("prompt_ids") or []):
             if p.expanded is not None and list(p.expanded) != list(ran):
                 raise RunFailure(f"vLLM worker: its processor expanded a prompt to {len(ran)} tokens where the "
@@ -403,6 +409,27 @@ class VllmReplicas:
     def proc(self):
         return self.replicas[0].proc
 
+    @property
+    def running(self) -> bool:
+        return all(r.running for r in self.replicas)
+
+    @property
+    def info(self) -> dict:  # the same checkpoint and options: replica 0's vocab and limits are every one's
+        return self.replicas[0].info
+
+    @property
+    def max_logprobs(self) -> int | None:
+        return self.replicas[0].max_logprobs
+
+    @max_logprobs.setter
+    def max_logprobs(self, n: int | None) -> None:
+        for r in self.replicas:
+            r.max_logprobs = n
+
+    def _parts(self, count: int) -> list[tuple[int, int]]:
+        size = -(-count // len(self.replicas))
+        return [(i * size, min(count, (i + 1) * size)) for i in range(len(self.replicas)) if i * size < count]
+
     def start(self) -> None:
         todo = [r for r in self.replicas if not r.running]
         for r in todo:
@@ -414,11 +441,8 @@ class VllmReplicas:
         if not prompts:
             return []
         self.start()
-        n = len(self.replicas)
-        size = -(-len(prompts) // n)
-        parts = [(i * size, min(len(prompts), (i + 1) * size)) for i in range(n) if i * size < len(prompts)]
         sent = []
-        for (a, b), r in zip(parts, self.replicas):
+        for (a, b), r in zip(self._parts(len(prompts)), self.replicas):
             p = dict(params)
             if params.get("seeds"):
                 p["seeds"] = params["seeds"][a:b]
@@ -427,6 +451,15 @@ class VllmReplicas:
         for r, chunk, rid in sent:
             out.extend(r.finish_generate(chunk, rid))
         return out
+
+    def next_logprobs(self, prompts: list[PromptIds], n: int, check: bool = False) -> list[list[list]]:
+        """VllmEngine.next_logprobs split as generate_ids splits (the group beam search's op, vllm_beam.py)."""
+        if not prompts:
+            return []
+        self.start()
+        sent = [(r, prompts[a:b], r.send_next_logprobs(prompts[a:b], n, check))
+                for (a, b), r in zip(self._parts(len(prompts)), self.replicas)]
+        return [top for r, chunk, rid in sent for top in r.finish_next_logprobs(chunk, rid)]
 
     def close(self) -> None:
         for r in self.replicas:

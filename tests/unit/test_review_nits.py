@@ -101,3 +101,66 @@ def test_lmms_empty_answers_are_counted_per_request_without_rank_padding():
     lm.reset_counts()
     assert lm.generate_until([_req(0, "q0b", padding=True)]) == ["yes"]
     assert lm.answer_counts() == {}   # a rank that only padded answered nothing of its own
+
+
+class _FakeProc:
+    """A vLLM worker process as VllmEngine sees it (poll, stdin, stdout): each next_logprobs request is
+    answered with one row per prompt naming the replica and the prompt's first id; `log` records sends and
+    reads across replicas."""
+
+    def __init__(self, name, log):
+        self.name, self.log, self.answers = name, log, []
+        self.stdin = SimpleNamespace(write=self._request, flush=lambda: None)
+        self.stdout = SimpleNamespace(readline=self._answer)
+
+    def poll(self):
+        return None
+
+    def _request(self, raw: bytes):
+        import json
+
+        req = json.loads(raw)
+        assert req["op"] == "next_logprobs" and req["logprobs"] == 3
+        self.log.append(("send", self.name, len(req["prompts"])))
+        top = [[[p["ids"][0], -0.5], [self.name, -1.0]] for p in req["prompts"]]
+        ran = [[p["ids"][0], 7, 7] for p in req["prompts"]] if req["prompt_ids"] else None
+        self.answers.append(json.dumps({"id": req["id"], "top": top, "prompt_ids": ran}).encode() + b"\n")
+
+    def _answer(self):
+        self.log.append(("read", self.name))
+        return self.answers.pop(0)
+
+
+def test_vllm_replicas_next_logprobs_split_like_generate_ids(monkeypatch):
+    """vllm.data_parallel_size=2: the group beam search's next_logprobs goes to both workers (contiguous
+    parts, both sent before any answer is read), comes back in the prompts' order, and the expansion
+    check still runs per replica; the beam path's running / info / max_logprobs are the replicas'."""
+    from evalsuite.engines.vllm_engine import PromptIds, VllmReplicas
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    spec = SimpleNamespace(options=SimpleNamespace(data_parallel_size=2, tensor_parallel_size=1))
+    engine = VllmReplicas(spec, "ckpt", "bfloat16", "cuda", None)
+    assert not engine.running
+    engine.max_logprobs = 40
+    assert [r.max_logprobs for r in engine.replicas] == [40, 40]
+    log: list = []
+    for i, r in enumerate(engine.replicas):
+        r.proc, r._launched, r.info = _FakeProc(100 + i, log), True, {"vocab": 32, "max_logprobs": 40}
+    assert engine.running and engine.info["vocab"] == 32
+    from training.csr.config import TreeConfig
+    from training.csr.search import SearchSpec
+    from training.csr.vllm_expand import VllmSampler
+
+    # the sampler's checks of the worker (training/csr/vllm_expand.py) read the replicas' limits
+    need = VllmSampler(SimpleNamespace(engine=engine), TreeConfig(engine="vllm")).logprobs(SearchSpec(stop_ids=(9,)))
+    assert 0 < need <= 32
+    prompts = [PromptIds([k, 5], None, [k, 7, 7]) for k in range(5)]
+    top = engine.next_logprobs(prompts, 3, check=True)
+    assert top == [[[k, -0.5], [100 if k < 3 else 101, -1.0]] for k in range(5)]
+    assert log == [("send", 100, 3), ("send", 101, 2), ("read", 100), ("read", 101)]
+    assert engine.next_logprobs([], 3) == []
+
+    from evalsuite.errors import RunFailure
+
+    with pytest.raises(RunFailure, match="expanded a prompt to 3 tokens where the checkpoint's processor gives 2"):
+        engine.next_logprobs([PromptIds([1, 5], None, [1, 7])], 3, check=True)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from training.csr.config import RewardConfig
-from training.csr.reward import clip_texts, released_clip_text, released_whitelist, score_trees
+from training.csr.clean import released_whitelist
+from training.csr.reward import clip_texts, released_clip_text, score_trees
 from training.csr.search import Hyp
 
 SYSTEM = ("A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, "

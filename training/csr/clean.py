@@ -25,6 +25,7 @@ tests/unit/test_csr_clean.py compares the `released` set with the released funct
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 # ------------------------------------------------------------------ released
 _R_FOREIGN = re.compile("[\u3130-\u318f\uac00-\ud7af\u0400-\u04ff\u3040-\u30ff]")
@@ -35,11 +36,40 @@ _R_CHAR_REPEAT = re.compile(r"(.)(?:\s*\1){10,}")
 _R_LITERALS = ("t" * 11, "s" * 11, ", " * 12 + ",", "'" * 10)
 
 
+# The released whitelist (docs/csr-fidelity.md, "Sentence text CLIP scores"): word characters, whitespace and the
+# characters below survive, everything else is deleted. "-", "@", "~", "`", "|" and "\\" are not among
+# them (the released character class spans '"' to '(' where a literal "-" was probably meant).
+CLIP_KEEP = " !\"#$%&'()*+,./:;<=>?[]^{}\u20ac\u00a3\u00b0\u2122\u00a9\u00ae\u266b\u266a\u03c0\u221a"
+_CLIP_DROP = re.compile("[^\\w\\s" + re.escape(CLIP_KEEP) + "]+")
+
+
+def released_whitelist(text: str) -> str:
+    return _CLIP_DROP.sub("", text)
+
+
+def released_node_texts(tokenizer, tree, prompt_text: str, image_id: int | None,
+                        nids: Iterable[int] | None = None) -> dict[int, str]:
+    """Every node's text (of a `generate.Tree`) as the released sampler holds it: the root's is the prompt string; any other
+    node's is its whole sequence (prompt, earlier sentences, this sentence with whatever followed an EOS)
+    decoded without special tokens, except the image placeholder, kept once (an added, not a special,
+    token for the released tokenizer: construct.py finds "USER: <image>" in the decoded leaf text).
+    nids: only these nodes (and the root)."""
+    special = set(tokenizer.all_special_ids) - {image_id}
+    head, prev = [], None
+    for t in tree.prompt_ids:
+        if t not in special and not (t == image_id and prev == image_id):
+            head.append(t)
+        prev = t
+    out = {0: prompt_text}
+    for node in tree.nodes[1:] if nids is None else [tree.nodes[n] for n in sorted(set(nids) - {0})]:
+        ids = head + [t for t in node.prefix_ids + node.sentence_ids if t not in special]
+        out[node.id] = tokenizer.decode(ids, skip_special_tokens=False)
+    return out
+
+
 def released_new_text(text: str, parent_text: str) -> str:
     """The text the released filters (and its CLIP) read for a node: `text` past len(parent_text) + 3
     characters, stripped, whitelisted; with an empty parent text the whole text, whitelisted, unstripped."""
-    from training.csr.reward import released_whitelist
-
     return released_whitelist(text[len(parent_text) + 3:].strip() if parent_text else text)
 
 

@@ -25,24 +25,6 @@ MAX_STEPS = 60  # ~13 steps/s on one CPU thread: a signal right after step 1 lan
 CSR_STEPS = 30  # in-process: the signal follows step 1 within milliseconds
 
 
-@pytest.fixture(scope="module")
-def pairs(world_dir, tmp_path_factory) -> Path:
-    """8 DPO pairs (chosen = an image's first caption, rejected = the next image's) + the same as SFT data."""
-    caps = json.loads((world_dir / "annotations" / "captions_train.json").read_text())
-    files = {im["id"]: f"images/train/{im['file_name']}" for im in caps["images"]}
-    first: dict = {}
-    for a in caps["annotations"]:
-        first.setdefault(a["image_id"], a["caption"])
-    rows = sorted(first.items())[:8]
-    d = tmp_path_factory.mktemp("signal")
-    (d / "pairs.json").write_text(json.dumps([{"image": files[i], "prompt": "describe the image.", "chosen": c,
-                                               "rejected": rows[(k + 1) % 8][1]} for k, (i, c) in enumerate(rows)]))
-    (d / "sft.json").write_text(json.dumps([{"image": files[i], "conversations": [
-        {"from": "user", "value": "<image>\ndescribe the image."}, {"from": "assistant", "value": c}]}
-        for i, c in rows]))
-    return d / "pairs.json"
-
-
 def _argv(tiny_vlm_dir, world_dir, pairs, out, *extra):
     return ["--config", TINY_YAML, "--model_name_or_path", str(tiny_vlm_dir), "--data_path", str(pairs),
             "--image_root", str(world_dir), "--output_dir", str(out), "--max_steps", str(MAX_STEPS), *extra]

@@ -316,10 +316,10 @@ def load_config(source: Any = None, dry_run: bool = False) -> TrainConfig:
 
 def resume_checkpoint(cfg: TrainConfig) -> str | None:
     """`resume_from_checkpoint` as VL-RLHF's bool flag or HF's path: true -> the latest complete checkpoint-N
-    in output_dir (training/checkpoints.py: half-written folders skipped; an error when there is none, or
+    in output_dir (training/resume.py: half-written folders skipped; an error when there is none, or
     when the latest holds the weights only), false/empty -> None, anything else -> that path, which must be
     complete too (transformers would resume a weights-only folder with a fresh optimizer and LR schedule)."""
-    from training.checkpoints import checkpoint_problem, latest_checkpoint
+    from training.resume import checkpoint_problem, latest_checkpoint
 
     value = cfg.resume_from_checkpoint
     if value is None or str(value).strip().lower() in ("", "false", "none"):

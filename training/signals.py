@@ -21,7 +21,7 @@ run keeps only its periodic checkpoint-N folders. Here:
   in a non-interactive shell) stays ignored: no handler is installed for it.
 - `save_strategy: best`: the Trainer drops a save at an evaluation whose metric is not the best; the
   signal's save is then asked for again at the epoch's end (before the loop returns), so it still happens.
-- `save_only_model`: the folder holds the weights only, which cannot be resumed (training/checkpoints.py);
+- `save_only_model`: the folder holds the weights only, which cannot be resumed (training/resume.py);
   the one line says so instead of the hint.
 - a signal after the last step's end (the run's own closing save/log): no step end sees it; the
   previous handler's behaviour applies as the run returns (exit 143 / 130, nothing merged).
@@ -158,7 +158,7 @@ def save_on_signal(trainer, enabled: bool = True, hint: str = ""):
 
         Dist.current().barrier()  # no rank exits (torchrun would then kill the rest) before rank 0 has saved
         if trainer.args.should_save:
-            from training.checkpoints import WEIGHTS_ONLY, checkpoint_problem
+            from training.resume import WEIGHTS_ONLY, checkpoint_problem
 
             if checkpoint_problem(callback.saved) == WEIGHTS_ONLY:
                 hint = f" ({WEIGHTS_ONLY})"
@@ -170,10 +170,10 @@ def save_on_signal(trainer, enabled: bool = True, hint: str = ""):
 
 
 def resumable_checkpoint(out: Path, cfg) -> str | None:
-    """The latest complete checkpoint-N in `out` (training/checkpoints.py) of a run with cfg's own
+    """The latest complete checkpoint-N in `out` (training/resume.py) of a run with cfg's own
     configuration (OUTPUT_DIR/train_run.json, training/outdir.py), else None: the CSR loop then removes
     `out` and trains afresh, which one log line says (with why) when `out` holds anything."""
-    from training.checkpoints import latest_checkpoint
+    from training.resume import latest_checkpoint
     from training.outdir import same_run_config
 
     out = Path(out)

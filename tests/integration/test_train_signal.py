@@ -144,19 +144,27 @@ def test_sigint_during_sft_saves_checkpoint_exits_130(tiny_vlm_dir, world_dir, p
 def test_signal_save_follows_save_total_limit_and_save_only_model(tiny_vlm_dir, world_dir, pairs, tmp_path, capsys):
     """The signal's save is the Trainer's own: with periodic saves every step, `save_total_limit 1` leaves
     the signal's checkpoint alone (and removes the step before it) and `save_only_model` leaves out
-    optimizer, scheduler and RNG state."""
+    optimizer, scheduler and RNG state. Such a folder is not resumable (transformers would restart the
+    optimizer and LR schedule silently): the line says so, and `--resume_from_checkpoint true` refuses it."""
     out = tmp_path / "limit"
+    argv = _argv(tiny_vlm_dir, world_dir, pairs, out, "--save_strategy", "steps", "--save_steps", "1",
+                 "--save_total_limit", "1", "--save_only_model", "true")
     with _signal_in_process(out, signal.SIGTERM, steps=3), pytest.raises(SystemExit) as e:
-        train_main(_argv(tiny_vlm_dir, world_dir, pairs, out, "--save_strategy", "steps", "--save_steps", "1",
-                         "--save_total_limit", "1", "--save_only_model", "true"))
+        train_main(argv)
     assert e.value.code == 143
     [ckpt] = _checkpoints(out)
     step = int(ckpt.name.split("-")[1])
     assert step >= 3
-    assert f"train.py: terminated at step {step}: saved {ckpt}" in capsys.readouterr().err
+    assert (f"train.py: terminated at step {step}: saved {ckpt} (weights only (save_only_model): not resumable)"
+            in capsys.readouterr().err)
     assert json.loads((ckpt / "trainer_state.json").read_text())["global_step"] == step
     assert (ckpt / "adapter_model.safetensors").is_file()
     assert not [p.name for p in ckpt.iterdir() if p.suffix in (".pt", ".pth")]
+
+    assert train_main([*argv, "--resume_from_checkpoint", "true"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"train.py: error: resume_from_checkpoint: true, but {ckpt}: weights only (save_only_model): not resumable "
+        "(no optimizer/scheduler state)"]
 
 
 def test_switch_off_stops_at_once_without_a_checkpoint(tiny_vlm_dir, world_dir, pairs, tmp_path, capsys):

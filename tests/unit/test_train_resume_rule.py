@@ -1,4 +1,4 @@
-"""Which checkpoint-N a run continues from (training/checkpoints.py), one rule for `--resume_from_checkpoint`
+"""Which checkpoint-N a run continues from (training/resume.py), one rule for `--resume_from_checkpoint`
 and the CSR loop (training/signals.py `resumable_checkpoint`): complete = trainer_state.json + weights +
 optimizer + scheduler state; a half-written latest folder is skipped with one log line, a weights-only one
 (`save_only_model`: transformers would resume it with a fresh optimizer and LR schedule, silently) is
@@ -11,7 +11,7 @@ import logging
 import pytest
 
 from evalsuite.errors import UserError
-from training.checkpoints import WEIGHTS_ONLY, checkpoint_problem, latest_checkpoint
+from training.resume import WEIGHTS_ONLY, checkpoint_problem, latest_checkpoint
 from training.config import load_config, resume_checkpoint
 from training.outdir import MARKER, _fingerprint, owned_output_dir
 from training.signals import resumable_checkpoint
@@ -49,7 +49,7 @@ def test_a_half_written_latest_folder_is_skipped_with_one_line(tmp_path, caplog)
     _ckpt(tmp_path, 9, *FULL)
     (tmp_path / "checkpoint-9" / "adapter_model.safetensors").unlink()
     (tmp_path / "checkpoint-x").mkdir()
-    with caplog.at_level(logging.WARNING, "training.checkpoints"):
+    with caplog.at_level(logging.WARNING, "training.resume"):
         assert latest_checkpoint(tmp_path) == (good, "")
     assert [r.getMessage() for r in caplog.records] == [
         f"{tmp_path / 'checkpoint-12'}: half-written (no trainer_state.json); skipped",

@@ -167,6 +167,27 @@ def test_signal_save_follows_save_total_limit_and_save_only_model(tiny_vlm_dir, 
         "(no optimizer/scheduler state)"]
 
 
+def test_signal_on_an_eval_step_that_is_not_the_best_still_saves(tiny_vlm_dir, world_dir, pairs, tmp_path, capsys):
+    """`save_strategy: best` with an evaluation every step and a learning rate too small to move any weight
+    (1e-30: the eval loss is the same at every step, so only step 1 is a new best): the Trainer drops the
+    save at the signal's step (should_save = is_new_best_metric); the signal's save is made all the same."""
+    out = tmp_path / "best"
+    argv = _argv(tiny_vlm_dir, world_dir, pairs, out, "--eval_split", "0.25", "--eval_strategy", "steps",
+                 "--eval_steps", "1", "--save_strategy", "best", "--metric_for_best_model", "eval_loss",
+                 "--learning_rate", "1e-30")
+    with _signal_in_process(out, signal.SIGTERM, steps=3), pytest.raises(SystemExit) as e:
+        train_main(argv)
+    assert e.value.code == 143
+    first, ckpt = _checkpoints(out)                # step 1's (the best) and the signal's
+    step = int(ckpt.name.split("-")[1])
+    assert first.name == "checkpoint-1" and step >= 3
+    _assert_complete(ckpt, step)
+    assert f"train.py: terminated at step {step}: saved {ckpt}" in capsys.readouterr().err
+    evals = [r["eval_loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+             if "eval_loss" in r]
+    assert len(evals) >= step and len(set(evals)) == 1   # no later step was a new best
+
+
 def test_switch_off_stops_at_once_without_a_checkpoint(tiny_vlm_dir, world_dir, pairs, tmp_path, capsys):
     """In-process (the subprocess path is the test above's): the old behaviour, interrupt_exit's line."""
     out = tmp_path / "off"

@@ -163,8 +163,8 @@ def test_signal_save_follows_save_total_limit_and_save_only_model(tiny_vlm_dir, 
 
     assert train_main([*argv, "--resume_from_checkpoint", "true"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"train.py: error: resume_from_checkpoint: true, but {ckpt}: weights only (save_only_model): not resumable "
-        "(no optimizer/scheduler state)"]
+        (f"train.py: error: resume_from_checkpoint: true, but {ckpt}: weights only (save_only_model): not resumable "
+         "(no optimizer/scheduler state)")]
 
 
 def test_signal_on_an_eval_step_that_is_not_the_best_still_saves(tiny_vlm_dir, world_dir, pairs, tmp_path, capsys):
@@ -261,11 +261,9 @@ def _rank_pid(parent: int, rank: int) -> int | None:
     return next((pid for pid, env in _children(parent).items() if f"RANK={rank}".encode() in env), None)
 
 
-@pytest.mark.slow
-def test_ddp_signal_to_one_rank_stops_both_at_the_same_step(tiny_vlm_dir, world_dir, pairs, tmp_path):
-    """torchrun, 2 ranks (gloo): SIGTERM to rank 1 alone. The flag is OR-reduced at each step end, so both
-    ranks stop after the same step, rank 0 writes checkpoint-N and every worker exits 143 (no rank is
-    left waiting in a collective: the run ends well within the timeout)."""
+def _torchrun_signalled(tiny_vlm_dir, world_dir, pairs, tmp_path, send) -> tuple[Path, str]:
+    """torchrun, 2 ranks (gloo), max_steps 400: `send(torchrun's pid)` once both ranks logged a step;
+    (output_dir, torchrun's stderr). A hung run is killed with its workers."""
     import shutil
 
     from tests.conftest import free_port
@@ -286,9 +284,7 @@ def test_ddp_signal_to_one_rank_stops_both_at_the_same_step(tiny_vlm_dir, world_
                 assert proc.poll() is None, err.read_text()[-3000:]
                 assert time.time() < deadline, "no step logged in 300 s"
                 time.sleep(0.05)
-            pid = _rank_pid(proc.pid, 1)
-            assert pid, "rank 1's process not found"
-            os.kill(pid, signal.SIGTERM)
+            send(proc.pid)
             proc.wait(timeout=120)
         finally:
             if proc.poll() is None:   # hung: its workers too (torchrun starts them in sessions of their own)
@@ -298,7 +294,20 @@ def test_ddp_signal_to_one_rank_stops_both_at_the_same_step(tiny_vlm_dir, world_
                 for pid in workers:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
-    text = err.read_text()
+    return out, err.read_text()
+
+
+@pytest.mark.slow
+def test_ddp_signal_to_one_rank_stops_both_at_the_same_step(tiny_vlm_dir, world_dir, pairs, tmp_path):
+    """torchrun, 2 ranks (gloo): SIGTERM to rank 1 alone. The flag is OR-reduced at each step end, so both
+    ranks stop after the same step, rank 0 writes checkpoint-N and every worker exits 143 (no rank is
+    left waiting in a collective: the run ends well within the timeout)."""
+    def send(parent):
+        pid = _rank_pid(parent, 1)
+        assert pid, "rank 1's process not found"
+        os.kill(pid, signal.SIGTERM)
+
+    out, text = _torchrun_signalled(tiny_vlm_dir, world_dir, pairs, tmp_path, send)
     [ckpt] = _checkpoints(out)
     step = int(ckpt.name.split("-")[1])
     assert 1 <= step < 400
@@ -307,3 +316,23 @@ def test_ddp_signal_to_one_rank_stops_both_at_the_same_step(tiny_vlm_dir, world_
     rank1 = [r["step"] for r in map(json.loads, (out / "metrics.rank1.jsonl").read_text().splitlines()) if "loss" in r]
     assert _logged_steps(out)[-1] == rank1[-1] == step
     assert "exitcode  : 143" in text or "exitcode: 143" in text, text[-3000:]
+
+
+@pytest.mark.slow
+def test_ddp_slurm_style_signal_reaches_each_worker_twice_and_is_one_request(tiny_vlm_dir, world_dir, pairs,
+                                                                              tmp_path):
+    """What Slurm does at preemption: SIGTERM to every process of the step, torchrun's agent (which forwards
+    it to each worker) and the workers themselves, so each worker gets it twice within milliseconds. The
+    copy is the same request (training/signals.py REPEAT_WINDOW_S), not a second "stop at once": the
+    checkpoint is saved."""
+    def send(parent):
+        workers = [_rank_pid(parent, r) for r in (0, 1)]
+        assert all(workers), "a worker's process not found"
+        for pid in (parent, *workers):
+            os.kill(pid, signal.SIGTERM)
+
+    out, text = _torchrun_signalled(tiny_vlm_dir, world_dir, pairs, tmp_path, send)
+    [ckpt] = _checkpoints(out)
+    step = int(ckpt.name.split("-")[1])
+    _assert_complete(ckpt, step, ranks=2)
+    assert f"train.py: terminated at step {step}: saved {ckpt}" in text, text[-3000:]

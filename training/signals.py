@@ -43,8 +43,8 @@ log = logging.getLogger(__name__)
 
 # The same signal again within this many seconds is the first one delivered twice (Slurm signals every
 # process of the step and torchrun's agent forwards SIGTERM/SIGINT to each worker: both arrive within
-# milliseconds), not a second request. Long enough for any fan-out, far below the grace periods (30 s and
-# up) within which a person's deliberate second Ctrl-C / kill would matter.
+# milliseconds), not a second request. Far longer than any fan-out; the cost: a person's deliberate second
+# Ctrl-C / kill within 5 s of the first is taken as the same request, one later than that stops at once.
 REPEAT_WINDOW_S = 5.0
 
 EXIT_CODE = {signal.SIGTERM: 143, signal.SIGINT: 130}
@@ -173,8 +173,8 @@ def resumable_checkpoint(out: Path, cfg) -> str | None:
     """The latest complete checkpoint-N in `out` (training/resume.py) of a run with cfg's own
     configuration (OUTPUT_DIR/train_run.json, training/outdir.py), else None: the CSR loop then removes
     `out` and trains afresh, which one log line says (with why) when `out` holds anything."""
-    from training.resume import latest_checkpoint
     from training.outdir import same_run_config
+    from training.resume import latest_checkpoint
 
     out = Path(out)
     if not out.is_dir() or not any(out.iterdir()):

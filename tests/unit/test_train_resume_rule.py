@@ -11,9 +11,9 @@ import logging
 import pytest
 
 from evalsuite.errors import UserError
-from training.resume import WEIGHTS_ONLY, checkpoint_problem, latest_checkpoint
 from training.config import load_config, resume_checkpoint
 from training.outdir import MARKER, _fingerprint, owned_output_dir
+from training.resume import WEIGHTS_ONLY, checkpoint_problem, latest_checkpoint
 from training.signals import resumable_checkpoint
 
 

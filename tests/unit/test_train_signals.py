@@ -234,11 +234,14 @@ def test_reduce_max_in_one_process_is_the_value():
 def test_the_demo_sft_stage_has_its_own_hint(tmp_path, monkeypatch):
     """A demo rerun runs its SFT stage with no resume_from_checkpoint (from step 0), so the signal's line
     says that, not train.py's `--resume_from_checkpoint true`."""
-    import training.demo as demo
-    import training.trainers.sft as sft
-    from evalsuite.kit import tiny
+    from pathlib import Path
 
-    cfg = demo.DemoConfig.from_yaml("configs/demo_tiny.yaml", [f"output_dir={tmp_path}"])
+    from evalsuite.kit import tiny
+    from training import demo
+    from training.trainers import sft
+
+    preset = Path(__file__).resolve().parents[2] / "configs" / "demo_tiny.yaml"
+    cfg = demo.DemoConfig.from_yaml(preset, [f"output_dir={tmp_path}"])
     tcfg = cfg.sft_config(tmp_path / "init", tmp_path / "sft.json", tmp_path, tmp_path / "base", portable=True)
     assert not tcfg.resume_from_checkpoint
     seen = {}

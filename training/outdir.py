@@ -7,7 +7,8 @@
   an flock, dropped by the kernel when its holder dies, kill -9 included).
 - A folder holding the training artefacts of a run with another configuration (checkpoint-N, metrics,
   adapter, the merged checkpoint) is refused unless `--resume_from_checkpoint` is set; the same
-  configuration is the same run (started again). Files the project did not write are left alone.
+  configuration is the same run (started again; a train_run.json written before the prompt settings
+  moved into `inputs:` is compared in today's spelling). Files the project did not write are left alone.
 - An existing merged checkpoint folder is replaced only when it is one evalsuite wrote (it holds an
   evalsuite.json manifest); a folder of the user's is refused before training starts.
 

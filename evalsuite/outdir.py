@@ -50,6 +50,9 @@ def _upgraded(config):
     return config
 
 
+upgraded_config = _upgraded  # public: training/outdir.py reads its train_run.json the same way
+
+
 class OutputDir:
     def __init__(self, path: str | os.PathLike, flag: str = "--output"):
         self.path = Path(path)

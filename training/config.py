@@ -337,15 +337,20 @@ def load_config(source: Any = None, dry_run: bool = False) -> TrainConfig:
 
 
 def resume_checkpoint(cfg: TrainConfig) -> str | None:
-    """`resume_from_checkpoint` as VL-RLHF's bool flag or HF's path: true -> the latest checkpoint-N in
-    output_dir (an error when there is none), false/empty -> None, anything else -> that path."""
+    """`resume_from_checkpoint` as VL-RLHF's bool flag or HF's path: true -> the latest complete checkpoint-N
+    in output_dir (training/resume.py: half-written folders skipped; an error when there is none, or
+    when the latest holds the weights only), false/empty -> None, anything else -> that path, which must be
+    complete too (transformers would resume a weights-only folder with a fresh optimizer and LR schedule)."""
+    from training.resume import checkpoint_problem, latest_checkpoint
+
     value = cfg.resume_from_checkpoint
     if value is None or str(value).strip().lower() in ("", "false", "none"):
         return None
     if str(value).strip().lower() != "true":
         _require(Path(value).is_dir(), "resume_from_checkpoint", f"no such checkpoint directory {str(value)!r}")
+        why = checkpoint_problem(value)
+        _require(why is None, "resume_from_checkpoint", f"{value}: {why}")
         return str(value)
-    out = Path(cfg.output_dir)
-    found = [p for p in out.glob("checkpoint-*") if p.is_dir() and p.name.split("-", 1)[1].isdigit()] if out.is_dir() else []
-    _require(bool(found), "resume_from_checkpoint", f"true, but {str(out)!r} holds no checkpoint-N directory")
-    return str(max(found, key=lambda p: int(p.name.split("-", 1)[1])))
+    found, why = latest_checkpoint(cfg.output_dir)
+    _require(found is not None, "resume_from_checkpoint", f"true, but {why}")
+    return str(found)

@@ -7,7 +7,8 @@
   an flock, dropped by the kernel when its holder dies, kill -9 included).
 - A folder holding the training artefacts of a run with another configuration (checkpoint-N, metrics,
   adapter, the merged checkpoint) is refused unless `--resume_from_checkpoint` is set; the same
-  configuration is the same run (started again). Files the project did not write are left alone.
+  configuration is the same run (started again; a train_run.json written before the prompt settings
+  moved into `inputs:` is compared in today's spelling). Files the project did not write are left alone.
 - An existing merged checkpoint folder is replaced only when it is one evalsuite wrote (it holds an
   evalsuite.json manifest); a folder of the user's is refused before training starts.
 
@@ -40,6 +41,23 @@ def _is_main_process() -> bool:
     return int(os.environ.get("RANK", "0") or 0) == 0
 
 
+def same_run_config(out: Path, cfg) -> tuple[bool, str]:
+    """(whether OUT/train_run.json records cfg's configuration, why not in a few words). A marker written
+    before the prompt settings moved into `inputs:` is read in today's spelling (evalsuite/outdir.py)."""
+    from evalsuite.outdir import differences, upgraded_config
+
+    try:
+        old = json.loads((Path(out) / MARKER).read_text(encoding="utf-8"))["config"]
+    except FileNotFoundError:
+        return False, f"no {MARKER}"
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return False, f"{MARKER} unreadable ({e})"
+    diff = differences(upgraded_config(old), _fingerprint(cfg))
+    if diff:
+        return False, f"a run of another configuration: {', '.join(diff[:4])}{', ...' if len(diff) > 4 else ''} differ"
+    return True, ""
+
+
 def training_artefacts(out: Path) -> list[str]:
     """Names in `out` that a training run writes (what another run's start would overwrite)."""
     if not out.is_dir():
@@ -62,7 +80,7 @@ def owned_output_dir(cfg):
     """Hold OUTPUT_DIR for the duration of a training run (see the module docstring); ranks > 0 only check."""
     import fcntl
 
-    from evalsuite.outdir import differences
+    from evalsuite.outdir import differences, upgraded_config
 
     out = Path(cfg.output_dir)
     if cfg.save_merged:
@@ -96,7 +114,7 @@ def owned_output_dir(cfg):
                 raise UserError(f"output_dir {out}: holds a training run's files ({', '.join(artefacts[:3])}) "
                                 "of unknown configuration; pass another directory, or --resume_from_checkpoint "
                                 "true to continue it")
-            diff = differences(old["config"], mine)
+            diff = differences(upgraded_config(old["config"]), mine)
             if diff:
                 shown = ", ".join(diff[:4]) + (", ..." if len(diff) > 4 else "")
                 raise UserError(f"output_dir {out}: holds a training run of another configuration ({shown} "

@@ -25,25 +25,6 @@ REPO = Path(__file__).resolve().parents[2]
 TINY_YAML = str(REPO / "configs" / "train" / "tiny_cpu.yaml")
 
 
-@pytest.fixture(scope="module")
-def pairs(world_dir, tmp_path_factory) -> Path:
-    """8 pairs: chosen = an image's first caption, rejected = the next image's."""
-    caps = json.loads((world_dir / "annotations" / "captions_train.json").read_text())
-    files = {im["id"]: f"images/train/{im['file_name']}" for im in caps["images"]}
-    first: dict = {}
-    for a in caps["annotations"]:
-        first.setdefault(a["image_id"], a["caption"])
-    rows = sorted(first.items())[:8]
-    data = [{"image": files[i], "prompt": "describe the image.", "chosen": c, "rejected": rows[(k + 1) % 8][1]}
-            for k, (i, c) in enumerate(rows)]
-    d = tmp_path_factory.mktemp("resume")
-    (d / "pairs.json").write_text(json.dumps(data))
-    sft = [{"image": files[i], "conversations": [{"from": "user", "value": "<image>\ndescribe the image."},
-                                                 {"from": "assistant", "value": c}]} for i, c in rows]
-    (d / "sft.json").write_text(json.dumps(sft))
-    return d / "pairs.json"
-
-
 def _train(tiny_vlm_dir, world_dir, pairs, out: Path, max_steps: int, *extra: str) -> None:
     argv = ["--config", TINY_YAML, "--model_name_or_path", str(tiny_vlm_dir), "--data_path", str(pairs),
             "--image_root", str(world_dir), "--output_dir", str(out), "--max_steps", str(max_steps),

@@ -25,24 +25,6 @@ MAX_STEPS = 60  # ~13 steps/s on one CPU thread: a signal right after step 1 lan
 CSR_STEPS = 30  # in-process: the signal follows step 1 within milliseconds
 
 
-@pytest.fixture(scope="module")
-def pairs(world_dir, tmp_path_factory) -> Path:
-    """8 DPO pairs (chosen = an image's first caption, rejected = the next image's) + the same as SFT data."""
-    caps = json.loads((world_dir / "annotations" / "captions_train.json").read_text())
-    files = {im["id"]: f"images/train/{im['file_name']}" for im in caps["images"]}
-    first: dict = {}
-    for a in caps["annotations"]:
-        first.setdefault(a["image_id"], a["caption"])
-    rows = sorted(first.items())[:8]
-    d = tmp_path_factory.mktemp("signal")
-    (d / "pairs.json").write_text(json.dumps([{"image": files[i], "prompt": "describe the image.", "chosen": c,
-                                               "rejected": rows[(k + 1) % 8][1]} for k, (i, c) in enumerate(rows)]))
-    (d / "sft.json").write_text(json.dumps([{"image": files[i], "conversations": [
-        {"from": "user", "value": "<image>\ndescribe the image."}, {"from": "assistant", "value": c}]}
-        for i, c in rows]))
-    return d / "pairs.json"
-
-
 def _argv(tiny_vlm_dir, world_dir, pairs, out, *extra):
     return ["--config", TINY_YAML, "--model_name_or_path", str(tiny_vlm_dir), "--data_path", str(pairs),
             "--image_root", str(world_dir), "--output_dir", str(out), "--max_steps", str(MAX_STEPS), *extra]
@@ -162,19 +144,48 @@ def test_sigint_during_sft_saves_checkpoint_exits_130(tiny_vlm_dir, world_dir, p
 def test_signal_save_follows_save_total_limit_and_save_only_model(tiny_vlm_dir, world_dir, pairs, tmp_path, capsys):
     """The signal's save is the Trainer's own: with periodic saves every step, `save_total_limit 1` leaves
     the signal's checkpoint alone (and removes the step before it) and `save_only_model` leaves out
-    optimizer, scheduler and RNG state."""
+    optimizer, scheduler and RNG state. Such a folder is not resumable (transformers would restart the
+    optimizer and LR schedule silently): the line says so, and `--resume_from_checkpoint true` refuses it."""
     out = tmp_path / "limit"
+    argv = _argv(tiny_vlm_dir, world_dir, pairs, out, "--save_strategy", "steps", "--save_steps", "1",
+                 "--save_total_limit", "1", "--save_only_model", "true")
     with _signal_in_process(out, signal.SIGTERM, steps=3), pytest.raises(SystemExit) as e:
-        train_main(_argv(tiny_vlm_dir, world_dir, pairs, out, "--save_strategy", "steps", "--save_steps", "1",
-                         "--save_total_limit", "1", "--save_only_model", "true"))
+        train_main(argv)
     assert e.value.code == 143
     [ckpt] = _checkpoints(out)
     step = int(ckpt.name.split("-")[1])
     assert step >= 3
-    assert f"train.py: terminated at step {step}: saved {ckpt}" in capsys.readouterr().err
+    assert (f"train.py: terminated at step {step}: saved {ckpt} (weights only (save_only_model): not resumable)"
+            in capsys.readouterr().err)
     assert json.loads((ckpt / "trainer_state.json").read_text())["global_step"] == step
     assert (ckpt / "adapter_model.safetensors").is_file()
     assert not [p.name for p in ckpt.iterdir() if p.suffix in (".pt", ".pth")]
+
+    assert train_main([*argv, "--resume_from_checkpoint", "true"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        (f"train.py: error: resume_from_checkpoint: true, but {ckpt}: weights only (save_only_model): not resumable "
+         "(no optimizer/scheduler state)")]
+
+
+def test_signal_on_an_eval_step_that_is_not_the_best_still_saves(tiny_vlm_dir, world_dir, pairs, tmp_path, capsys):
+    """`save_strategy: best` with an evaluation every step and a learning rate too small to move any weight
+    (1e-30: the eval loss is the same at every step, so only step 1 is a new best): the Trainer drops the
+    save at the signal's step (should_save = is_new_best_metric); the signal's save is made all the same."""
+    out = tmp_path / "best"
+    argv = _argv(tiny_vlm_dir, world_dir, pairs, out, "--eval_split", "0.25", "--eval_strategy", "steps",
+                 "--eval_steps", "1", "--save_strategy", "best", "--metric_for_best_model", "eval_loss",
+                 "--learning_rate", "1e-30")
+    with _signal_in_process(out, signal.SIGTERM, steps=3), pytest.raises(SystemExit) as e:
+        train_main(argv)
+    assert e.value.code == 143
+    first, ckpt = _checkpoints(out)                # step 1's (the best) and the signal's
+    step = int(ckpt.name.split("-")[1])
+    assert first.name == "checkpoint-1" and step >= 3
+    _assert_complete(ckpt, step)
+    assert f"train.py: terminated at step {step}: saved {ckpt}" in capsys.readouterr().err
+    evals = [r["eval_loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+             if "eval_loss" in r]
+    assert len(evals) >= step and len(set(evals)) == 1   # no later step was a new best
 
 
 def test_switch_off_stops_at_once_without_a_checkpoint(tiny_vlm_dir, world_dir, pairs, tmp_path, capsys):
@@ -250,11 +261,9 @@ def _rank_pid(parent: int, rank: int) -> int | None:
     return next((pid for pid, env in _children(parent).items() if f"RANK={rank}".encode() in env), None)
 
 
-@pytest.mark.slow
-def test_ddp_signal_to_one_rank_stops_both_at_the_same_step(tiny_vlm_dir, world_dir, pairs, tmp_path):
-    """torchrun, 2 ranks (gloo): SIGTERM to rank 1 alone. The flag is OR-reduced at each step end, so both
-    ranks stop after the same step, rank 0 writes checkpoint-N and every worker exits 143 (no rank is
-    left waiting in a collective: the run ends well within the timeout)."""
+def _torchrun_signalled(tiny_vlm_dir, world_dir, pairs, tmp_path, send) -> tuple[Path, str]:
+    """torchrun, 2 ranks (gloo), max_steps 400: `send(torchrun's pid)` once both ranks logged a step;
+    (output_dir, torchrun's stderr). A hung run is killed with its workers."""
     import shutil
 
     from tests.conftest import free_port
@@ -275,9 +284,7 @@ def test_ddp_signal_to_one_rank_stops_both_at_the_same_step(tiny_vlm_dir, world_
                 assert proc.poll() is None, err.read_text()[-3000:]
                 assert time.time() < deadline, "no step logged in 300 s"
                 time.sleep(0.05)
-            pid = _rank_pid(proc.pid, 1)
-            assert pid, "rank 1's process not found"
-            os.kill(pid, signal.SIGTERM)
+            send(proc.pid)
             proc.wait(timeout=120)
         finally:
             if proc.poll() is None:   # hung: its workers too (torchrun starts them in sessions of their own)
@@ -287,7 +294,20 @@ def test_ddp_signal_to_one_rank_stops_both_at_the_same_step(tiny_vlm_dir, world_
                 for pid in workers:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
-    text = err.read_text()
+    return out, err.read_text()
+
+
+@pytest.mark.slow
+def test_ddp_signal_to_one_rank_stops_both_at_the_same_step(tiny_vlm_dir, world_dir, pairs, tmp_path):
+    """torchrun, 2 ranks (gloo): SIGTERM to rank 1 alone. The flag is OR-reduced at each step end, so both
+    ranks stop after the same step, rank 0 writes checkpoint-N and every worker exits 143 (no rank is
+    left waiting in a collective: the run ends well within the timeout)."""
+    def send(parent):
+        pid = _rank_pid(parent, 1)
+        assert pid, "rank 1's process not found"
+        os.kill(pid, signal.SIGTERM)
+
+    out, text = _torchrun_signalled(tiny_vlm_dir, world_dir, pairs, tmp_path, send)
     [ckpt] = _checkpoints(out)
     step = int(ckpt.name.split("-")[1])
     assert 1 <= step < 400
@@ -296,3 +316,23 @@ def test_ddp_signal_to_one_rank_stops_both_at_the_same_step(tiny_vlm_dir, world_
     rank1 = [r["step"] for r in map(json.loads, (out / "metrics.rank1.jsonl").read_text().splitlines()) if "loss" in r]
     assert _logged_steps(out)[-1] == rank1[-1] == step
     assert "exitcode  : 143" in text or "exitcode: 143" in text, text[-3000:]
+
+
+@pytest.mark.slow
+def test_ddp_slurm_style_signal_reaches_each_worker_twice_and_is_one_request(tiny_vlm_dir, world_dir, pairs,
+                                                                              tmp_path):
+    """What Slurm does at preemption: SIGTERM to every process of the step, torchrun's agent (which forwards
+    it to each worker) and the workers themselves, so each worker gets it twice within milliseconds. The
+    copy is the same request (training/signals.py REPEAT_WINDOW_S), not a second "stop at once": the
+    checkpoint is saved."""
+    def send(parent):
+        workers = [_rank_pid(parent, r) for r in (0, 1)]
+        assert all(workers), "a worker's process not found"
+        for pid in (parent, *workers):
+            os.kill(pid, signal.SIGTERM)
+
+    out, text = _torchrun_signalled(tiny_vlm_dir, world_dir, pairs, tmp_path, send)
+    [ckpt] = _checkpoints(out)
+    step = int(ckpt.name.split("-")[1])
+    _assert_complete(ckpt, step, ranks=2)
+    assert f"train.py: terminated at step {step}: saved {ckpt}" in text, text[-3000:]

@@ -183,7 +183,8 @@ def test_warmup_ratio_maps_to_warmup_steps(paths):
 
 
 def test_resume_from_checkpoint_true_is_the_latest(paths):
-    """VL-RLHF's bool: True -> the highest checkpoint-N in output_dir; none there is an error; a path is kept."""
+    """VL-RLHF's bool: True -> the highest (complete: training/resume.py) checkpoint-N in output_dir; none
+    there is an error; a path is kept."""
     from pathlib import Path
 
     with pytest.raises(UserError, match="resume_from_checkpoint: true, but"):
@@ -191,6 +192,8 @@ def test_resume_from_checkpoint_true_is_the_latest(paths):
     out = Path(paths["output_dir"])
     for n in (5, 12, 9):
         (out / f"checkpoint-{n}").mkdir(parents=True)
+        for name in ("trainer_state.json", "model.safetensors", "optimizer.pt", "scheduler.pt"):
+            (out / f"checkpoint-{n}" / name).write_text("{}")
     cfg = load_config([*argv(paths), "--resume_from_checkpoint", "True"])
     assert cfg.trainer_kwargs()["resume_from_checkpoint"] == str(out / "checkpoint-12")
     cfg = load_config([*argv(paths), "--resume_from_checkpoint", str(out / "checkpoint-5")])

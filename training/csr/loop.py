@@ -16,8 +16,10 @@ Layout of `output_dir` (default runs/NAME/):
     iter_t/<stage>.done              stage markers, written last (JSON with what the stage produced)
 
 Every file is written atomically and a stage's marker only after its outputs, so a killed run rerun
-with the same output_dir resumes at the first unfinished stage (training restarts from its start, or from
-the checkpoint-N a SIGTERM/SIGINT saved: training/signals.py).
+with the same output_dir resumes at the first unfinished stage. Training continues from the latest
+complete checkpoint-N in iter_t/train/ (one a SIGTERM/SIGINT saved, training/signals.py, or a periodic
+`train.save_steps` one) when that folder holds the same training configuration; otherwise (another
+configuration, no complete checkpoint, weights only) one log line says why and training starts afresh.
 Under torchrun each rank generates a shard of the prompts; rank 0 runs the other single-process
 stages while the others wait, and every rank joins training (the trainer is accelerate-aware).
 """
@@ -240,8 +242,9 @@ def stage_train(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> 
     models.release()
     dist = models.dist
     tcfg = cfg.train_config(ckpt, t, d)
-    # an attempt stopped by SIGTERM/SIGINT saved checkpoint-N (save_on_signal, training/signals.py): continue
-    # from it when it is this configuration's; else a killed attempt's partial output: start training afresh
+    # a stopped attempt's latest complete checkpoint-N (a signal's save, training/signals.py, or a periodic
+    # one): continue from it when it is this configuration's; else its output is removed (resumable_checkpoint
+    # logs one line saying why) and training starts afresh
     from training.signals import resumable_checkpoint
 
     resume = dist.broadcast(resumable_checkpoint(d / "train", tcfg) if dist.is_main else None)

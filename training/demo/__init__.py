@@ -118,6 +118,12 @@ class DemoConfig:
         return load(cls, path, overrides)
 
 
+# the one line after a signal's save in the SFT stage (training/signals.py): a rerun of the demo runs this
+# stage with no resume_from_checkpoint, into the same output_dir (same configuration, so accepted), i.e.
+# from step 0; --resume_from_checkpoint is train.py's SFT/DPO flag, not the demo's
+SFT_SIGNAL_HINT = "; rerun the same command: the demo's SFT stage starts again from step 0 (it does not continue this checkpoint)"
+
+
 @contextmanager
 def _stage(name: str):
     """Log one stage's start and wall time (stages whose output exists are skipped by run_demo)."""
@@ -182,7 +188,7 @@ def _train_base(cfg: DemoConfig, world: Path, sft_json: Path, out: Path, base: P
                           vision_from=vision_from, vision_feature_layer=cfg.vision_feature_layer)
     tcfg = cfg.sft_config(init, sft_json, world, base)
     tcfg.check_paths()
-    return run_sft(tcfg)
+    return run_sft(tcfg, hint=SFT_SIGNAL_HINT)
 
 
 def _run_csr(cfg: DemoConfig, world: Path, prompts: Path, base: Path, judge: Path, out: Path) -> None:

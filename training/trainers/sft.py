@@ -46,8 +46,9 @@ def build_sft_trainer(cfg, model, processor, train_ds, eval_ds=None) -> SFTTrain
                       callbacks=[JsonLogCallback(Path(cfg.output_dir) / "metrics.jsonl")])
 
 
-def run_sft(cfg) -> Path:
-    """Train cfg (a validated TrainConfig, method sft) and return the full checkpoint directory."""
+def run_sft(cfg, hint: str | None = None) -> Path:
+    """Train cfg (a validated TrainConfig, method sft) and return the full checkpoint directory. `hint`: how
+    to continue after a signal's save, for the one line (default: training/signals.py `signal_hint`)."""
     from training.config import resume_checkpoint
     from training.data import load_examples
     from training.trainers.model import load_model_and_processor, setup_reporting
@@ -60,7 +61,7 @@ def run_sft(cfg) -> Path:
         train_ds, eval_ds, info = load_examples(cfg)
         model, processor = load_model_and_processor(cfg)
         trainer = build_sft_trainer(cfg, model, processor, train_ds, eval_ds)
-        with save_on_signal(trainer, cfg.save_on_signal, signal_hint(cfg)):  # 1st SIGTERM/SIGINT: save, exit
+        with save_on_signal(trainer, cfg.save_on_signal, signal_hint(cfg) if hint is None else hint):  # 1st SIGTERM/SIGINT: save, exit
             trainer.train(resume_from_checkpoint=resume_checkpoint(cfg))
         return finish_training(trainer, cfg, processor, info, method="sft")
 

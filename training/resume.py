@@ -1,0 +1,78 @@
+"""Which checkpoint-N folder of a training output_dir a run can continue from: one rule for
+`--resume_from_checkpoint` (training/config.py `resume_checkpoint`), the CSR loop's continuation
+(training/signals.py `resumable_checkpoint`) and the save-on-signal line.
+
+A checkpoint is complete when it holds trainer_state.json (the Trainer writes it last), the model
+weights, and the optimizer + LR scheduler state. transformers resumes a folder without the optimizer or
+scheduler file (what `save_only_model` writes) with a fresh optimizer and a restarted LR schedule and
+says nothing, so such a folder is not resumable here. A folder without trainer_state.json or weights is
+a save cut short (a kill during the save): the latest complete one before it is used instead.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+WEIGHTS_ONLY = "weights only (save_only_model): not resumable"
+_told: set[str] = set()  # skipped folders already logged (the config asks at load, at check and at train())
+
+
+def step_of(path: Path) -> int | None:
+    """N of a checkpoint-N folder name, else None."""
+    head, _, tail = path.name.partition("-")
+    return int(tail) if head == "checkpoint" and tail.isdigit() else None
+
+
+def _names(path: Path) -> tuple[set[str], set[str]]:
+    files, dirs = set(), set()
+    for p in path.iterdir():
+        (dirs if p.is_dir() else files).add(p.name)
+    return files, dirs
+
+
+def checkpoint_problem(path: str | Path) -> str | None:
+    """Why the checkpoint folder `path` cannot be resumed (a few words), None when it can."""
+    path = Path(path)
+    try:
+        files, dirs = _names(path)
+    except OSError as e:
+        return f"unreadable ({e.strerror or e})"
+    # DeepSpeed keeps model, optimizer and scheduler state in its global_stepN folder (transformers'
+    # _load_optimizer_and_scheduler leaves them to deepspeed_init); FSDP its sharded *_fsdp* / optimizer_* folders
+    deepspeed = any(d.startswith("global_step") for d in dirs)
+    if "trainer_state.json" not in files:
+        return "half-written (no trainer_state.json)"
+    weights = deepspeed or any(f.endswith((".safetensors", ".safetensors.index.json")) for f in files) or any("fsdp" in d for d in dirs)
+    if not weights:
+        return "half-written (no model weights)"
+    # the files transformers' _load_optimizer_and_scheduler looks for
+    optimizer = deepspeed or bool({"optimizer.pt", "optimizer.bin"} & files) or any("optimizer" in d for d in dirs)
+    scheduler = deepspeed or "scheduler.pt" in files
+    if not (optimizer and scheduler):
+        return WEIGHTS_ONLY
+    return None
+
+
+def latest_checkpoint(out: str | Path) -> tuple[Path | None, str]:
+    """(the checkpoint to continue from, why there is none) for output_dir `out`: the highest complete
+    checkpoint-N. Half-written folders above it are skipped with one log line each; a weights-only highest
+    folder gives None (continuing from an older one would silently drop its steps)."""
+    out = Path(out)
+    found = sorted((p for p in out.glob("checkpoint-*") if p.is_dir() and step_of(p) is not None),
+                   key=step_of, reverse=True) if out.is_dir() else []
+    if not found:
+        return None, f"{out} holds no checkpoint-N directory"
+    for p in found:
+        why = checkpoint_problem(p)
+        if why is None:
+            return p, ""
+        if why == WEIGHTS_ONLY:
+            return None, f"{p}: {why} (no optimizer/scheduler state)"
+        if p is found[-1]:
+            return None, f"{p}: {why}; no complete checkpoint-N in {out}"
+        if f"{p}: {why}" not in _told:
+            _told.add(f"{p}: {why}")
+            log.warning("%s: %s; skipped", p, why)
+    return None, ""  # not reached

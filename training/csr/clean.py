@@ -73,26 +73,6 @@ def released_new_text(text: str, parent_text: str) -> str:
     return released_whitelist(text[len(parent_text) + 3:].strip() if parent_text else text)
 
 
-def _released(text: str, min_chars: int) -> str | None:
-    if _R_FOREIGN.search(text):
-        return "foreign_script"
-    if _R_EMOJI.search(text):
-        return "emoji"
-    if _R_NBSP.search(text):
-        return "nbsp"
-    if _R_WORD_REPEAT.search(text):
-        return "word_repeat"
-    if _R_CHAR_REPEAT.search(text):
-        return "char_repeat"
-    if any(lit in text for lit in _R_LITERALS):
-        return "degenerate_literal"
-    if text.count("\n") > 5:
-        return "newlines"
-    if len(text) < min_chars:
-        return "too_short"
-    return None
-
-
 # ------------------------------------------------------------------ broad (ours)
 _FOREIGN = re.compile(
     "[\u1100-\u11ff\u3130-\u318f\uac00-\ud7af"  # Hangul jamo, compatibility jamo, syllables
@@ -106,29 +86,32 @@ _CHAR_REPEAT = re.compile(r"(\S)(?:\s*\1){10,}")
 _LITERALS = ("ttttttttttt", "sssssssssss", ", , , , ", "''''''''''")
 
 
-def _broad(text: str, min_chars: int) -> str | None:
-    if _FOREIGN.search(text):
-        return "foreign_script"
-    if _NBSP.search(text):
-        return "nbsp"
-    if _WORD_REPEAT.search(text):
-        return "word_repeat"
-    if _CHAR_REPEAT.search(text):
-        return "char_repeat"
-    if any(lit in text for lit in _LITERALS):
-        return "degenerate_literal"
-    if text.count("\n") > 5:
-        return "newlines"
-    if len(text.strip()) < min_chars:
-        return "too_short"
-    return None
+def _has_literal(literals):
+    return lambda text: any(lit in text for lit in literals)
+
+
+def _many_newlines(text: str) -> bool:
+    return text.count("\n") > 5
+
+
+# Each rule set in the order its rules are tried (the first one broken names the reason); "too_short" comes
+# last: the released code measures the text as cut, ours the stripped sentence.
+RULES = {
+    "released": (("foreign_script", _R_FOREIGN.search), ("emoji", _R_EMOJI.search), ("nbsp", _R_NBSP.search),
+                 ("word_repeat", _R_WORD_REPEAT.search), ("char_repeat", _R_CHAR_REPEAT.search),
+                 ("degenerate_literal", _has_literal(_R_LITERALS)), ("newlines", _many_newlines)),
+    "broad": (("foreign_script", _FOREIGN.search), ("nbsp", _NBSP.search), ("word_repeat", _WORD_REPEAT.search),
+              ("char_repeat", _CHAR_REPEAT.search), ("degenerate_literal", _has_literal(_LITERALS)),
+              ("newlines", _many_newlines)),
+}
 
 
 def junk_reason(text: str, min_chars: int, rules: str) -> str | None:
     """Name of the first rule of `rules` (`released` | `broad`) that `text` breaks, or None when it is a
     usable sentence. `released` expects the node's new text (`released_new_text`), `broad` the sentence."""
-    if rules == "released":
-        return _released(text, min_chars)
-    if rules == "broad":
-        return _broad(text, min_chars)
-    raise ValueError(f"junk rules {rules!r} is not one of ('released', 'broad')")
+    if rules not in RULES:
+        raise ValueError(f"junk rules {rules!r} is not one of {tuple(RULES)}")
+    for name, broken in RULES[rules]:
+        if broken(text):
+            return name
+    return "too_short" if len(text if rules == "released" else text.strip()) < min_chars else None

@@ -50,6 +50,21 @@ log = logging.getLogger(__name__)
 # dpo: VL-RLHF's own default (docs/csr-fidelity.md); sft: VL-RLHF has none (a name is required), vlquery_json
 # is the one SFT format; csr: the pair file the CSR loop writes
 DEFAULT_DATASET = {"sft": "vlquery_json", "dpo": "vlfeedback_paired", "csr": "csr_pairs"}
+# Switches added after training runs and results existed, with the value that says what runs did before them:
+# a record without the key meant that value. Old output-folder markers are read so (training/outdir.py), and
+# result identities leave the key out at that value (training/csr/train_log.py), so unchanged settings stay
+# the same run and keep their result keys.
+EARLIER_MEANING = {"lora_scope": "language_model", "lora_merge": "all"}
+
+
+def earlier_meaning(method: str) -> dict[str, str]:
+    """EARLIER_MEANING plus `sft_split`, whose earlier meaning was our held-out split for SFT."""
+    return {**EARLIER_MEANING, "sft_split": "held_out" if method == "sft" else "vlrlhf"}
+
+
+def without_earlier_meaning(mapping: dict, earlier: dict) -> dict:
+    """`mapping` less the keys that hold their earlier meaning (for identities written before them)."""
+    return {k: v for k, v in mapping.items() if not (k in earlier and v == earlier[k])}
 VLRLHF_LLAVA_TEMPLATE = Path(__file__).resolve().parent / "templates" / "vlrlhf_llava.jinja"
 
 

@@ -37,6 +37,18 @@ def _fingerprint(cfg) -> dict[str, Any]:
                                  default=str, sort_keys=True))
 
 
+def _upgraded(old: dict) -> dict:
+    """A train_run.json config of an earlier release in today's spelling (evalsuite/outdir.py), its missing
+    switches filled with what runs did before them (training/config.py `earlier_meaning`)."""
+    from evalsuite.outdir import upgraded_config
+    from training.config import earlier_meaning
+
+    old = upgraded_config(old)
+    if not isinstance(old, dict):
+        return old
+    return {**earlier_meaning(str(old.get("method", ""))), **old}
+
+
 def _is_main_process() -> bool:
     return int(os.environ.get("RANK", "0") or 0) == 0
 
@@ -44,7 +56,7 @@ def _is_main_process() -> bool:
 def same_run_config(out: Path, cfg) -> tuple[bool, str]:
     """(whether OUT/train_run.json records cfg's configuration, why not in a few words). A marker written
     before the prompt settings moved into `inputs:` is read in today's spelling (evalsuite/outdir.py)."""
-    from evalsuite.outdir import differences, upgraded_config
+    from evalsuite.outdir import differences
 
     try:
         old = json.loads((Path(out) / MARKER).read_text(encoding="utf-8"))["config"]
@@ -52,7 +64,7 @@ def same_run_config(out: Path, cfg) -> tuple[bool, str]:
         return False, f"no {MARKER}"
     except (OSError, ValueError, KeyError, TypeError) as e:
         return False, f"{MARKER} unreadable ({e})"
-    diff = differences(upgraded_config(old), _fingerprint(cfg))
+    diff = differences(_upgraded(old), _fingerprint(cfg))
     if diff:
         return False, f"a run of another configuration: {', '.join(diff[:4])}{', ...' if len(diff) > 4 else ''} differ"
     return True, ""
@@ -80,7 +92,7 @@ def owned_output_dir(cfg):
     """Hold OUTPUT_DIR for the duration of a training run (see the module docstring); ranks > 0 only check."""
     import fcntl
 
-    from evalsuite.outdir import differences, upgraded_config
+    from evalsuite.outdir import differences
 
     out = Path(cfg.output_dir)
     if cfg.save_merged:
@@ -114,7 +126,7 @@ def owned_output_dir(cfg):
                 raise UserError(f"output_dir {out}: holds a training run's files ({', '.join(artefacts[:3])}) "
                                 "of unknown configuration; pass another directory, or --resume_from_checkpoint "
                                 "true to continue it")
-            diff = differences(upgraded_config(old["config"]), mine)
+            diff = differences(_upgraded(old["config"]), mine)
             if diff:
                 shown = ", ".join(diff[:4]) + (", ..." if len(diff) > 4 else "")
                 raise UserError(f"output_dir {out}: holds a training run of another configuration ({shown} "

@@ -59,6 +59,13 @@ def _unused(obj, section: str, switch: str, readers: dict[str, tuple[str, ...]])
                    f"(only {switch} {value} reads it)")
 
 
+# Switches added after CSR results existed, at the value that says what runs did before them: pair
+# statistics' identity leaves them out at that value (training/csr/loop.py pairs_identity; training/config.py
+# EARLIER_MEANING for the train: mapping).
+EARLIER_TREE = {"junk_rules": "broad"}
+EARLIER_PAIRS = {"tie_order": "node_id"}
+
+
 @dataclass
 class TreeConfig:
     """Sentence-level search (docs/csr-method.md §2, §10.1.2). Defaults are the released code's; the
@@ -396,6 +403,10 @@ class CSRConfig:
                  "inputs": self.inputs if aspect == self.inputs.image_aspect
                  else dataclasses.replace(self.inputs, image_aspect=aspect)}
         train = {k: v for k, v in self.train.items() if k != "image_aspect"}
+        if train.get("use_lora") and "lora_merge" not in train:
+            # CSR's merge (LLaVA's) loads the vision tower afresh: LoRA outside the language model is lost. A
+            # CSR run merges so unless its preset says otherwise (VL-RLHF's `all` is the TrainConfig default).
+            train["lora_merge"] = "language_model"
         clash = sorted((set(owned) | {"system_prompt", "chat_template"}) & set(train))
         if clash:
             raise UserError(f"train: {', '.join(clash)} are set by the loop, remove them from the preset")

@@ -192,12 +192,16 @@ def pairs_identity(cfg: CSRConfig) -> dict:
     """What makes two iterations' pair statistics comparable: the prompts (by content), the images, the
     search, reward and pair settings and the judge (by its weights)."""
     from evalsuite.manifest import checkpoint_hash
+    from training.config import without_earlier_meaning
+    from training.csr.config import EARLIER_PAIRS, EARLIER_TREE
 
     full = cfg.to_dict()
     prompts = Path(cfg.prompts)
     return {"prompts": sha256_file(prompts) if prompts.is_file() else str(prompts),
-            "image_root": str(cfg.image_root), "limit": cfg.limit, "tree": full["tree"],
-            "reward": full["reward"], "pairs": full["pairs"], "judge": checkpoint_hash(cfg.clip)}
+            "image_root": str(cfg.image_root), "limit": cfg.limit,
+            "tree": without_earlier_meaning(full["tree"], EARLIER_TREE),
+            "reward": full["reward"], "pairs": without_earlier_meaning(full["pairs"], EARLIER_PAIRS),
+            "judge": checkpoint_hash(cfg.clip)}
 
 
 def _write_stats(cfg: CSRConfig, ckpt: str, t: int, result) -> None:

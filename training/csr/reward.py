@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from training.csr.clean import released_node_texts, released_whitelist
+from training.csr.clean import released_new_text, released_node_texts
 from training.csr.config import RewardConfig
 from training.csr.generate import Tree
 
@@ -38,8 +38,9 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------- what CLIP reads (clip_text: released)
 def released_clip_text(text: str, parent_text: str) -> str:
     """The sentence the released scorer gives CLIP: `text` (the node's whole decoded sequence) past the
-    first len(parent_text) + 3 characters, stripped, whitelisted. No 77-token handling there."""
-    return released_whitelist(text[len(parent_text) + 3:].strip())
+    first len(parent_text) + 3 characters, stripped, whitelisted. No 77-token handling there. (A node's
+    parent text is never empty here: the root's is the prompt string.)"""
+    return released_new_text(text, parent_text)
 
 
 def clip_texts(vlm, tree: Tree, nids: Sequence[int], mode: str) -> list[str]:

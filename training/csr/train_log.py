@@ -46,6 +46,7 @@ def step_rows(path: Path) -> list[dict]:
 def train_result(rows: list[dict], t: int, train_cfg: dict):
     """The `csr_train` TaskResult of one iteration's step rows (module doc)."""
     from evalsuite.types import MetricValue, TaskResult
+    from training.config import EARLIER_MEANING, without_earlier_meaning
 
     tail = rows[-max(1, len(rows) // 10):]
     metrics = []
@@ -57,7 +58,7 @@ def train_result(rows: list[dict], t: int, train_cfg: dict):
                 **{k: r[k] for k in r if k not in ("step", "epoch")}} for i, r in enumerate(rows)]
     return TaskResult(task=TASK, version=VERSION, metrics=metrics, samples=samples,
                       config={"iteration": t, "final": "mean over the last tenth of the logged steps"},
-                      identity={"train": train_cfg})
+                      identity={"train": without_earlier_meaning(train_cfg, EARLIER_MEANING)})
 
 
 def write_train_log(cfg, parent: str, merged: str, t: int, d: Path) -> None:

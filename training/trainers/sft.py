@@ -1,6 +1,6 @@
 """Supervised fine-tuning of a VLM on TRL 1.16's SFTTrainer with evalsuite's conversation collator.
 
-    python training/train.py --config configs/train/tiny_cpu.yaml --method sft --data_path sft.json
+    python training/train.py --config configs/train/tiny_cpu.yaml --method sft --dataset_name vlquery_json --data_path sft.json
 
 Only assistant turns are labelled (`SFTCollator`). `model_name_or_path` may be any local VLM dir,
 including a freshly built random-init tiny checkpoint (the demo's SFT-from-scratch stage), in which

@@ -128,9 +128,9 @@ class TrainConfig(HFTrainingFields):
                                         "train_test_split): held out before data_ratio, except under sft_split "
                                         "vlrlhf. Default: 0.005 for sft/dpo, 0 for csr.")
     sft_split: Literal["vlrlhf", "held_out"] = _f(
-        "vlrlhf", "sft only. vlrlhf: every record trains in file order and the eval_split rows are also trained "
-        "on (VL-RLHF's sft.py passes the whole dataset); data_ratio must stay 1 (sft.py ignores it). held_out: "
-        "the eval_split rows are held out and data_ratio of the rest trains, as for dpo.")
+        "vlrlhf", "How SFT splits its records (sft only): vlrlhf = every record trains in file order, the "
+        "eval_split rows too (VL-RLHF's sft.py passes the whole dataset), data_ratio must stay 1 (sft.py ignores "
+        "it); held_out = the eval_split rows are held out and data_ratio of the rest trains, as for dpo.")
     dataset_num_proc: int = _f(1, "Processes for dataset preprocessing (datasets.map num_proc).")
     skip_missing_images: bool = _f(False, "Drop (and count) records whose image file is missing.")
     score_margin: float = _f(-1.0, "vlfeedback_paired: -1 keeps the largest-gap pair(s); else pairs with gap >= margin.")

@@ -141,10 +141,6 @@ def _validate_model(cfg) -> None:
         require(cfg.lora_alpha > 0, "lora_alpha", f"must be > 0, got {cfg.lora_alpha}")
         require(0.0 <= cfg.lora_dropout < 1.0, "lora_dropout", f"must be in [0, 1), got {cfg.lora_dropout}")
         require(bool(cfg.lora_target_modules.strip(",").strip()), "lora_target_modules", "empty")
-    else:  # LoRA switches set without LoRA would be accepted and ignored: their non-default values are refused
-        for name in ("lora_scope", "lora_merge"):
-            default = type(cfg).__dataclass_fields__[name].default
-            require(getattr(cfg, name) == default, name, f"{getattr(cfg, name)!r} needs --use_lora true")
     if cfg.q_lora:
         require(cfg.use_lora, "q_lora", "needs --use_lora true")
         require(cfg.bits in (4, 8), "bits", f"must be 4 or 8, got {cfg.bits}")

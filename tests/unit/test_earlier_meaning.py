@@ -1,15 +1,13 @@
 """Switches added after runs and results existed (lora_scope, lora_merge, sft_split, tree.junk_rules,
 pairs.tie_order) keep unchanged settings the same run and the same result keys: an old output folder's
 marker without them means what runs did before (training/config.py EARLIER_MEANING), and identities
-leave them out at that value. A CSR run merges as CSR does unless told; LoRA switches need LoRA."""
+leave them out at that value. A CSR run merges as CSR does unless told."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pytest
 
-from evalsuite.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -78,9 +76,3 @@ def test_a_csr_run_merges_as_csr_does_unless_told(tmp_path):
     assert cfg.train_config("m", 1, tmp_path / "iter_1", portable=True).lora_merge == "language_model"
     told = load_config(REPO / "configs" / "csr_tiny.yaml", ["train.lora_merge=all"])
     assert told.train_config("m", 1, tmp_path / "iter_1", portable=True).lora_merge == "all"
-
-
-@pytest.mark.parametrize("name, value", [("lora_scope", "language_model"), ("lora_merge", "language_model")])
-def test_lora_switches_without_lora_are_refused(tmp_path, name, value):
-    with pytest.raises(UserError, match=f"{name}: '{value}' needs --use_lora true"):
-        _train_cfg(tmp_path, use_lora=False, **{name: value})

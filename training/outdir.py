@@ -31,8 +31,18 @@ MARKER = "train_run.json"
 _RESUME_FREE = {"resume_from_checkpoint", "logging_dir", "overwrite_output_dir", "local_rank", "save_on_signal"}
 
 
+# LoRA settings that do nothing without LoRA: not part of a run's configuration then (a full fine-tune is the
+# same run whatever a preset says of LoRA targets)
+_LORA_ONLY = ("lora_scope", "lora_merge")
+
+
+def _without_idle_lora(plain: dict) -> dict:
+    return plain if plain.get("use_lora") else {k: v for k, v in plain.items() if k not in _LORA_ONLY}
+
+
 def _fingerprint(cfg) -> dict[str, Any]:
     plain = cfg.resolved() if hasattr(cfg, "resolved") else {}
+    plain = _without_idle_lora(plain)
     return json.loads(json.dumps({k: v for k, v in plain.items() if k not in _RESUME_FREE and not k.startswith("_")},
                                  default=str, sort_keys=True))
 
@@ -46,7 +56,7 @@ def _upgraded(old: dict) -> dict:
     old = upgraded_config(old)
     if not isinstance(old, dict):
         return old
-    return {**earlier_meaning(str(old.get("method", ""))), **old}
+    return _without_idle_lora({**earlier_meaning(str(old.get("method", ""))), **old})
 
 
 def _is_main_process() -> bool:

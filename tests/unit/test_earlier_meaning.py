@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
-
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -71,8 +69,35 @@ def test_pair_identity_of_the_demo_preset_has_no_new_switch(tmp_path):
 def test_a_csr_run_merges_as_csr_does_unless_told(tmp_path):
     from training.csr.config import load_config
 
-    cfg = load_config(REPO / "configs" / "csr_tiny.yaml")
-    assert cfg.train.get("use_lora") and "lora_merge" not in cfg.train
-    assert cfg.train_config("m", 1, tmp_path / "iter_1", portable=True).lora_merge == "language_model"
-    told = load_config(REPO / "configs" / "csr_tiny.yaml", ["train.lora_merge=all"])
-    assert told.train_config("m", 1, tmp_path / "iter_1", portable=True).lora_merge == "all"
+    def merge(*overrides):
+        cfg = load_config(REPO / "configs" / "csr_tiny.yaml", list(overrides))
+        return cfg.train_config("m", 1, tmp_path / "iter_1", portable=True).lora_merge
+
+    assert merge("train.lora_scope=released") == "language_model"     # CLIP's LoRA is not merged, as CSR's merge
+    assert merge("train.lora_scope=released", "train.lora_merge=all") == "all"
+    assert merge() == "all"  # csr_tiny: LoRA on the language model only, where both merges are one (as before)
+
+
+def test_a_full_finetune_is_the_same_run_whatever_lora_settings_say(tmp_path):
+    """An SFT stage without LoRA (the demo's) written before lora_scope existed is the same run."""
+    from training.outdir import same_run_config
+
+    cfg = _train_cfg(tmp_path, method="sft", dataset_name="vlquery_json", use_lora=False, sft_split="held_out")
+    _old_marker(tmp_path / "out", cfg)
+    assert same_run_config(tmp_path / "out", cfg) == (True, "")
+
+
+def test_csr_train_settings_name_the_lora_rule_a_preset_left_to_the_default(tmp_path):
+    """A CSR preset with LoRA that names no lora_scope now trains under the released rule: its csr_train
+    identity says so (it must not share the key of results trained before the switch existed)."""
+    from training.csr.config import load_config
+    from training.csr.train_log import train_result, train_settings
+
+    rows = [{"step": 1, "loss": 0.5}]
+    tiny = load_config(REPO / "configs" / "csr_tiny.yaml")  # names lora_scope language_model: as before
+    assert train_result(rows, 1, train_settings(tiny, "m", 1, tmp_path)).identity == {
+        "train": {k: v for k, v in tiny.train.items() if k != "lora_scope"}}
+    bare = load_config(REPO / "configs" / "csr_tiny.yaml")
+    bare.train.pop("lora_scope")
+    ident = train_result(rows, 1, train_settings(bare, "m", 1, tmp_path)).identity["train"]
+    assert (ident["lora_scope"], ident["lora_merge"]) == ("released", "language_model")

@@ -403,9 +403,10 @@ class CSRConfig:
                  "inputs": self.inputs if aspect == self.inputs.image_aspect
                  else dataclasses.replace(self.inputs, image_aspect=aspect)}
         train = {k: v for k, v in self.train.items() if k != "image_aspect"}
-        if train.get("use_lora") and "lora_merge" not in train:
+        if train.get("use_lora") and "lora_merge" not in train and train.get("lora_scope") != "language_model":
             # CSR's merge (LLaVA's) loads the vision tower afresh: LoRA outside the language model is lost. A
-            # CSR run merges so unless its preset says otherwise (VL-RLHF's `all` is the TrainConfig default).
+            # CSR run merges so unless its preset says otherwise (VL-RLHF's `all` is the TrainConfig default;
+            # under lora_scope language_model there is no LoRA outside it and the two merges are one).
             train["lora_merge"] = "language_model"
         clash = sorted((set(owned) | {"system_prompt", "chat_template"}) & set(train))
         if clash:

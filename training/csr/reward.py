@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------- what CLIP reads (clip_text: released)
 def released_clip_text(text: str, parent_text: str) -> str:
     """The sentence the released scorer gives CLIP: `text` (the node's whole decoded sequence) past the
-    first len(parent_text) + 3 characters, stripped, whitelisted. No 77-token handling there. (A node's
-    parent text is never empty here: the root's is the prompt string.)"""
+    first len(parent_text) + 3 characters, stripped, whitelisted (an empty parent text, a prompt format that
+    renders to nothing: the whole text, as the released extract_new_text). No 77-token handling there."""
     return released_new_text(text, parent_text)
 
 

@@ -61,6 +61,17 @@ def train_result(rows: list[dict], t: int, train_cfg: dict):
                       identity={"train": without_earlier_meaning(train_cfg, EARLIER_MEANING)})
 
 
+def train_settings(cfg, parent: str, t: int, d: Path) -> dict:
+    """The preset's `train:` mapping with the LoRA rule the run used, defaults included: a preset naming no
+    lora_scope trains under another rule than before the switch existed, so its results must not share the
+    earlier key (train_result leaves the rule out only where it is the earlier one)."""
+    train = dict(cfg.to_dict().get("train") or {})
+    if train.get("use_lora"):
+        used = cfg.train_config(parent, t, d, portable=True)
+        train.update(lora_scope=used.lora_scope, lora_merge=used.lora_merge)
+    return train
+
+
 def write_train_log(cfg, parent: str, merged: str, t: int, d: Path) -> None:
     """Store iteration t's training log (once); a missing or empty log is a warning, not a failure."""
     from evalsuite.manifest import checkpoint_hash, read_manifest, resolve_parent
@@ -81,4 +92,4 @@ def write_train_log(cfg, parent: str, merged: str, t: int, d: Path) -> None:
             "iteration": t, "method": manifest.get("method") or "csr",
             "parent": resolve_parent(manifest.get("parent")) or str(Path(parent).resolve()),
             "label": f"{cfg.name}/iter_{t}", "config": full, "code_version": code_version()}
-    Store(cfg.store).write_run(meta, [train_result(rows, t, full.get("train") or {})])
+    Store(cfg.store).write_run(meta, [train_result(rows, t, train_settings(cfg, parent, t, d))])

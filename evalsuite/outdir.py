@@ -34,7 +34,7 @@ def differences(old, new, prefix: str = "") -> list[str]:
     return out
 
 
-def _upgraded(config):
+def upgraded_config(config):
     """A run.json config written by an earlier release, in today's spelling, so that the same settings
     resume: the prompt settings that moved into `inputs:` (evalsuite/models/inputs.py MOVED_TO_INPUTS)."""
     from evalsuite.models.inputs import MOVED_TO_INPUTS
@@ -48,9 +48,6 @@ def _upgraded(config):
             inputs.setdefault(key, config.pop(key))
     config["inputs"] = inputs
     return config
-
-
-upgraded_config = _upgraded  # public: training/outdir.py reads its train_run.json the same way
 
 
 class OutputDir:
@@ -78,7 +75,7 @@ class OutputDir:
             raise UserError(f"{flag} {p}: run.json unreadable ({e}); pass a new or empty directory") from None
         if not isinstance(old, dict) or not old.get("run_id"):
             raise UserError(f"{flag} {p}: run.json names no run; pass a new or empty directory")
-        diff = differences(_upgraded(old.get("config")), config)
+        diff = differences(upgraded_config(old.get("config")), config)
         if old.get("ckpt_hash") != ckpt_hash:
             diff.insert(0, "the checkpoint's weights")
         elif model_id is not None and old.get("model_id") not in (None, model_id):

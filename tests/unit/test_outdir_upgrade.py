@@ -1,5 +1,5 @@
 """A run directory written before the prompt settings moved into `inputs:` resumes with the same settings
-(evalsuite/outdir.py `_upgraded`); other settings are still refused."""
+(evalsuite/outdir.py `upgraded_config`); other settings are still refused."""
 from __future__ import annotations
 
 import json

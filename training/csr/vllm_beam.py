@@ -8,7 +8,7 @@ how `tree.engine: vllm` runs it (training/csr/vllm_expand.py, docs/engines.md "C
 (vLLM's default `logprobs_mode: raw_logprobs` is the log-softmax of the raw logits, the quantity
 `search.group_beam_search` starts from before it bans suppressed ids and applies the diversity penalty).
 This is how vLLM's own offline beam search steps: one token per call, the shared context served by the
-prefix cache. The step itself is `training.csr.pool.Search.step` (the pool engine's, `search.py`'s
+prefix cache. The step itself is `training.csr.search.GroupBeams.advance` (both HF engines', `search.py`'s
 rules step for step), on a dense [rows, vocab] tensor holding the N returned log-probs and -inf elsewhere.
 
 Why the top N suffice (exactness). At a step, group g of a node ranks the candidates (beam, token) by
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from training.csr.search import Hyp, SearchSpec
+from training.csr.search import GroupBeams, Hyp, SearchSpec
 
 TopN = Sequence[Sequence[float]]  # [(token id, log-prob), ...] of one row (ids as numbers)
 
@@ -54,15 +54,9 @@ class TopNStats:
                 f"{self.max_requests}), {self.beam_rows} beam rows")
 
 
-def _search(spec: SearchSpec):
-    from training.csr.pool import Search, Stats
-
-    return Search(spec, torch.device("cpu"), Stats())
-
-
 def logprobs_needed(spec: SearchSpec) -> int:
     """N with which the top-N search equals the full-vocabulary one (module docstring)."""
-    s = _search(spec)
+    s = GroupBeams(spec, torch.device("cpu"))  # K, G, S as the search derives them
     return s.K + (s.G - 1) * s.S + len(set(spec.suppress_ids))
 
 
@@ -84,7 +78,7 @@ def search_topn(n_nodes: int, next_topn: Callable[[list[tuple[int, tuple[int, ..
     if n_logprobs < min(need, vocab):
         raise ValueError(f"top-{n_logprobs} log-probs cannot decide this search exactly: it needs {need}")
     stats = stats if stats is not None else TopNStats()
-    search = _search(spec)
+    search = GroupBeams(spec, torch.device("cpu"))  # the step both HF engines take (search.py)
     search.add(list(range(n_nodes)))
     B = spec.num_beams
     rows: list[tuple[int, tuple[int, ...]]] = [(i, ()) for i in range(n_nodes) for _ in range(B)]
@@ -100,7 +94,7 @@ def search_topn(n_nodes: int, next_topn: Callable[[list[tuple[int, tuple[int, ..
         stats.beam_rows += len(rows)
         stats.max_requests = max(stats.max_requests, len(distinct))
         lp = dense_logprobs(tops, vocab).index_select(0, torch.tensor(idx, dtype=torch.long))
-        ended, keep, toks = search.step(lp, normalized=True)
+        ended, keep, toks = search.advance(lp, normalized=True)
         for node, hyps in ended:
             out[node] = hyps
         rows = [(rows[r][0], rows[r][1] + (t,)) for r, t in zip(keep.tolist(), toks.tolist())]

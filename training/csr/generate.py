@@ -238,6 +238,7 @@ class TreeGenerator:
         parent.status = "expanded"
         longest = max((len(h.ids) for h in hyps), default=0)
         seen: set[tuple[int, ...]] = set()
+        kids: list[Node] = []
         for h in hyps:  # best first, so a duplicate keeps the better score
             if self.cfg.dedupe_siblings and h.ids in seen:
                 continue
@@ -252,15 +253,20 @@ class TreeGenerator:
                          sentence_score=h.score, lm_score=parent.lm_score + h.score, eos_at=eos_at)
             tree.nodes.append(child)  # in the tree before its status: the released junk rules read its parent's text
             parent.children.append(child.id)
-            child.status = self._status(tree, child, pads=longest - len(ids))
+            kids.append(child)
+        # one pass over the siblings (the released rules decode the parent's text once for all of them)
+        reasons = self._junk(tree, kids) if self.cfg.junk_filter == "before_pruning" else {}
+        for child in kids:
+            child.status = self._status(tree, child, longest - len(child.sentence_ids), reasons.get(child.id))
             child.is_final = child.status in ("end", "final")
 
-    def _status(self, tree: Tree, child: Node, pads: int) -> str:
+    def _status(self, tree: Tree, child: Node, pads: int, junk: str | None) -> str:
+        """`junk`: the junk rule the child breaks under `junk_filter: before_pruning` (None: none, or after)."""
         cfg = self.cfg
         if cfg.stop == "sentence_marks" and child.has_eos and not child.text:
             return "end"
-        if cfg.junk_filter == "before_pruning" and (reason := self._junk(tree, [child])[child.id]):
-            return f"dropped:{reason}"
+        if junk:
+            return f"dropped:{junk}"
         return "final" if child.has_eos or self._at_cap(tree, child, pads) else "active"
 
     def _at_cap(self, tree: Tree, child: Node, pads: int) -> bool:

@@ -164,13 +164,9 @@ def _is_linear(module) -> bool:
 def language_model_linears(model) -> list[str]:
     """Full names of the nn.Linear (and quantised Linear) modules inside the language model (`language_model`),
     the output head excluded: never the vision tower, projector or Q-Former, whatever they are called."""
-    lm, head = language_model(model), model.get_output_embeddings()
+    lm = language_model(model)
     prefix = next(n for n, m in model.named_modules() if m is lm)
-    names = []
-    for name, module in lm.named_modules():
-        if _is_linear(module) and module is not head and name.split(".")[-1] != "lm_head":
-            names.append(f"{prefix}.{name}" if prefix else name)
-    return names
+    return [n for n in model_linears(model) if not prefix or n.startswith(prefix + ".")]
 
 
 def model_linears(model) -> list[str]:

@@ -274,14 +274,14 @@ def empty_answers_failure(spec: LmmsSpec, parts: list[dict]) -> str | None:
             continue
         doc, prompt, answer = sample
         prompt = prompt if len(prompt) <= 200 else prompt[:200] + "..."
-        message = empty_answers_message(leaf.name, total, empty, f"doc {doc}, prompt {prompt!r} -> answer {answer!r}")
+        # a group's leaf: the name the user asked for is what is not stored
+        message = empty_answers_message(leaf.name, total, empty, f"doc {doc}, prompt {prompt!r} -> answer {answer!r}",
+                                        "it" if spec.name == leaf.name else spec.name)
         if message:
             failures.append((leaf.name, message))
     if not failures:
         return None
     message = failures[0][1]
-    if spec.name != failures[0][0]:  # a group's leaf: the name the user asked for is what is not stored
-        message = message.replace("nothing stored for it", f"nothing stored for {spec.name}", 1)
     others = [name for name, _ in failures[1:]]
     return message + (f" Also more than {MAX_EMPTY_SHARE:.0%} empty: {', '.join(others)}." if others else "")
 

@@ -42,14 +42,14 @@ def _cache(ctx):
     return ResponseCache(Path(ctx.resume_root) / "own", ctx.ckpt_id, "answers", rank=ctx.dist.rank)
 
 
-def empty_answers_message(task: str, total: int, empty: int, sample: str) -> str | None:
+def empty_answers_message(task: str, total: int, empty: int, sample: str, unstored: str = "it") -> str | None:
     """The one-line failure when more than MAX_EMPTY_SHARE of `total` answers are empty, else None.
-    It says what happens next: nothing of the task is stored and the run stops (a RunFailure), as for
-    every task, own or lmms-eval's."""
+    It says what happens next: nothing of `unstored` (the task, or the group holding it) is stored and the
+    run stops (a RunFailure), as for every task, own or lmms-eval's."""
     if not total or empty <= MAX_EMPTY_SHARE * total:
         return None
     return (f"{task}: {empty} of {total} answers are empty (more than {MAX_EMPTY_SHARE:.0%}); nothing stored "
-            f"for it and the run stops here (tasks finished before it stay stored). Sample: {sample}")
+            f"for {unstored} and the run stops here (tasks finished before it stay stored). Sample: {sample}")
 
 
 def answers_failure(task: str, records: list[dict]) -> str | None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from training.csr.config import RewardConfig
-from training.csr.clean import released_whitelist
-from training.csr.reward import clip_texts, released_clip_text, score_trees
+from training.csr.clean import released_new_text, released_whitelist
+from training.csr.reward import clip_texts, score_trees
 from training.csr.search import Hyp
 
 SYSTEM = ("A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, "
@@ -29,15 +29,15 @@ def test_whitelist_by_hand():
 def test_released_cut_by_hand():
     # Depth 1, decode identical to the prompt string: the cut eats the sentence's leading space and "Th".
     child = ROOT + " The dog-like cat sits on a mat."
-    assert released_clip_text(child, ROOT) == "e doglike cat sits on a mat."
+    assert released_new_text(child, ROOT) == "e doglike cat sits on a mat."
     # Depth 1 when the decoder puts two spaces around <image> ("USER:  <image> \n"): the +3 lands on "The".
     drift = ROOT.replace("USER: <image>\n", "USER:  <image> \n") + " The cat sits."
-    assert released_clip_text(drift, ROOT) == "The cat sits."
+    assert released_new_text(drift, ROOT) == "The cat sits."
     # Depth 2: the parent's text is a prefix of the child's; "It" loses "I", "t" and the space before "is".
     grand = child + " It is black & white, 100% cute ☺."
-    assert released_clip_text(grand, child) == "is black & white, 100% cute ."
+    assert released_new_text(grand, child) == "is black & white, 100% cute ."
     # " Ok." loses " Ok": "." is left, under 4 characters (the released scorer then skips the node).
-    assert released_clip_text(child + " Ok.", child) == "."
+    assert released_new_text(child + " Ok.", child) == "."
 
 
 @pytest.fixture(scope="module")

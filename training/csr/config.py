@@ -221,7 +221,7 @@ class RewardConfig:
     clip_text: the text CLIP scores for a sentence.
       `released`: the released score.py's: the node's decoded text (prompt included) cut at
         len(parent's text) + 3 characters, stripped, then passed through its character whitelist
-        (`training.csr.reward.released_clip_text`); the root's text is the prompt string.
+        (`training.csr.clean.released_new_text`); the root's text is the prompt string.
       `sentence` (ours): the node's own decoded sentence.
     """
 

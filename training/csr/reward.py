@@ -9,7 +9,7 @@ Per scorable node (a usable, non-empty sentence):
           `evalsuite.metrics.relevance.RelevanceScorer` (s = exp(logit_scale), ~100); `cos` is kept.
           The text it scores follows `RewardConfig.clip_text`: `released` cuts the node's decoded text
           (prompt included) at len(parent's text) + 3 characters and keeps only whitelisted characters
-          (`released_clip_text`, the released score.py's extraction); `sentence` is the decoded sentence.
+          (`clean.released_new_text`, the released score.py's extraction); `sentence` is the decoded sentence.
 
 Aggregation (`path_rewards`), lambda = `RewardConfig.lam`:
   * `rank` (default, the released code): among the n scorable children of one parent,
@@ -36,13 +36,6 @@ log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------- what CLIP reads (clip_text: released)
-def released_clip_text(text: str, parent_text: str) -> str:
-    """The sentence the released scorer gives CLIP: `text` (the node's whole decoded sequence) past the
-    first len(parent_text) + 3 characters, stripped, whitelisted (an empty parent text, a prompt format that
-    renders to nothing: the whole text, as the released extract_new_text). No 77-token handling there."""
-    return released_new_text(text, parent_text)
-
-
 def clip_texts(vlm, tree: Tree, nids: Sequence[int], mode: str) -> list[str]:
     """The text CLIP scores for each node id (RewardConfig.clip_text)."""
     if mode == "sentence":
@@ -51,7 +44,8 @@ def clip_texts(vlm, tree: Tree, nids: Sequence[int], mode: str) -> list[str]:
 
     image_id = vlm.tokenizer.convert_tokens_to_ids(vlm.inputs.image_token)  # a str even where the processor holds an AddedToken (BLIP-2)
     texts = released_node_texts(vlm.tokenizer, tree, build_prompt(vlm, tree.question), image_id)
-    return [released_clip_text(texts[n], texts[tree.nodes[n].parent]) for n in nids]
+    # the released score.py's extract_new_text: the node's text past its parent's, whitelisted
+    return [released_new_text(texts[n], texts[tree.nodes[n].parent]) for n in nids]
 
 
 # ---------------------------------------------------------------- pure aggregation (hand-checkable)

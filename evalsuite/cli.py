@@ -9,7 +9,7 @@ import argparse
 import importlib
 import sys
 
-from evalsuite.errors import RunFailure, UserError
+from evalsuite.errors import RunFailure, UserError, say
 
 # subcommand modules, in the order `--help` lists them
 COMMANDS = [
@@ -65,13 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
-        print(f"evalsuite: error: {exc}", file=sys.stderr)
+        say(f"evalsuite: error: {exc}")
         return exc.exit_code
     except RunFailure as exc:
-        print(f"evalsuite: failed: {exc}", file=sys.stderr)
+        say(f"evalsuite: failed: {exc}")
         return exc.exit_code
     except KeyboardInterrupt:
-        print("evalsuite: interrupted", file=sys.stderr)
+        say("evalsuite: interrupted")
         return 130
 
 

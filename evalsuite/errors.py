@@ -24,3 +24,15 @@ class RunFailure(RuntimeError):
     """A run that started and then failed (a model crashed mid-task); finished work is kept. Exit 1."""
 
     exit_code = 1
+
+
+def say(line: str) -> None:
+    """Write one line to stderr in ONE write call and flush it.
+
+    Under torchrun every rank shares the launcher's stderr pipe; `print` writes the text and the newline
+    separately, so two ranks failing together came out as "msg msg\\n\\n" (one line holding both). One write
+    of a line this short is atomic on a pipe, so each rank's line stays whole."""
+    import sys
+
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()

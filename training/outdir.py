@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from evalsuite.errors import UserError
+from evalsuite.errors import UserError, say
 
 LOCK = ".lock"
 MARKER = "train_run.json"
@@ -175,7 +175,6 @@ class Terminated(BaseException):
 def interrupt_exit(prog: str, out_hint: str = ""):
     """Within: SIGTERM raises Terminated. On KeyboardInterrupt/Terminated: one stderr line, SystemExit(130/143)."""
     import signal
-    import sys
     import threading
 
     installed = threading.current_thread() is threading.main_thread()
@@ -190,10 +189,10 @@ def interrupt_exit(prog: str, out_hint: str = ""):
     try:
         yield
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted{out_hint}", file=sys.stderr)
+        say(f"{prog}: interrupted{out_hint}")
         raise SystemExit(130) from None
     except Terminated:
-        print(f"{prog}: terminated{out_hint}", file=sys.stderr)
+        say(f"{prog}: terminated{out_hint}")
         raise SystemExit(143) from None
     finally:
         if installed:

@@ -135,7 +135,7 @@ def help_text(method: str | None, path: str | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from evalsuite.config import split_args
-    from evalsuite.errors import UserError
+    from evalsuite.errors import UserError, say
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:  # no arguments: the built-in demo, the first thing a new user runs
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             print(run(cfg))
         return 0
     except UserError as e:
-        print(f"train.py: error: {e}", file=sys.stderr)
+        say(f"train.py: error: {e}")
         return UserError.exit_code
 
 

@@ -309,9 +309,11 @@ def _takes_mapping(tp: Any) -> bool:
 
 
 def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, str] | None = None,
-          prefix: str = "", moved_prefix: str | None = None):
+          prefix: str = "", moved_prefix: str | None = None, report: bool = True):
     """A `cls` instance from a mapping: unknown keys, wrong types and failed checks are one line each.
-    moved_prefix: where this section's MOVED keys now live (None = inside it; a parent's MOVED_UP)."""
+    moved_prefix: where this section's MOVED keys now live (None = inside it; a parent's MOVED_UP).
+    report: check the fields that the resulting settings never read (`report_unread`); False for a
+    section built inside another config's checks (that config reports them, knowing their origins)."""
     origins = origins or {}
     if not isinstance(data, dict):
         raise UserError(f"{where}: {prefix.rstrip('.') or 'config'}: expected a mapping, got {type(data).__name__}")
@@ -343,7 +345,7 @@ def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, s
                           moved_prefix=prefix if key in getattr(cls, "MOVED_UP", ()) else None)
         kwargs[key] = value
     try:
-        return cls(**kwargs)
+        obj = cls(**kwargs)
     except UserError as e:  # a __post_init__ check: "field: message"; name where that field was set
         head = str(e).split(":", 1)[0].strip()
         field_name = head.split(".")[-1]
@@ -354,6 +356,57 @@ def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, s
         raise UserError(f"{_source(origins, head, src) if not prefix else src}: {shown}") from None
     except (ValueError, TypeError) as e:
         raise UserError(f"{where}: {prefix.rstrip('.') + ': ' if prefix else ''}{' '.join(str(e).split())}") from None
+    if report and not prefix:
+        report_unread(obj, data, where, origins)
+    return obj
+
+
+# ------------------------------------------------------------------------------- unread fields
+def unread_fields(obj: Any, prefix: str = "") -> list[tuple[str, str, Any, Any]]:
+    """(field, switch, the switch's value, the value that reads the field) for every field of `obj` and its
+    typed sections that the current settings never read: each class lists its own in an `unread()` method
+    (dotted names relative to it; a class with untyped sections, e.g. CSR's `train:`, lists theirs too)."""
+    out = [(prefix + f, prefix + s, now, need) for f, s, now, need in getattr(obj, "unread", list)()]
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name, None)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type) \
+                and type(value).__module__.startswith(("evalsuite.", "training.")):
+            out += unread_fields(value, f"{prefix}{f.name}.")
+    return out
+
+
+def _word(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) or value is None else str(value)
+
+
+def _given(data: Any, key: str) -> bool:
+    for part in key.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return False
+        data = data[part]
+    return True
+
+
+def report_unread(obj: Any, data: dict[str, Any], where: str, origins: dict[str, str] | None) -> None:
+    """A field set explicitly that the resulting settings never read would be accepted and ignored. Set on
+    the command line: one error naming the field and the switch. Set by a preset (or a mapping from code;
+    a preset may serve both settings, e.g. configs/csr.yaml with train.use_lora=false): one warning line
+    listing them. A field left at its default says nothing."""
+    origins = origins or {}
+    quiet: dict[str, list[str]] = {}  # "switch value" -> the fields it leaves unread
+    for name, switch, now, need in unread_fields(obj):
+        if not _given(data, name):
+            continue
+        src = _source(origins, name, where)
+        fix = f"--{switch} {_word(need)}" if "." not in switch else f"{switch}={_word(need)}"
+        if src == CLI or src.startswith("--"):
+            raise UserError(f"{src}: {name}: has no effect with {switch} {_word(now)}; pass {fix} or drop {name}")
+        quiet.setdefault(f"{switch} {_word(now)}", []).append(name)
+    if quiet:
+        import logging
+
+        logging.getLogger(__name__).warning("%s: set but without effect: %s", where, "; ".join(
+            f"{', '.join(names)} (under {why})" for why, names in quiet.items()))
 
 
 def _dataclass_in(tp: Any):

@@ -79,6 +79,10 @@ class GenOptions:
         if not 0 < self.top_p <= 1:
             raise UserError(f"gen.top_p: must be in (0, 1], got {self.top_p}")
 
+    def unread(self) -> list[tuple[str, str, Any, Any]]:
+        """Sampling settings under greedy decoding (evalsuite/types.py passes them only with do_sample)."""
+        return [] if self.do_sample else [(n, "do_sample", False, True) for n in ("temperature", "top_p")]
+
     def config(self, seed: int) -> GenConfig:
         return GenConfig(self.max_new_tokens, self.do_sample, self.temperature, self.top_p, self.num_beams, seed,
                          suppress_special_tokens=self.suppress_special_tokens)
@@ -193,8 +197,6 @@ class EvalConfig:
     MOVED = MOVED_TO_INPUTS  # top-level system_prompt: ... in a preset: one line naming inputs.system_prompt
 
     def __post_init__(self) -> None:
-        if self.engine != "vllm" and self.vllm != VllmOptions():
-            raise UserError(f"vllm.*: set, but engine is {self.engine!r} (pass --engine vllm)")
         if self.engine == "vllm" and self.gen.num_beams > 1:
             raise UserError(f"gen.num_beams={self.gen.num_beams}: beam search is not supported with --engine vllm")
         dup = sorted({t for t in self.tasks if self.tasks.count(t) > 1})
@@ -212,6 +214,13 @@ class EvalConfig:
         if need and not self.data_root and not self.world:
             raise UserError(f"data_root: not given ({', '.join(need)} {'needs' if len(need) == 1 else 'need'} one); pass --data-root DIR "
                             "(COCO-format images + annotations) or --world (the built-in synthetic world, opt-in)")
+
+    def unread(self) -> list[tuple[str, str, Any, Any]]:
+        """The vllm: section without engine vllm (evalsuite/config.py report_unread)."""
+        import dataclasses
+
+        return [] if self.engine == "vllm" else [(f"vllm.{f.name}", "engine", self.engine, "vllm")
+                                                 for f in dataclasses.fields(VllmOptions)]
 
     def tasks_needing_data_root(self) -> list[str]:
         """Own tasks, and evalsuite's local lmms tasks (mme, pope, ...) without an lmms.data mapping."""

@@ -204,6 +204,13 @@ class TrainConfig(HFTrainingFields):
         _require(not (self.enable_jit_checkpoint and self.save_on_signal), "enable_jit_checkpoint",
                  "not with save_on_signal true (both checkpoint on SIGTERM); set save_on_signal false to use it")
 
+    def unread(self) -> list[tuple[str, str, Any, Any]]:
+        """Fields the other settings never read (training/config_checks.py `unread`; evalsuite/config.py
+        `report_unread` refuses them from the command line, warns about them from a preset)."""
+        from training.config_checks import unread
+
+        return unread(self)
+
     def trainer_kwargs(self) -> dict[str, Any]:
         """Every HF TrainingArguments field as given or defaulted (to build a DPOConfig / SFTConfig from),
         with VL-RLHF's warmup_ratio and resume_from_checkpoint=True resolved."""
@@ -266,18 +273,20 @@ class TrainConfig(HFTrainingFields):
 
 
 def build_train_config(data: dict[str, Any], where: str = "config", origins: dict | None = None,
-                       portable: bool = False) -> "TrainConfig":
+                       portable: bool = False, report: bool = True) -> "TrainConfig":
     """A TrainConfig from a mapping through the one config mechanism (`evalsuite.config.build`).
 
     portable: check keys, types and values without this machine's devices (for `--dry-run` and GPU
     presets validated on a laptop): flash-attention/QLoRA requests that this machine cannot serve, and a
     missing output_dir (presets leave it to the command line), are warnings, not errors. (bf16/tf32 are
-    checked against the machine by TrainingArguments itself, in `check_ready` when training starts.)"""
+    checked against the machine by TrainingArguments itself, in `check_ready` when training starts.)
+    report: check fields the settings never read (False inside a config that reports them itself: CSR's
+    `train:`, the demo's `sft:`)."""
     from evalsuite.config import build
 
     data = fold_aliases(dict(data), where)
     if not portable:
-        return build(TrainConfig, data, where, origins)
+        return build(TrainConfig, data, where, origins, report=report)
     if not data.get("output_dir"):
         log.warning("%s: output_dir is not set (required to run)", where)
         data["output_dir"] = "<output_dir>"
@@ -287,9 +296,13 @@ def build_train_config(data: dict[str, Any], where: str = "config", origins: dic
             log.warning("%s: %s is set but this machine cannot use it; checked without it (the run itself "
                         "needs a machine that can)", where, key)
             restore[key], data[key] = data[key], stand_in
-    cfg = build(TrainConfig, data, where, origins)
+    cfg = build(TrainConfig, data, where, origins, report=False)
     for key, value in restore.items():
         setattr(cfg, key, value)
+    if report:  # with the machine's stand-ins put back: the settings as given
+        from evalsuite.config import report_unread
+
+        report_unread(cfg, data, where, origins)
     return cfg
 
 

@@ -104,12 +104,6 @@ def _validate_data(cfg) -> None:
     require(0.0 < cfg.data_ratio <= 1.0, "data_ratio", f"must be in (0, 1], got {cfg.data_ratio}")
     require(cfg.eval_split is None or 0.0 <= cfg.eval_split < 1.0, "eval_split",
              f"must be in [0, 1) or null, got {cfg.eval_split}")
-    if cfg.method != "sft":
-        require(cfg.sft_split == "vlrlhf", "sft_split", f"{cfg.sft_split!r} only applies to method sft, not {cfg.method}")
-    elif cfg.sft_split == "vlrlhf":  # released SFT computes a data_ratio subset and never trains on it (docs/csr-fidelity.md)
-        require(cfg.data_ratio == 1.0, "data_ratio", f"{cfg.data_ratio} has no effect with sft_split vlrlhf (every "
-                                                     "record trains, as VL-RLHF's sft.py); set sft_split held_out to "
-                                                     "train on that share")
     require(cfg.dataset_num_proc >= 1, "dataset_num_proc", f"must be >= 1, got {cfg.dataset_num_proc}")
 
 
@@ -125,14 +119,6 @@ def _validate_dpo(cfg) -> None:
     require(cfg.rpo_alpha >= 0, "rpo_alpha", f"{cfg.rpo_alpha} must be >= 0")
     require(cfg.beta > 0, "beta", f"must be > 0, got {cfg.beta}")
     require(0.0 <= cfg.label_smoothing < 0.5, "label_smoothing", f"must be in [0, 0.5), got {cfg.label_smoothing}")
-    if cfg.label_smoothing > 0:
-        require(cfg.loss_type in ("sigmoid", "ddpo"), "label_smoothing",
-                 f"only defined for sigmoid/ddpo, not {cfg.loss_type}")
-    # a switch of one loss set under another would be accepted and ignored: its non-default value is refused
-    for name, loss in (("ipo_logps", "ipo"), ("ddpo_mask", "ddpo")):
-        default = type(cfg).__dataclass_fields__[name].default
-        require(getattr(cfg, name) == default or cfg.loss_type == loss, name,
-                 f"{getattr(cfg, name)!r} only applies to loss_type {loss}, but loss_type is {cfg.loss_type!r}")
 
 
 def _validate_model(cfg) -> None:
@@ -153,8 +139,6 @@ def _validate_model(cfg) -> None:
 
         require(torch.cuda.is_available(), "use_flash_attention_2", "needs a CUDA GPU")
         require(has_module("flash_attn"), "use_flash_attention_2", "needs the flash-attn package (pip install flash-attn)")
-    if cfg.precompute_ref_log_probs:
-        require(cfg.method in ("dpo", "csr"), "precompute_ref_log_probs", "only for DPO-family training")
 
 
 def _validate_logging(cfg) -> None:
@@ -167,3 +151,54 @@ def _validate_logging(cfg) -> None:
         require(has_module("wandb"), "report_to", "wandb needs the wandb package")
     require(cfg.wandb_mode in ("offline", "online", "disabled"), "wandb_mode",
              f"{cfg.wandb_mode!r} is not offline|online|disabled")
+
+
+# Fields read only under one value of another field (`unread`): set while that field says otherwise, they would
+# be accepted and ignored. evalsuite/config.py `report_unread` refuses them from the command line and warns
+# about them from a preset (a preset may serve both settings: configs/csr.yaml under train.use_lora=false).
+LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_scope", "lora_bias",
+               "modules_to_save", "lora_merge")   # training/trainers/model.py lora_config; common.py's merge
+DPO_FIELDS = ("beta", "loss_type", "ipo_logps", "ddpo_mask", "label_smoothing", "rpo_alpha", "precompute_ref_log_probs")
+MERGE_FIELDS = ("merged_dir", "merge_dtype", "iteration", "parent")  # the merged checkpoint and its manifest
+WANDB_FIELDS = ("wandb_mode", "project_name", "group_name")  # training/trainers/model.py setup_reporting
+
+
+def unread(cfg) -> list[tuple[str, str, Any, Any]]:
+    """(field, switch, the switch's value, the value under which the field is read) for each field of a
+    TrainConfig that its other settings never read (the first reason per field)."""
+    out: dict[str, tuple[str, str, Any, Any]] = {}
+
+    def off(names, switch: str, need: Any, now: Any = None) -> None:
+        for name in names:
+            out.setdefault(name, (name, switch, getattr(cfg, switch) if now is None else now, need))
+
+    if not cfg.use_lora:
+        off(LORA_FIELDS, "use_lora", True)
+    if not cfg.q_lora:
+        off(("bits",), "q_lora", True)
+    if not cfg.save_merged:
+        off(MERGE_FIELDS + ("lora_merge",), "save_merged", True)
+    if cfg.method == "sft":
+        off(DPO_FIELDS, "method", "dpo")
+        if cfg.sft_split == "vlrlhf":  # released SFT computes a data_ratio subset and never trains on it
+            off(("data_ratio",), "sft_split", "held_out")
+    else:
+        off(("sft_split",), "method", "sft")
+    if cfg.loss_type not in ("sigmoid", "ddpo"):  # training/losses.py: only these two smooth their labels
+        off(("label_smoothing",), "loss_type", "sigmoid")
+    for name, loss in (("ipo_logps", "ipo"), ("ddpo_mask", "ddpo")):
+        if cfg.loss_type != loss:
+            off((name,), "loss_type", loss)
+    if cfg.truncation != "per_field":  # training/trainers/collate.py: vlrlhf never reads these
+        off(("max_target_length",) + (("max_prompt_length",) if cfg.method == "sft" else ()), "truncation",
+            "per_field")
+    if cfg.resolved_dataset != "vlfeedback_paired":
+        off(("score_margin",), "dataset_name", "vlfeedback_paired", now=cfg.resolved_dataset)
+    targets = cfg.report_to if isinstance(cfg.report_to, list) else [cfg.report_to]
+    if "wandb" not in targets:
+        off(WANDB_FIELDS, "report_to", "wandb", now=",".join(map(str, targets)) or "none")
+    for name, strategy in (("logging_steps", "logging_strategy"), ("save_steps", "save_strategy"),
+                           ("eval_steps", "eval_strategy")):
+        if _strategy(getattr(cfg, strategy)) != "steps":
+            off((name,), strategy, "steps", now=_strategy(getattr(cfg, strategy)))
+    return list(out.values())

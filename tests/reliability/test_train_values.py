@@ -26,7 +26,7 @@ def _train(*argv: str, cwd=None):
     ("max_steps", "0", "must be -1 (train num_train_epochs) or > 0, got 0"),
     ("logging_steps", "0", "must be > 0 with logging_strategy steps, got 0.0"),
     ("weight_decay", "-1", "must be >= 0, got -1.0"),
-    ("ipo_logps", "mean", "'mean' only applies to loss_type ipo, but loss_type is 'sigmoid'"),
+    ("ipo_logps", "mean", "has no effect with loss_type sigmoid; pass --loss_type ipo or drop ipo_logps"),
 ])
 def test_bad_number_on_the_command_line(flag, value, message):
     res = _train("--method", "dpo", "--dry-run", f"--{flag}", value)

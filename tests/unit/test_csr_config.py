@@ -104,27 +104,29 @@ def test_load_prompts(tmp_path):
 
 
 @pytest.mark.parametrize("data, message", [
-    ({"tree": {"num_samples": 8}}, "tree.num_samples: 8 has no effect with tree.expander: group_beam "
-                                   "(only expander sample reads it)"),
-    ({"tree": {"temperature": 0.7}}, "tree.temperature: 0.7 has no effect with tree.expander: group_beam"),
-    ({"tree": {"expander": "sample", "diversity_penalty": 1.0}},
-     "tree.diversity_penalty: 1.0 has no effect with tree.expander: sample (only expander group_beam reads it)"),
-    ({"tree": {"expander": "sample", "num_beams": 4, "num_beam_groups": 4}}, "tree.num_beams: 4 has no effect"),
-    ({"tree": {"stop": "sentence_marks", "period_id": 9}},
-     "tree.period_id: 9 has no effect with tree.stop: sentence_marks (only stop released reads it)"),
-    ({"tree": {"sentence_end": ["."]}}, "tree.sentence_end: ['.'] has no effect with tree.stop: released"),
-    ({"reward": {"lm_batch": 8}}, "reward.lm_batch: 8 has no effect with reward.language_score: beam "
-                                  "(only language_score teacher_forced reads it)"),
+    ({"tree": {"num_samples": 8}}, "tree.num_samples (under tree.expander group_beam)"),
+    ({"tree": {"temperature": 0.7}}, "tree.temperature (under tree.expander group_beam)"),
+    ({"tree": {"expander": "sample", "diversity_penalty": 1.0}}, "tree.diversity_penalty (under tree.expander sample)"),
+    ({"tree": {"expander": "sample", "num_beams": 5, "num_beam_groups": 5}},
+     "tree.num_beams, tree.num_beam_groups (under tree.expander sample)"),
+    ({"tree": {"stop": "sentence_marks", "period_id": 9}}, "tree.period_id (under tree.stop sentence_marks)"),
+    ({"tree": {"sentence_end": ["."]}}, "tree.sentence_end (under tree.stop released)"),
+    ({"reward": {"lm_batch": 8}}, "reward.lm_batch (under reward.language_score beam)"),
 ])
-def test_a_switch_ignored_under_another_setting_names_both(data, message):
-    """A value only the other setting reads would be accepted and ignored: one line naming both fields."""
+def test_a_switch_ignored_under_another_setting_names_both(data, message, caplog):
+    """A value only the other setting reads would be accepted and ignored: from a mapping (as from a preset)
+    one warning naming both fields; from the command line an error (tests/unit/test_unread.py)."""
     base = {"model": "m", "prompts": "p", "image_root": "i", "clip": "c"}
-    with pytest.raises(UserError, match=re.escape(message)):
+    with caplog.at_level("WARNING", logger="evalsuite.config"):
         CSRConfig.from_dict({**base, **data})
-    # the same values under the setting that reads them are accepted
-    TreeConfig(expander="sample", num_samples=8, temperature=0.7)
-    TreeConfig(stop="sentence_marks", sentence_end=["."])
-    TreeConfig(period_id=9)
+    assert [r.getMessage() for r in caplog.records] == [f"config: set but without effect: {message}"]
+    caplog.clear()
+    # the same values under the setting that reads them say nothing
+    with caplog.at_level("WARNING", logger="evalsuite.config"):
+        CSRConfig.from_dict({**base, "tree": {"expander": "sample", "num_samples": 8, "temperature": 0.7}})
+        CSRConfig.from_dict({**base, "tree": {"stop": "sentence_marks", "sentence_end": ["."]}})
+        CSRConfig.from_dict({**base, "tree": {"period_id": 9}})
+    assert not caplog.records
 
 
 def test_readme_evaluates_csr_checkpoints_with_the_presets_prompt_settings(tmp_path):

@@ -32,7 +32,7 @@ def test_engine_identity_joins_model_setup():
 
 @pytest.mark.parametrize("argv, match", [
     (["--engine", "tgi"], "engine"),
-    (["vllm.kv_cache_gib=2"], "vllm.\\*: set, but engine is 'hf'"),
+    (["vllm.kv_cache_gib=2"], "vllm.kv_cache_gib: has no effect with engine hf; pass --engine vllm"),
     (["--engine", "vllm", "gen.num_beams=3"], "gen.num_beams=3: beam search is not supported with --engine vllm"),
     (["--engine", "vllm", "vllm.tensor_parallel_size=0"], "vllm.tensor_parallel_size: must be >= 1"),
 ])

@@ -239,15 +239,23 @@ def test_sft_answers_are_not_cut_by_max_target_length(tiny_vlm_dir):
 def test_sft_trains_every_record_and_evaluates_the_vlrlhf_split():
     """VL-RLHF sft.py: the same train_test_split(test_size=0.005, seed=42) is drawn, but the trainer gets
     train_dataset=dataset: all 200 records train, in file order, the eval row among them. data_ratio has
-    no effect there, so anything but 1 is refused rather than ignored."""
+    no effect there: the config refuses or warns about one (tests/unit/test_unread.py), the split never reads it."""
     from datasets import Dataset
 
     want = Dataset.from_dict({"i": list(range(200))}).train_test_split(test_size=0.005, seed=42)
     tr, ev = split_train_eval(list(range(200)), 0.005, 1.0, eval_in_train=True)
     assert tr == list(range(200)) and ev == want["test"]["i"] and len(ev) == 1 and ev[0] in tr
     assert split_train_eval(list(range(10)), 0.0, 1.0, eval_in_train=True) == (list(range(10)), [])
-    with pytest.raises(UserError, match="^data_ratio: 0.5 has no effect"):
-        split_train_eval(list(range(10)), 0.005, 0.5, eval_in_train=True)
+    assert split_train_eval(list(range(10)), 0.0, 0.5, eval_in_train=True) == (list(range(10)), [])
+
+
+def test_a_data_ratio_that_keeps_no_example_is_one_error_where_the_split_is_made():
+    """The one data_ratio check that needs the data (its range and its sft_split rule are the config's)."""
+    with pytest.raises(UserError, match=r"^data_ratio: 0.05 of 10 training examples \(after the eval_split of 0\) "
+                                        r"keeps none; raise data_ratio to at least 0.1$"):
+        split_train_eval(list(range(10)), 0.0, 0.05)
+    assert split_train_eval(list(range(10)), 0.0, 0.1) == ([0], [])
+    assert split_train_eval([], 0.0, 0.05) == ([], [])  # no examples: load_examples says so first
 
 
 def _sft_cfg(root, n, **extra):

@@ -42,21 +42,12 @@ def _check(cond: bool, where: str, msg: str) -> None:
         raise UserError(f"{where}: {msg}")
 
 
-def _unused(obj, section: str, switch: str, readers: dict[str, tuple[str, ...]]) -> None:
-    """A field that only the other value of `switch` reads, set away from its default, would be accepted and
-    ignored: one line naming both. readers: {value of switch: the fields only that value reads}."""
-    import dataclasses
-
-    current = getattr(obj, switch)
-    defaults = {f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
-                for f in dataclasses.fields(obj)}
-    for value, names in readers.items():
-        if value == current:
-            continue
-        for name in names:
-            _check(getattr(obj, name) == defaults[name], f"{section}.{name}",
-                   f"{getattr(obj, name)!r} has no effect with {section}.{switch}: {current} "
-                   f"(only {switch} {value} reads it)")
+def _other(obj, switch: str, readers: dict[Any, tuple[str, ...]]) -> list[tuple[str, str, Any, Any]]:
+    """(field, switch, its value, the value that reads the field) for the fields only another value of
+    `switch` reads (readers: {value of switch: the fields only that value reads}); evalsuite/config.py
+    `report_unread` refuses such a field set on the command line and warns about one set by a preset."""
+    now = getattr(obj, switch)
+    return [(name, switch, now, value) for value, names in readers.items() if value != now for name in names]
 
 
 # Switches added after CSR results existed, at the value that says what runs did before them: pair
@@ -115,8 +106,8 @@ class TreeConfig:
         call from top-N log-probs (training/csr/vllm_beam.py): HF's trees up to near-ties.
     kv_budget: `pool` only: cached tokens the pool may hold (rows x width + kept contexts), or `auto`
       (half the free CUDA memory; unbounded on CPU).
-    A field only the other expander (or stop rule) reads must keep its default: set, it is an error
-    naming both fields, since it would otherwise be accepted and ignored.
+    A field only the other expander (stop rule, engine) reads would be accepted and ignored: set on the
+    command line it is an error naming both fields, set by a preset a warning (`unread`).
     """
 
     expander: Literal["group_beam", "sample"] = opt(
@@ -187,11 +178,14 @@ class TreeConfig:
         for name in ("keep_top", "keep_bottom", "prune_threshold"):
             v = getattr(self, name)
             _check(v is None or v >= 0, f"{w}.{name}", "must be >= 0 or null")
-        _unused(self, w, "expander", {"group_beam": ("num_beams", "num_beam_groups", "diversity_penalty",
-                                                     "length_penalty"),
-                                      "sample": ("num_samples", "temperature", "top_p")})
-        _unused(self, w, "stop", {"released": ("period_id",), "sentence_marks": ("sentence_end",)})
-        _unused(self, w, "engine", {"pool": ("kv_budget",)})
+
+    def unread(self) -> list[tuple[str, str, Any, Any]]:
+        """Fields another expander, stop rule or engine reads (seed: only sampling draws; training/csr/search.py)."""
+        return (_other(self, "expander", {"group_beam": ("num_beams", "num_beam_groups", "diversity_penalty",
+                                                         "length_penalty"),
+                                          "sample": ("num_samples", "temperature", "top_p", "seed")})
+                + _other(self, "stop", {"released": ("period_id",), "sentence_marks": ("sentence_end",)})
+                + _other(self, "engine", {"pool": ("kv_budget",)}))
 
     @property
     def width(self) -> int:
@@ -241,7 +235,9 @@ class RewardConfig:
                f"{self.language_score!r} is not one of {LANGUAGE_SCORES}")
         _check(self.clip_text in CLIP_TEXTS, "reward.clip_text", f"{self.clip_text!r} is not one of {CLIP_TEXTS}")
         _check(self.lm_batch >= 1 and self.clip_batch >= 1, "reward.lm_batch", "batch sizes must be >= 1")
-        _unused(self, "reward", "language_score", {"teacher_forced": ("lm_batch",)})
+
+    def unread(self) -> list[tuple[str, str, Any, Any]]:
+        return _other(self, "language_score", {"teacher_forced": ("lm_batch",)})
 
 
 @dataclass
@@ -282,7 +278,9 @@ class PairConfig:
         _check(isinstance(self.guards, bool), "pairs.guards", "must be true or false")
         _check(self.min_paths >= 2, "pairs.min_paths", "must be >= 2 (chosen and rejected must differ)")
         _check(self.min_gap is None or self.min_gap >= 0, "pairs.min_gap", "must be >= 0 or null")
-        _unused(self, "pairs", "guards", {True: ("min_paths", "min_gap")})
+
+    def unread(self) -> list[tuple[str, str, Any, Any]]:
+        return _other(self, "guards", {True: ("min_paths", "min_gap")})
 
 
 @dataclass
@@ -347,7 +345,14 @@ class CSRConfig:
                        "is set by the loop (the checkpoint of each iteration, its eval dir, the top-level store)")
             _check(self.eval.inputs == defaults.inputs, "eval.inputs",
                    "is set by the loop from the top-level inputs (generation, DPO and evaluation share it)")
-        self.train_config(self.model, 1, self.run_dir / "iter_1", portable=True)  # fail now, not at the train stage
+        # fail now, not at the train stage; kept for `unread`
+        self._train_checked = self.train_config(self.model, 1, self.run_dir / "iter_1", portable=True)
+
+    def unread(self) -> list[tuple[str, str, Any, Any]]:
+        """The `train:` mapping's fields that its settings never read (its typed sections list their own)."""
+        from evalsuite.config import unread_fields
+
+        return unread_fields(self._train_checked, "train.")
 
     def input_config(self) -> InputConfig:
         """The top-level `inputs` (the coupled evaluation's; reward scoring's and DPO's but for image_aspect)."""
@@ -411,17 +416,17 @@ class CSRConfig:
         clash = sorted((set(owned) | {"system_prompt", "chat_template"}) & set(train))
         if clash:
             raise UserError(f"train: {', '.join(clash)} are set by the loop, remove them from the preset")
-        return build_train_config({**train, **owned}, "csr.train", portable=portable)
+        return build_train_config({**train, **owned}, "csr.train", portable=portable, report=False)  # unread
 
     @property
     def run_dir(self) -> Path:
         return Path(self.output_dir) if self.output_dir else Path("runs") / self.name
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], where: str = "config") -> "CSRConfig":
+    def from_dict(cls, data: dict[str, Any], where: str = "config", report: bool = True) -> "CSRConfig":
         from evalsuite.config import build
 
-        return build(cls, data, where)
+        return build(cls, data, where, report=report)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -67,7 +67,10 @@ def split_train_eval(examples: list[Any], eval_split: float, data_ratio: float, 
 
     eval_in_train (VL-RLHF's SFT, which draws the same split but trains on the whole dataset; the "SFT
     split" row of docs/csr-fidelity.md): every example trains, in its original order, and the eval rows are
-    drawn as above (so they are trained on too); data_ratio must be 1 there, as it reaches nothing."""
+    drawn as above (so they are trained on too); data_ratio is not read there (the config refuses or warns
+    about one set: training/config_checks.py `unread`).
+    A data_ratio that keeps no training example is one error naming it (the only data_ratio check that needs
+    the data; its range is the config's)."""
     if eval_split > 0 and len(examples) > 1:
         from datasets import Dataset
 
@@ -76,11 +79,13 @@ def split_train_eval(examples: list[Any], eval_split: float, data_ratio: float, 
     else:
         train_idx, eval_idx = list(range(len(examples))), []
     if eval_in_train:
-        if data_ratio != 1.0:
-            raise UserError(f"data_ratio: {data_ratio} has no effect when every example trains (sft_split vlrlhf)")
         train_idx = list(range(len(examples)))
     else:
-        train_idx = train_idx[: int(len(train_idx) * data_ratio)]
+        kept = train_idx[: int(len(train_idx) * data_ratio)]
+        if train_idx and not kept:
+            raise UserError(f"data_ratio: {data_ratio} of {len(train_idx)} training examples (after the eval_split "
+                            f"of {len(eval_idx)}) keeps none; raise data_ratio to at least {1 / len(train_idx):.3g}")
+        train_idx = kept
     return [examples[i] for i in train_idx], [examples[i] for i in eval_idx]
 
 
@@ -107,8 +112,6 @@ def load_examples(cfg) -> tuple[Any, Any, dict]:
     eval_split = cfg.eval_split if cfg.eval_split is not None else EVAL_SPLIT.get(cfg.method, 0.0)
     eval_in_train = cfg.method == "sft" and cfg.sft_split == "vlrlhf"
     train, held = split_train_eval(examples, eval_split, cfg.data_ratio, eval_in_train=eval_in_train)
-    if not train:
-        raise UserError(f"data_ratio: {cfg.data_ratio} of {len(examples) - len(held)} examples keeps none for training")
     info = {"dataset_name": cfg.resolved_dataset, "examples": len(examples), "train": len(train),
             "eval": len(held), "eval_split": eval_split, "eval_in_train": eval_in_train and bool(held),
             "missing_images": missing, "data_hash": data_hash(files)}

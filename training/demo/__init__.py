@@ -76,11 +76,19 @@ class DemoConfig:
             which, _, col = key.partition(".")
             if which not in ("base", "last") or col not in columns or len(rng) != 2 or rng[0] > rng[1]:
                 raise UserError(f"expect.{key}: want base|last.<{', '.join(sorted(columns))}>: [low, high]")
-        # the sections are checked now (keys, types, values), not when their stage starts minutes later
-        self.sft_config(Path(self.output_dir) / "init", Path(self.output_dir) / "data" / "sft.json",
-                        Path(self.output_dir) / "world", Path(self.output_dir) / "iter_0" / "model", portable=True)
-        self.csr_config(Path(self.output_dir) / "data" / "prompts.jsonl", Path(self.output_dir) / "iter_0" / "model",
-                        Path(self.output_dir) / "judge", Path(self.output_dir) / "world")
+        # the sections are checked now (keys, types, values), not when their stage starts minutes later; kept
+        # for `unread`
+        self._checked = (
+            self.sft_config(Path(self.output_dir) / "init", Path(self.output_dir) / "data" / "sft.json",
+                            Path(self.output_dir) / "world", Path(self.output_dir) / "iter_0" / "model", portable=True),
+            self.csr_config(Path(self.output_dir) / "data" / "prompts.jsonl", Path(self.output_dir) / "iter_0" / "model",
+                            Path(self.output_dir) / "judge", Path(self.output_dir) / "world"))
+
+    def unread(self) -> list:
+        """The `sft:` and `csr:` sections' fields that their settings never read (evalsuite/config.py report_unread)."""
+        from evalsuite.config import unread_fields
+
+        return unread_fields(self._checked[0], "sft.") + unread_fields(self._checked[1], "csr.")
 
     def check_ready(self) -> None:
         """The demo builds its own inputs; only the sections' device settings are checked again here."""
@@ -96,7 +104,7 @@ class DemoConfig:
                 "data_path": str(sft_json), "image_root": str(world),
                 "output_dir": str(Path(self.output_dir) / "iter_0" / "sft"), "merged_dir": str(base),
                 "iteration": 0, "seed": self.seed, **self.sft}
-        return build_train_config(args, "demo.sft", portable=portable)
+        return build_train_config(args, "demo.sft", portable=portable, report=False)  # reported by `unread`
 
     def csr_config(self, prompts: Path, base: Path, judge: Path, world: Path):
         """The CSR loop's config: the `csr:` section + the demo's models, data, store and output."""
@@ -108,7 +116,7 @@ class DemoConfig:
             ev = csr["eval"]
             relevance = ev.get("relevance") if isinstance(ev.get("relevance"), dict) else {}
             csr["eval"] = {"data_root": str(world), **ev, "relevance": {"clip": str(judge), **relevance}}
-        return CSRConfig.from_dict(csr, where="demo.csr")
+        return CSRConfig.from_dict(csr, where="demo.csr", report=False)  # reported by `unread`
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: list | None = None) -> "DemoConfig":

@@ -59,6 +59,7 @@ CASES = [
      "--logging_strategy steps"),
     ("csr", ["tree.engine=reference"], "tree.kv_budget", "1000", "tree.engine reference", "tree.engine=pool"),
     ("csr", ["tree.engine=vllm"], "tree.kv_budget", "1000", "tree.engine vllm", "tree.engine=pool"),
+    ("csr", ["tree.expander=sample"], "tree.kv_budget", "1000", "tree.expander sample", "tree.expander=group_beam"),
     ("csr", [], "tree.seed", "3", "tree.expander group_beam", "tree.expander=sample"),
     ("csr", [], "tree.num_samples", "3", "tree.expander group_beam", "tree.expander=sample"),
     ("csr", [], "tree.temperature", "0.5", "tree.expander group_beam", "tree.expander=sample"),

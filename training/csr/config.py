@@ -185,7 +185,10 @@ class TreeConfig:
                                                          "length_penalty"),
                                           "sample": ("num_samples", "temperature", "top_p", "seed")})
                 + _other(self, "stop", {"released": ("period_id",), "sentence_marks": ("sentence_end",)})
-                + _other(self, "engine", {"pool": ("kv_budget",)}))
+                + _other(self, "engine", {"pool": ("kv_budget",)})
+                # the pool runs the sampling expander on the reference path (training/csr/generate.py)
+                + ([("kv_budget", "expander", "sample", "group_beam")]
+                   if self.engine == "pool" and self.expander == "sample" else []))
 
     @property
     def width(self) -> int:

@@ -15,6 +15,10 @@ word `null` unsets an optional one.
 object, whose `__post_init__` checks ranges. Every problem is one `UserError` line naming the source
 (the YAML file or "command line") and the dotted key, raised before any model is loaded.
 
+A field the resulting settings never read (a class lists them in `unread()`: `lora_r` under `use_lora:
+false`, ...) is refused when set on the command line and warned about, in one line, when set by a preset
+(`report_unread`), so no option is accepted and ignored.
+
 Fields may carry `metadata={"help": ..., "path": "dir"|"file"|"any"}`; `missing_paths(cfg)` lists the
 path fields that do not exist (`--dry-run` prints them as warnings: presets carry placeholders).
 Only PyYAML is imported here, so entry points stay instant.

@@ -10,6 +10,8 @@ project's one config mechanism (`evalsuite/config.py`: typed fields, YAML, overr
 Sources, later wins: the dataclass defaults < the YAML preset < the overrides. Construction checks
 keys, types and values (`__post_init__` -> `validate_values`, no file touched), then `check_paths`
 checks the files; each problem is one `UserError` naming the field, before any model is loaded.
+A field the other settings never read (`lora_r` without `use_lora`, DPO fields under sft, ...:
+`config_checks.unread`) is an error when set on the command line, a warning when set by a preset.
 The TrainingArguments fields come from `training/hf_fields.py` (a committed copy of their names, types,
 defaults and help), so checking a config imports no model library; `check_ready` builds the real
 `TrainingArguments` when training starts (its own checks, one line, still before any model loads).

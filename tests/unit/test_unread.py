@@ -200,3 +200,15 @@ def test_a_lora_preset_runs_without_lora_with_one_warning(name, flag, tmp_path):
     assert res.returncode == 0, res.stderr
     warned = [ln for ln in res.stderr.splitlines() if "set but without effect" in ln]
     assert len(warned) == 1 and "lora_r" in warned[0] and "use_lora false)" in warned[0], res.stderr
+
+
+def test_the_zero3_command_warns_that_the_presets_merge_setting_is_unread(tmp_path):
+    """configs/accelerate/zero3.yaml's command adds --save_merged false (the merge runs elsewhere): the
+    preset's lora_merge then reaches nothing, a warning; the command itself runs."""
+    first = (REPO / "configs" / "accelerate" / "zero3.yaml").read_text().splitlines()[0]
+    assert "--save_merged false" in first
+    res = train_inprocess("--config", str(REPO / "configs" / "train" / "llava15_7b_dpo.yaml"), "--save_merged",
+                          "false", *TRAIN, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    warned = [ln for ln in res.stderr.splitlines() if "set but without effect" in ln]
+    assert len(warned) == 1 and warned[0].endswith("lora_merge (under save_merged false)"), res.stderr

@@ -369,7 +369,8 @@ def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, s
 def unread_fields(obj: Any, prefix: str = "") -> list[tuple[str, str, Any, Any]]:
     """(field, switch, the switch's value, the value that reads the field) for every field of `obj` and its
     typed sections that the current settings never read: each class lists its own in an `unread()` method
-    (dotted names relative to it; a class with untyped sections, e.g. CSR's `train:`, lists theirs too)."""
+    (dotted names relative to it; a class with untyped sections, e.g. CSR's `train:`, lists theirs too).
+    The value is None where the user cannot change the switch (the CSR loop sets train.method)."""
     out = [(prefix + f, prefix + s, now, need) for f, s, now, need in getattr(obj, "unread", list)()]
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name, None)
@@ -402,9 +403,11 @@ def report_unread(obj: Any, data: dict[str, Any], where: str, origins: dict[str,
         if not _given(data, name):
             continue
         src = _source(origins, name, where)
-        fix = f"--{switch} {_word(need)}" if "." not in switch else f"{switch}={_word(need)}"
+        fix = "" if need is None else f"--{switch} {_word(need)} or " if "." not in switch else \
+            f"{switch}={_word(need)} or "
         if src == CLI or src.startswith("--"):
-            raise UserError(f"{src}: {name}: has no effect with {switch} {_word(now)}; pass {fix} or drop {name}")
+            raise UserError(f"{src}: {name}: has no effect with {switch} {_word(now)}; "
+                            f"{'pass ' + fix if fix else ''}drop {name}")
         quiet.setdefault(f"{switch} {_word(now)}", []).append(name)
     if quiet:
         import logging

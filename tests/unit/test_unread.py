@@ -75,7 +75,8 @@ CASES = [
     ("csr", [], "train.lora_r", "8", "train.use_lora false", "train.use_lora=true"),
     ("csr", ["train.loss_type=ipo"], "train.label_smoothing", "0.1", "train.loss_type ipo",
      "train.loss_type=sigmoid"),
-    ("demo", [], "sft.beta", "0.2", "sft.method sft", "sft.method=dpo"),
+    ("demo", [], "sft.beta", "0.2", "sft.method sft", None),  # the demo sets sft.method: drop is the fix
+    ("csr", [], "train.sft_split", "held_out", "train.method csr", None),  # the loop sets train.method
     ("demo", ["csr.tree.engine=reference"], "csr.tree.kv_budget", "1000", "csr.tree.engine reference",
      "csr.tree.engine=pool"),
     ("eval", [], "gen.temperature", "0.5", "gen.do_sample false", "gen.do_sample=true"),
@@ -129,7 +130,8 @@ def _error_line(res) -> str:
 def test_set_on_the_command_line_it_is_one_error_naming_field_and_switch(tmp_path, method, switches, field, value,
                                                                          under, fix):
     res = _cli(method, switches + _item(field, value), tmp_path)
-    assert _error_line(res).endswith(f"command line: {field}: has no effect with {under}; pass {fix} or drop {field}")
+    asked = f"pass {fix} or " if fix else ""
+    assert _error_line(res).endswith(f"command line: {field}: has no effect with {under}; {asked}drop {field}")
 
 
 @pytest.mark.parametrize("method, switches, field, value, under, fix", CASES,

@@ -54,6 +54,9 @@ def _other(obj, switch: str, readers: dict[Any, tuple[str, ...]]) -> list[tuple[
 # statistics' identity leaves them out at that value (training/csr/loop.py pairs_identity; training/config.py
 # EARLIER_MEANING for the train: mapping).
 EARLIER_TREE = {"junk_rules": "broad"}
+# switches of the `train:` mapping that the loop sets (CSRConfig.train_config): a field they leave unread can
+# only be dropped
+OWNED_SWITCHES = ("train.method", "train.dataset_name", "train.save_merged")
 EARLIER_PAIRS = {"tie_order": "node_id"}
 
 
@@ -355,7 +358,8 @@ class CSRConfig:
         """The `train:` mapping's fields that its settings never read (its typed sections list their own)."""
         from evalsuite.config import unread_fields
 
-        return unread_fields(self._train_checked, "train.")
+        return [(f, s, now, None if s in OWNED_SWITCHES else need)
+                for f, s, now, need in unread_fields(self._train_checked, "train.")]
 
     def input_config(self) -> InputConfig:
         """The top-level `inputs` (the coupled evaluation's; reward scoring's and DPO's but for image_aspect)."""

@@ -88,7 +88,9 @@ class DemoConfig:
         """The `sft:` and `csr:` sections' fields that their settings never read (evalsuite/config.py report_unread)."""
         from evalsuite.config import unread_fields
 
-        return unread_fields(self._checked[0], "sft.") + unread_fields(self._checked[1], "csr.")
+        owned = ("sft.method", "sft.dataset_name")  # sft_config sets them
+        return [(f, s, now, None if s in owned else need) for f, s, now, need in unread_fields(self._checked[0], "sft.")] \
+            + unread_fields(self._checked[1], "csr.")
 
     def check_ready(self) -> None:
         """The demo builds its own inputs; only the sections' device settings are checked again here."""

@@ -75,6 +75,7 @@ CASES = [
     ("csr", [], "train.lora_r", "8", "train.use_lora false", "train.use_lora=true"),
     ("csr", ["train.loss_type=ipo"], "train.label_smoothing", "0.1", "train.loss_type ipo",
      "train.loss_type=sigmoid"),
+    ("demo", ["--hallucination_rate", "0"], "hallucination", "random", "hallucination_rate 0.0", None),
     ("demo", [], "sft.beta", "0.2", "sft.method sft", None),  # the demo sets sft.method: drop is the fix
     ("csr", [], "train.sft_split", "held_out", "train.method csr", None),  # the loop sets train.method
     ("demo", ["csr.tree.engine=reference"], "csr.tree.kv_budget", "1000", "csr.tree.engine reference",

@@ -89,7 +89,9 @@ class DemoConfig:
         from evalsuite.config import unread_fields
 
         owned = ("sft.method", "sft.dataset_name")  # sft_config sets them
-        return [(f, s, now, None if s in owned else need) for f, s, now, need in unread_fields(self._checked[0], "sft.")] \
+        own = [("hallucination", "hallucination_rate", 0.0, None)] if self.hallucination_rate == 0 else []  # data.py
+        return own + [(f, s, now, None if s in owned else need)
+                      for f, s, now, need in unread_fields(self._checked[0], "sft.")] \
             + unread_fields(self._checked[1], "csr.")
 
     def check_ready(self) -> None:

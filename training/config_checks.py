@@ -50,8 +50,8 @@ def _steps(cfg, name: str, strategy: str, fallback: str | None = None) -> None:
     if _strategy(getattr(cfg, strategy)) != "steps":
         return
     value = getattr(cfg, name)
-    if value is None and fallback:
-        return
+    if value is None and fallback:  # transformers takes the fallback's value then, whatever its own strategy
+        name, value = fallback, getattr(cfg, fallback)
     require(value is not None and value > 0, name, f"must be > 0 with {strategy} steps, got {value}")
     require(value < 1 or float(value).is_integer(), name, f"must be a whole number of steps (or a fraction "
                                                            f"< 1 of the training steps), got {value}")
@@ -110,8 +110,11 @@ def _validate_data(cfg) -> None:
 def _validate_lengths(cfg) -> None:
     for name in ("max_length", "max_prompt_length", "max_target_length"):
         require(getattr(cfg, name) > 0, name, f"must be > 0, got {getattr(cfg, name)}")
-    require(cfg.max_prompt_length < cfg.max_length, "max_prompt_length",
-             f"{cfg.max_prompt_length} leaves no room for the target within max_length {cfg.max_length}")
+    # only where max_prompt_length is read: SFT under truncation vlrlhf never reads it (`unread`), so a short
+    # max_length there must not ask for a max_prompt_length that would then be refused as unread
+    if not (cfg.method == "sft" and cfg.truncation != "per_field"):
+        require(cfg.max_prompt_length < cfg.max_length, "max_prompt_length",
+                 f"{cfg.max_prompt_length} leaves no room for the target within max_length {cfg.max_length}")
 
 
 def _validate_dpo(cfg) -> None:
@@ -199,6 +202,18 @@ def unread(cfg) -> list[tuple[str, str, Any, Any]]:
         off(WANDB_FIELDS, "report_to", "wandb", now=",".join(map(str, targets)) or "none")
     for name, strategy in (("logging_steps", "logging_strategy"), ("save_steps", "save_strategy"),
                            ("eval_steps", "eval_strategy")):
-        if _strategy(getattr(cfg, strategy)) != "steps":
+        if _strategy(getattr(cfg, strategy)) != "steps" and not (name == "logging_steps" and _logging_steps_read(cfg)):
             off((name,), strategy, "steps", now=_strategy(getattr(cfg, strategy)))
     return list(out.values())
+
+
+def _logging_steps_read(cfg) -> bool:
+    """logging_steps is read off `logging_strategy: steps` too: TrainingArguments sets an unset eval_steps to
+    it under `eval_strategy: steps` (eval_steps' help in training/hf_fields.py), and transformers' wandb
+    callback watches the model every max(100, logging_steps) steps when WANDB_WATCH asks it to."""
+    import os
+
+    if _strategy(cfg.eval_strategy) == "steps" and cfg.eval_steps is None:
+        return True
+    targets = cfg.report_to if isinstance(cfg.report_to, list) else [cfg.report_to]
+    return "wandb" in targets and os.environ.get("WANDB_WATCH", "false") in ("all", "parameters", "gradients")

@@ -215,3 +215,43 @@ def test_the_zero3_command_warns_that_the_presets_merge_setting_is_unread(tmp_pa
     assert res.returncode == 0, res.stderr
     warned = [ln for ln in res.stderr.splitlines() if "set but without effect" in ln]
     assert len(warned) == 1 and warned[0].endswith("lora_merge (under save_merged false)"), res.stderr
+
+
+def test_logging_steps_is_read_where_eval_steps_falls_back_to_it(tmp_path):
+    """Under eval_strategy steps with eval_steps unset, TrainingArguments evaluates every logging_steps
+    (training/hf_fields.py eval_steps' help), whatever logging_strategy says: not refused there; with
+    eval_steps set it is unread again, and a fallback of 0 is one line naming logging_steps."""
+    items = ["--logging_strategy", "epoch", "--eval_strategy", "steps", "--logging_steps", "7"]
+    res = _cli("dpo", items, tmp_path)
+    assert res.returncode == 0 and "without effect" not in res.stderr, res.stderr
+    assert _error_line(_cli("dpo", items + ["--eval_steps", "5"], tmp_path)).endswith(
+        "command line: logging_steps: has no effect with logging_strategy epoch; pass --logging_strategy steps "
+        "or drop logging_steps")
+    items[-1] = "0"
+    assert _error_line(_cli("dpo", items, tmp_path)).endswith("logging_steps: must be > 0 with eval_strategy steps, "
+                                                              "got 0.0")
+
+
+def test_logging_steps_is_read_by_the_wandb_watch(monkeypatch):
+    """transformers' wandb callback watches every max(100, logging_steps) steps when WANDB_WATCH asks it."""
+    from types import SimpleNamespace
+
+    from training.config_checks import _logging_steps_read
+
+    cfg = SimpleNamespace(eval_strategy="no", eval_steps=None, report_to=["wandb"])
+    monkeypatch.delenv("WANDB_WATCH", raising=False)
+    assert not _logging_steps_read(cfg)
+    monkeypatch.setenv("WANDB_WATCH", "gradients")
+    assert _logging_steps_read(cfg)
+    assert not _logging_steps_read(SimpleNamespace(eval_strategy="no", eval_steps=None, report_to="none"))
+
+
+def test_a_short_sft_max_length_does_not_ask_for_the_unread_max_prompt_length(tmp_path):
+    """SFT under truncation vlrlhf never reads max_prompt_length (refused if given), so its default (128) must
+    not block a max_length below it; DPO reads it (answers keep max_length - max_prompt_length) and still
+    checks it."""
+    res = _cli("sft", ["--max_length", "100"], tmp_path)
+    assert res.returncode == 0 and "without effect" not in res.stderr, res.stderr
+    assert "max_prompt_length: 128 leaves no room" in _error_line(_cli("dpo", ["--max_length", "100"], tmp_path))
+    assert "max_prompt_length: 128 leaves no room" in _error_line(
+        _cli("sft", ["--truncation", "per_field", "--max_length", "100"], tmp_path))

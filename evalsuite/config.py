@@ -399,9 +399,11 @@ def report_unread(obj: Any, data: dict[str, Any], where: str, origins: dict[str,
     listing them. A field left at its default says nothing."""
     origins = origins or {}
     quiet: dict[str, list[str]] = {}  # "switch value" -> the fields it leaves unread
+    seen: set[str] = set()  # a field with two reasons (eval.gen.temperature: no task reads gen, greedy) says the first
     for name, switch, now, need in unread_fields(obj):
-        if not _given(data, name):
+        if not _given(data, name) or name in seen:
             continue
+        seen.add(name)
         src = _source(origins, name, where)
         fix = "" if need is None else f"--{switch} {_word(need)} or " if "." not in switch else \
             f"{switch}={_word(need)} or "

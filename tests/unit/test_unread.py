@@ -80,6 +80,9 @@ CASES = [
     ("csr", [], "train.sft_split", "held_out", "train.method csr", None),  # the loop sets train.method
     ("demo", ["csr.tree.engine=reference"], "csr.tree.kv_budget", "1000", "csr.tree.engine reference",
      "csr.tree.engine=pool"),
+    # the loop's evaluation does not pass evalsuite run's section check: a section no eval task reads
+    ("csr", ["eval.tasks=[pope]", "eval.world=true"], "eval.chair.n_images", "7", "eval.tasks pope", None),
+    ("csr", ["eval.tasks=[pope]", "eval.world=true"], "eval.gen.temperature", "0.5", "eval.tasks pope", None),
     ("eval", [], "gen.temperature", "0.5", "gen.do_sample false", "gen.do_sample=true"),
     ("eval", [], "gen.top_p", "0.5", "gen.do_sample false", "gen.do_sample=true"),
     ("eval", [], "vllm.kv_cache_gib", "2", "engine hf", "--engine vllm"),
@@ -255,3 +258,14 @@ def test_a_short_sft_max_length_does_not_ask_for_the_unread_max_prompt_length(tm
     assert "max_prompt_length: 128 leaves no room" in _error_line(_cli("dpo", ["--max_length", "100"], tmp_path))
     assert "max_prompt_length: 128 leaves no room" in _error_line(
         _cli("sft", ["--truncation", "per_field", "--max_length", "100"], tmp_path))
+
+
+def test_a_field_with_two_reasons_is_named_once(tmp_path):
+    """eval.gen.temperature in a CSR preset whose evaluation reads no gen (pope only) is also unread under
+    greedy decoding: one warning naming it once, under the first reason."""
+    preset = tmp_path / "p.yaml"
+    preset.write_text(yaml.safe_dump({"eval": {"tasks": ["pope"], "world": True, "gen": {"temperature": 0.5}}}))
+    res = _cli("csr", [], tmp_path, preset)
+    assert res.returncode == 0, res.stderr
+    warned = [ln for ln in res.stderr.splitlines() if "set but without effect" in ln]
+    assert len(warned) == 1 and warned[0].count("eval.gen.temperature") == 1 and "(under eval.tasks pope)" in warned[0]

@@ -355,11 +355,21 @@ class CSRConfig:
         self._train_checked = self.train_config(self.model, 1, self.run_dir / "iter_1", portable=True)
 
     def unread(self) -> list[tuple[str, str, Any, Any]]:
-        """The `train:` mapping's fields that its settings never read (its typed sections list their own)."""
-        from evalsuite.config import unread_fields
+        """The `train:` mapping's fields that its settings never read (its typed sections list their own), and
+        the `eval:` option sections no task of `eval.tasks` reads (`evalsuite run` refuses those itself,
+        evalsuite/run_config.py `_check_unused`; the loop's evaluation is built without passing there)."""
+        import dataclasses
 
-        return [(f, s, now, None if s in OWNED_SWITCHES else need)
-                for f, s, now, need in unread_fields(self._train_checked, "train.")]
+        from evalsuite.config import unread_fields
+        from evalsuite.run_config import OWN_SECTIONS
+
+        out = [(f, s, now, None if s in OWNED_SWITCHES else need)
+               for f, s, now, need in unread_fields(self._train_checked, "train.")]
+        if self.eval is not None:
+            idle = sorted({"gen", "lmms", *OWN_SECTIONS} - self.eval.used_sections())
+            out += [(f"eval.{s}.{f.name}", "eval.tasks", ",".join(self.eval.tasks) or "[]", None)
+                    for s in idle for f in dataclasses.fields(getattr(self.eval, s))]
+        return out
 
     def input_config(self) -> InputConfig:
         """The top-level `inputs` (the coupled evaluation's; reward scoring's and DPO's but for image_aspect)."""

@@ -264,7 +264,7 @@ def sections_for(tasks: list[str], is_own) -> set[str]:
 
 def load_eval_config(argv: list[str]) -> tuple[EvalConfig, dict]:
     """(EvalConfig, the entry point's own flags {config, dry_run}) from `evalsuite run`'s arguments."""
-    from evalsuite.config import CLI, apply_overrides, build, read_yaml, split_args
+    from evalsuite.config import CLI, apply_overrides, build, read_yaml, report_unread, split_args
     from evalsuite.tasks.registry import is_own_task
 
     own, items = split_args(argv, ("config", "dry_run!"))
@@ -285,12 +285,14 @@ def load_eval_config(argv: list[str]) -> tuple[EvalConfig, dict]:
                             f"(tasks: {', '.join(_names(tasks)) or 'none'})")
         apply_overrides(data, [(t, value) for t in targets], origins)
         origins.update({t: flag for t in targets})
-    cfg = build(EvalConfig, data, where, origins)
+    cfg = build(EvalConfig, data, where, origins, report=False)
     if not cfg.ckpt:
         raise UserError("ckpt: required (--ckpt DIR, a local checkpoint directory)")
     if not cfg.tasks:
         raise UserError("tasks: required (--tasks caption,chair,pope,...)")
     _check_unused(cfg, origins, data)
+    # after the section check: gen.temperature in a run without gen is about the section, not gen.do_sample
+    report_unread(cfg, data, where, origins)
     return cfg, own
 
 

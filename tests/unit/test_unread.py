@@ -269,3 +269,12 @@ def test_a_field_with_two_reasons_is_named_once(tmp_path):
     assert res.returncode == 0, res.stderr
     warned = [ln for ln in res.stderr.splitlines() if "set but without effect" in ln]
     assert len(warned) == 1 and warned[0].count("eval.gen.temperature") == 1 and "(under eval.tasks pope)" in warned[0]
+
+
+def test_an_eval_option_of_a_section_the_run_does_not_read_names_the_section(tmp_path):
+    """evalsuite run --tasks pope gen.temperature=0.5: the run reads no gen section at all, so the one line
+    says that (run_config._check_unused), not "pass gen.do_sample=true" (which would be refused next)."""
+    res = cli_inprocess("run", "--ckpt", "c", "--tasks", "pope", "gen.temperature=0.5", "--world", "--dry-run",
+                        cwd=tmp_path)
+    assert _error_line(res).endswith("command line: gen.temperature: no task of this run reads the gen section "
+                                     "(tasks: pope)")

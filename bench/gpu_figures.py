@@ -219,7 +219,7 @@ def measure_dpo(arch, vlm, counter, s: Sizes, images, root, clock, peak) -> list
         "method": "dpo", "dataset_name": "plain_dpo", "model_name_or_path": str(root / "model"),
         "data_path": str(_pairs(vlm, s, images, root)),
         "image_root": str(root), "output_dir": str(root / "dpo"), "eval_split": 0.0, "max_length": 2048,
-        "max_prompt_length": 1024, "max_target_length": 512, "use_lora": True, "lora_r": s.lora_r,
+        "max_prompt_length": 1024, "use_lora": True, "lora_r": s.lora_r,
         "lora_alpha": s.lora_alpha, "lora_dropout": 0.05, "lora_target_modules": "auto", "lora_scope": "language_model",
         "freeze_vision_tower": True,
         "activation_checkpointing": True, "bf16": cuda, "use_cpu": not cuda, "learning_rate": 1e-6,

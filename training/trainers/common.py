@@ -71,6 +71,8 @@ def _last_metrics(trainer) -> dict:
 def finish_training(trainer, cfg, processor, info: dict, method: str) -> Path:
     """Save the adapter (if any), then on the main process merge it into a full checkpoint + manifest
     (a LoRA adapter in float32 into the base's own weights, saved in `merge_dtype`: training/checkpoint.py).
+    Returns what was written last: the merged checkpoint; with `save_merged false` the adapter dir, or
+    OUTPUT_DIR (its checkpoint-N folders and metrics) when there is no adapter.
 
     Under ZeRO-3 the weights are sharded across ranks; merge from OUTPUT_DIR/adapter in a separate
     single process instead (`--save_merged false` here).
@@ -80,9 +82,12 @@ def finish_training(trainer, cfg, processor, info: dict, method: str) -> Path:
     from training.checkpoint import save_checkpoint
 
     acc = trainer.accelerator
+    out = Path(cfg.output_dir)
     if is_peft_model(acc.unwrap_model(trainer.model)):
-        trainer.save_model(str(Path(cfg.output_dir) / "adapter"))
-    out = cfg.merged_path
+        out = out / "adapter"
+        trainer.save_model(str(out))
+    if cfg.save_merged:
+        out = cfg.merged_path
     acc.wait_for_everyone()
     if cfg.save_merged and acc.is_main_process:
         model = acc.unwrap_model(trainer.model)

@@ -146,7 +146,8 @@ def build_dpo_trainer(cfg, model, processor, train_ds, eval_ds=None) -> VLDPOTra
 
 
 def run_dpo(cfg) -> Path:
-    """Train cfg (a validated TrainConfig) and return the merged checkpoint directory."""
+    """Train cfg (a validated TrainConfig) and return the merged checkpoint directory (with
+    save_merged false what was written instead: common.py `finish_training`)."""
     from training.config import resume_checkpoint
     from training.data import load_examples
     from training.trainers.model import load_model_and_processor, setup_reporting

@@ -47,7 +47,8 @@ def build_sft_trainer(cfg, model, processor, train_ds, eval_ds=None) -> SFTTrain
 
 
 def run_sft(cfg, hint: str | None = None) -> Path:
-    """Train cfg (a validated TrainConfig, method sft) and return the full checkpoint directory. `hint`: how
+    """Train cfg (a validated TrainConfig, method sft) and return the full checkpoint directory (with
+    save_merged false what was written instead: common.py `finish_training`). `hint`: how
     to continue after a signal's save, for the one line (default: training/signals.py `signal_hint`)."""
     from training.config import resume_checkpoint
     from training.data import load_examples

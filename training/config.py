@@ -128,7 +128,8 @@ class TrainConfig(HFTrainingFields):
                                 "only with sft_split held_out.")
     eval_split: float | None = _f(None, "Fraction drawn as the eval split (seed 42, as VL-RLHF's "
                                         "train_test_split): held out before data_ratio, except under sft_split "
-                                        "vlrlhf. Default: 0.005 for sft/dpo, 0 for csr.")
+                                        "vlrlhf (there only an evaluation reads it: eval_strategy steps/epoch "
+                                        "or eval_on_start). Default: 0.005 for sft/dpo, 0 for csr.")
     sft_split: Literal["vlrlhf", "held_out"] = _f(
         "vlrlhf", "How SFT splits its records (sft only): vlrlhf = every record trains in file order, the "
         "eval_split rows too (VL-RLHF's sft.py passes the whole dataset), data_ratio must stay 1 (sft.py ignores "

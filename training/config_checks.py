@@ -164,6 +164,11 @@ LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "l
 DPO_FIELDS = ("beta", "loss_type", "ipo_logps", "ddpo_mask", "label_smoothing", "rpo_alpha", "precompute_ref_log_probs")
 MERGE_FIELDS = ("merged_dir", "merge_dtype", "iteration", "parent")  # the merged checkpoint and its manifest
 WANDB_FIELDS = ("wandb_mode", "project_name", "group_name")  # training/trainers/model.py setup_reporting
+# TrainingArguments fields only transformers' evaluation loop reads (Trainer.evaluate and what it calls); nothing in
+# training/ calls evaluate(), so without an evaluation (eval_strategy no, eval_on_start false) they reach nothing.
+# fp16_full_eval / bf16_full_eval are not here: they also decide where the model is placed for training.
+EVAL_FIELDS = ("per_device_eval_batch_size", "eval_accumulation_steps", "eval_do_concat_batches",
+               "eval_use_gather_object", "include_for_metrics", "batch_eval_metrics")
 
 
 def unread(cfg) -> list[tuple[str, str, Any, Any]]:
@@ -204,6 +209,16 @@ def unread(cfg) -> list[tuple[str, str, Any, Any]]:
                            ("eval_steps", "eval_strategy")):
         if _strategy(getattr(cfg, strategy)) != "steps" and not (name == "logging_steps" and _logging_steps_read(cfg)):
             off((name,), strategy, "steps", now=_strategy(getattr(cfg, strategy)))
+    if _strategy(cfg.eval_strategy) == "no":
+        # eval_delay: only the step/epoch schedule reads it (not eval_on_start's evaluation)
+        off(("eval_delay",) + (() if cfg.eval_on_start else EVAL_FIELDS), "eval_strategy", "steps", now="no")
+        if cfg.method == "sft" and cfg.sft_split == "vlrlhf" and not cfg.eval_on_start:
+            # the eval_split rows train too (training/data/__init__.py) and no evaluation reads them
+            off(("eval_split",), "eval_strategy", "steps", now="no")
+    if _strategy(cfg.save_strategy) == "no" and not (cfg.save_on_signal or cfg.enable_jit_checkpoint):
+        # transformers applies it when a checkpoint is written (Trainer._save_checkpoint): with save_strategy no
+        # only a signal's save (training/signals.py, or transformers' own enable_jit_checkpoint) writes one
+        off(("save_total_limit",), "save_strategy", "steps", now="no")
     return list(out.values())
 
 

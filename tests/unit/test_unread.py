@@ -57,6 +57,18 @@ CASES = [
     ("dpo", ["--save_strategy", "no"], "save_steps", "10", "save_strategy no", "--save_strategy steps"),
     ("dpo", ["--logging_strategy", "epoch"], "logging_steps", "10", "logging_strategy epoch",
      "--logging_strategy steps"),
+    # transformers' evaluation loop alone reads these; nothing in training/ calls evaluate()
+    ("dpo", [], "per_device_eval_batch_size", "4", "eval_strategy no", "--eval_strategy steps"),
+    ("dpo", [], "eval_delay", "2", "eval_strategy no", "--eval_strategy steps"),
+    ("dpo", ["--eval_on_start", "true"], "eval_delay", "2", "eval_strategy no", "--eval_strategy steps"),
+    ("dpo", [], "eval_accumulation_steps", "2", "eval_strategy no", "--eval_strategy steps"),
+    ("dpo", [], "eval_do_concat_batches", "false", "eval_strategy no", "--eval_strategy steps"),
+    ("dpo", [], "eval_use_gather_object", "true", "eval_strategy no", "--eval_strategy steps"),
+    ("dpo", [], "include_for_metrics", "[loss]", "eval_strategy no", "--eval_strategy steps"),
+    ("dpo", [], "batch_eval_metrics", "true", "eval_strategy no", "--eval_strategy steps"),
+    ("sft", [], "eval_split", "0.1", "eval_strategy no", "--eval_strategy steps"),  # its rows train too (vlrlhf)
+    ("dpo", ["--save_strategy", "no", "--save_on_signal", "false"], "save_total_limit", "2", "save_strategy no",
+     "--save_strategy steps"),
     ("csr", ["tree.engine=reference"], "tree.kv_budget", "1000", "tree.engine reference", "tree.engine=pool"),
     ("csr", ["tree.engine=vllm"], "tree.kv_budget", "1000", "tree.engine vllm", "tree.engine=pool"),
     ("csr", ["tree.expander=sample"], "tree.kv_budget", "1000", "tree.expander sample", "tree.expander=group_beam"),
@@ -75,6 +87,7 @@ CASES = [
     ("csr", [], "train.lora_r", "8", "train.use_lora false", "train.use_lora=true"),
     ("csr", ["train.loss_type=ipo"], "train.label_smoothing", "0.1", "train.loss_type ipo",
      "train.loss_type=sigmoid"),
+    ("csr", [], "train.per_device_eval_batch_size", "4", "train.eval_strategy no", "train.eval_strategy=steps"),
     ("demo", ["--hallucination_rate", "0"], "hallucination", "random", "hallucination_rate 0.0", None),
     ("demo", [], "sft.beta", "0.2", "sft.method sft", None),  # the demo sets sft.method: drop is the fix
     ("csr", [], "train.sft_split", "held_out", "train.method csr", None),  # the loop sets train.method
@@ -165,6 +178,17 @@ def test_the_fields_read_under_the_setting_are_accepted(tmp_path):
                           ("dpo", ["--loss_type", "ipo", "--ipo_logps", "mean"]),
                           ("sft", ["--sft_split", "held_out", "--data_ratio", "0.5"]),
                           ("dpo", ["--truncation", "per_field", "--max_target_length", "64"]),
+                          ("dpo", ["--eval_strategy", "steps", "--eval_steps", "5", "--eval_delay", "2",
+                                   "--per_device_eval_batch_size", "4"]),
+                          ("dpo", ["--eval_on_start", "true", "--per_device_eval_batch_size", "4"]),
+                          ("sft", ["--eval_strategy", "epoch", "--eval_split", "0.1"]),
+                          ("sft", ["--eval_on_start", "true", "--eval_split", "0.1"]),
+                          ("sft", ["--sft_split", "held_out", "--eval_split", "0.1"]),
+                          ("dpo", ["--eval_split", "0.1"]),  # the eval rows leave training (eval_strategy no)
+                          ("dpo", ["--save_strategy", "steps", "--save_total_limit", "2"]),
+                          ("dpo", ["--save_strategy", "no", "--save_total_limit", "2"]),  # the signal's save
+                          ("dpo", ["--save_strategy", "no", "--save_on_signal", "false", "--enable_jit_checkpoint",
+                                   "true", "--save_total_limit", "2"]),
                           ("csr", ["tree.expander=sample", "tree.seed=3", "tree.num_samples=3"]),
                           ("csr", ["tree.engine=pool", "tree.kv_budget=1000"]),
                           ("eval", ["gen.do_sample=true", "gen.temperature=0.5"])):

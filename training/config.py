@@ -111,7 +111,8 @@ class TrainConfig(HFTrainingFields):
     iteration: int = _f(0, "Iteration number written into the merged checkpoint's manifest.")
     parent: str | None = _f(None, "Parent recorded in the manifest (default: model_name_or_path).")
     merged_dir: str | None = _f(None, "Where the merged full checkpoint goes (default OUTPUT_DIR/merged).")
-    save_merged: bool = _f(True, "Merge the adapter and write a full checkpoint at the end.")
+    save_merged: bool = _f(True, "Merge the adapter and write a full checkpoint at the end; false: the "
+                             "adapter stays in OUTPUT_DIR/adapter (a full fine-tune: its weights in OUTPUT_DIR/model).")
     merge_dtype: Literal["auto", "float32", "float16", "bfloat16"] = _f(
         "auto", "dtype of the merged checkpoint (the LoRA merge itself runs in float32); auto = the base's own.")
     warmup_ratio: float | None = _f(None, "Warmup as a fraction of the training steps (transformers 5 reads it "

@@ -6,7 +6,7 @@
 - Only one process trains into a folder at a time: a second one is refused with one line (the lock is
   an flock, dropped by the kernel when its holder dies, kill -9 included).
 - A folder holding the training artefacts of a run with another configuration (checkpoint-N, metrics,
-  adapter, the merged checkpoint) is refused unless `--resume_from_checkpoint` is set; the same
+  adapter, the full weights under save_merged false, the merged checkpoint) is refused unless `--resume_from_checkpoint` is set; the same
   configuration is the same run (started again; a train_run.json written before the prompt settings
   moved into `inputs:` is compared in today's spelling). Files the project did not write are left alone.
 - An existing merged checkpoint folder is replaced only when it is one evalsuite wrote (it holds an
@@ -85,7 +85,7 @@ def training_artefacts(out: Path) -> list[str]:
     if not out.is_dir():
         return []
     return sorted(p.name for p in out.iterdir()
-                  if p.name.startswith("checkpoint-") or p.name in ("metrics.jsonl", "adapter", "merged"))
+                  if p.name.startswith("checkpoint-") or p.name in ("metrics.jsonl", "adapter", "model", "merged"))
 
 
 def check_merged_dir(path: Path) -> None:

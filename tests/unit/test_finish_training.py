@@ -1,5 +1,5 @@
 """What train.py prints after training (training/trainers/common.py `finish_training`'s result) is what the
-run wrote: the merged checkpoint, or with `save_merged false` the adapter dir (OUTPUT_DIR without one), never
+run wrote: the merged checkpoint, or with `save_merged false` the adapter dir (OUTPUT_DIR/model without one), never
 the merged path nothing was written to."""
 from __future__ import annotations
 
@@ -27,7 +27,13 @@ class _Trainer:
         self.callback_handler = SimpleNamespace(callbacks=[])
 
     def save_model(self, path: str):
-        self.model.save_pretrained(path)
+        if hasattr(self.model, "save_pretrained"):
+            self.model.save_pretrained(path)
+        else:  # a plain module: what the Trainer writes for one (safetensors)
+            from safetensors.torch import save_file
+
+            Path(path).mkdir(parents=True, exist_ok=True)
+            save_file(self.model.state_dict(), str(Path(path) / "model.safetensors"))
 
 
 def _lora_model():
@@ -53,13 +59,18 @@ def test_without_the_merge_the_result_is_the_adapter_written(tmp_path):
     assert not (tmp_path / "merged").exists()
 
 
-def test_without_the_merge_or_an_adapter_the_result_is_the_output_dir(tmp_path):
+def test_without_the_merge_or_an_adapter_the_full_weights_are_saved(tmp_path):
+    """A full fine-tune under save_merged false keeps its final weights (before, only checkpoint-N folders,
+    none at all under save_strategy no), with the processor, in OUTPUT_DIR/model."""
     import torch
 
     from training.trainers.common import finish_training
 
-    out = finish_training(_Trainer(torch.nn.Linear(4, 4)), _cfg(tmp_path, False), None, {}, method="sft")
-    assert out == tmp_path and not (tmp_path / "merged").exists() and not (tmp_path / "adapter").exists()
+    saved = []
+    processor = SimpleNamespace(save_pretrained=lambda p: saved.append(p))
+    out = finish_training(_Trainer(torch.nn.Linear(4, 4)), _cfg(tmp_path, False), processor, {}, method="sft")
+    assert out == tmp_path / "model" and (out / "model.safetensors").is_file() and saved == [str(out)]
+    assert not (tmp_path / "merged").exists() and not (tmp_path / "adapter").exists()
 
 
 def test_with_the_merge_the_result_is_the_merged_checkpoint(tmp_path, monkeypatch):

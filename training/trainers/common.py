@@ -72,7 +72,7 @@ def finish_training(trainer, cfg, processor, info: dict, method: str) -> Path:
     """Save the adapter (if any), then on the main process merge it into a full checkpoint + manifest
     (a LoRA adapter in float32 into the base's own weights, saved in `merge_dtype`: training/checkpoint.py).
     Returns what was written last: the merged checkpoint; with `save_merged false` the adapter dir, or
-    OUTPUT_DIR (its checkpoint-N folders and metrics) when there is no adapter.
+    OUTPUT_DIR/model (the fully fine-tuned weights, saved by the Trainer) when there is no adapter.
 
     Under ZeRO-3 the weights are sharded across ranks; merge from OUTPUT_DIR/adapter in a separate
     single process instead (`--save_merged false` here).
@@ -86,6 +86,14 @@ def finish_training(trainer, cfg, processor, info: dict, method: str) -> Path:
     if is_peft_model(acc.unwrap_model(trainer.model)):
         out = out / "adapter"
         trainer.save_model(str(out))
+    elif not cfg.save_merged:
+        # a full fine-tune without the merge step (ZeRO-3: the weights are sharded, save_checkpoint cannot
+        # gather them) would otherwise keep no final weights at all under save_strategy no: the Trainer
+        # gathers and saves them (safetensors), with the processor, so OUTPUT_DIR/model loads as a checkpoint
+        out = out / "model"
+        trainer.save_model(str(out))
+        if processor is not None and acc.is_main_process:
+            processor.save_pretrained(str(out))
     if cfg.save_merged:
         out = cfg.merged_path
     acc.wait_for_everyone()

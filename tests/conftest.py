@@ -152,6 +152,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_taken(output: str) -> bool:
+    """Whether a launcher's output says its --master_port / --main_process_port was taken (torchrun's
+    rendezvous store, accelerate's check before it starts the ranks)."""
+    return "EADDRINUSE" in output or "another process is utilizing it" in output
+
+
+def launch(argv_for_port, attempts: int = 3, **run_kwargs):
+    """subprocess.run(argv_for_port(free_port()), **run_kwargs), again with another port while the launcher
+    says the port was taken: free_port's port is free when chosen, but before the launcher binds it (seconds
+    of imports later) another process may take it, e.g. the other xdist worker's launch or any connection's
+    local port. Such a launch fails at its rendezvous, before any rank starts; any other result is returned."""
+    import subprocess
+
+    for _ in range(attempts):
+        proc = subprocess.run(argv_for_port(free_port()), **run_kwargs)
+        if proc.returncode == 0 or not port_taken(f"{proc.stdout or ''}{proc.stderr or ''}"):
+            break
+    return proc
+
+
 def train_inprocess(*argv: str, cwd: Path | None = None):
     """`python training/train.py ARGV` run in this process: training.train.main(argv) with stdout, stderr,
     log records (in the entry point's LOG_FORMAT) and warnings captured; returns a CompletedProcess.

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-# Tiny models are fastest with one thread per process on these 2-core machines.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Tiny models are fastest with one thread per process on these 2-core machines. Set, not defaulted: a CI
+# runner that exports its core count would run the subprocesses (run_cli inherits this environment) with
+# another thread count, so another float summation order, than the tests' numbers were measured with.
+os.environ["OMP_NUM_THREADS"] = "1"
 for _k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ.setdefault(_k, "1")
 

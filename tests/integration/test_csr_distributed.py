@@ -162,7 +162,7 @@ def _worker(overrides: list[str]) -> int:
     assert dist.world_size == 2 and dist.init_group(None, timeout=GROUP_TIMEOUT)
     merged = run_csr(load_config(PRESET, overrides), dist)
     if dist.is_main:
-        print(merged[-1])
+        sys.stdout.write(f"{merged[-1]}\n")   # one write (torchrun's workers are unbuffered): a whole line
     return 0
 
 

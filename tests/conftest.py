@@ -16,8 +16,10 @@ import pytest
 # runner that exports its core count would run the subprocesses (run_cli inherits this environment) with
 # another thread count, so another float summation order, than the tests' numbers were measured with.
 os.environ["OMP_NUM_THREADS"] = "1"
+# Set too: tests never download (tiny models and data are built offline); a runner exporting
+# HF_HUB_OFFLINE=0 would let the libraries reach for the network (timeouts, retries, a changed answer).
 for _k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-    os.environ.setdefault(_k, "1")
+    os.environ[_k] = "1"
 
 REPO = Path(__file__).resolve().parent.parent
 # reference data (CHAIR golden outputs, official NLTK tagger/punkt tables), committed with its licences

@@ -21,9 +21,12 @@ class UserError(Exception):
 
 
 class RunFailure(RuntimeError):
-    """A run that started and then failed (a model crashed mid-task); finished work is kept. Exit 1."""
+    """A run that started and then failed (a model crashed mid-task); finished work is kept. Exit 1.
+    `collective`: every rank of a data-parallel run raised it together (evalsuite/tasks/answers.py
+    fail_together), so the ranks can still meet once more before they exit (evalsuite/commands/run.py)."""
 
     exit_code = 1
+    collective = False
 
 
 def say(line: str) -> None:

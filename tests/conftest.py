@@ -12,10 +12,14 @@ from pathlib import Path
 
 import pytest
 
-# Tiny models are fastest with one thread per process on these 2-core machines.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Tiny models are fastest with one thread per process on these 2-core machines. Set, not defaulted: a CI
+# runner that exports its core count would run the subprocesses (run_cli inherits this environment) with
+# another thread count, so another float summation order, than the tests' numbers were measured with.
+os.environ["OMP_NUM_THREADS"] = "1"
+# Set too: tests never download (tiny models and data are built offline); a runner exporting
+# HF_HUB_OFFLINE=0 would let the libraries reach for the network (timeouts, retries, a changed answer).
 for _k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-    os.environ.setdefault(_k, "1")
+    os.environ[_k] = "1"
 
 REPO = Path(__file__).resolve().parent.parent
 # reference data (CHAIR golden outputs, official NLTK tagger/punkt tables), committed with its licences
@@ -150,6 +154,26 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def port_taken(output: str) -> bool:
+    """Whether a launcher's output says its --master_port / --main_process_port was taken (torchrun's
+    rendezvous store, accelerate's check before it starts the ranks)."""
+    return "EADDRINUSE" in output or "another process is utilizing it" in output
+
+
+def launch(argv_for_port, attempts: int = 3, **run_kwargs):
+    """subprocess.run(argv_for_port(free_port()), **run_kwargs), again with another port while the launcher
+    says the port was taken: free_port's port is free when chosen, but before the launcher binds it (seconds
+    of imports later) another process may take it, e.g. the other xdist worker's launch or any connection's
+    local port. Such a launch fails at its rendezvous, before any rank starts; any other result is returned."""
+    import subprocess
+
+    for _ in range(attempts):
+        proc = subprocess.run(argv_for_port(free_port()), **run_kwargs)
+        if proc.returncode == 0 or not port_taken(f"{proc.stdout or ''}{proc.stderr or ''}"):
+            break
+    return proc
 
 
 def train_inprocess(*argv: str, cwd: Path | None = None):

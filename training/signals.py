@@ -34,7 +34,6 @@ import functools
 import logging
 import shutil
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -155,15 +154,20 @@ def save_on_signal(trainer, enabled: bool = True, hint: str = ""):
         trainer.remove_callback(callback)
     if callback.saved is not None:
         from evalsuite.dist import Dist
+        from evalsuite.errors import say
 
-        Dist.current().barrier()  # no rank exits (torchrun would then kill the rest) before rank 0 has saved
+        dist = Dist.current()
+        dist.barrier()  # no rank exits (torchrun would then kill the rest) before rank 0 has saved
         if trainer.args.should_save:
             from training.resume import WEIGHTS_ONLY, checkpoint_problem
 
             if checkpoint_problem(callback.saved) == WEIGHTS_ONLY:
                 hint = f" ({WEIGHTS_ONLY})"
-            print(f"train.py: {WORD[callback.signum]} at step {callback.step}: saved {callback.saved}{hint}",
-                  file=sys.stderr, flush=True)
+            say(f"train.py: {WORD[callback.signum]} at step {callback.step}: saved {callback.saved}{hint}")
+        # nor before rank 0 has said so: torchrun SIGTERMs the other ranks ~0.1-2 s after one exits, which
+        # cut rank 0's line off (the previous handler's "terminated" line instead) when it was that much
+        # slower than rank 1 to get here from the barrier above (a loaded machine)
+        dist.barrier()
         raise SystemExit(EXIT_CODE[callback.signum])
     if request.signum:  # arrived after the last step's end: as without this switch
         _stop_now(request.signum, request.previous.get(request.signum), None)

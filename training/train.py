@@ -157,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         out = getattr(cfg, "output_dir", None)
         hint = f" (checkpoints saved so far stay in {out}; continue with --resume_from_checkpoint true)" if out else ""
         with interrupt_exit("train.py", hint):   # SIGINT/SIGTERM: one line, exit 130/143
-            print(run(cfg))
+            result = run(cfg)
+        # one write: every torchrun rank prints it to the shared (unbuffered: `python -u`) stdout, where
+        # print's two writes (text, newline) let two ranks' lines run together (evalsuite.errors.say)
+        sys.stdout.write(f"{result}\n")
+        sys.stdout.flush()
         return 0
     except UserError as e:
         say(f"train.py: error: {e}")

@@ -51,12 +51,21 @@ def main(args) -> int:
     if own.get("dry_run"):
         return dry_run(cfg)
     from evalsuite.dist import Dist, destroy_process_group, init_process_group
+    from evalsuite.errors import RunFailure, say
     from evalsuite.run import run_eval
 
     started = init_process_group(cfg.device)  # under torchrun / accelerate launch (docs/multi-gpu.md)
     try:
         summary = run_eval(cfg)
         main_rank = Dist.current().is_main
+    except RunFailure as exc:
+        if not (started and exc.collective):
+            raise
+        # every rank raised it together: each says its line (evalsuite/cli.py's), then all meet before any
+        # exits. torchrun SIGTERMs the ranks left ~0.1-2 s after one exits, which cut a slower rank's line off
+        say(f"evalsuite: failed: {exc}")
+        Dist.current().barrier()
+        return exc.exit_code
     finally:
         if started:
             destroy_process_group()

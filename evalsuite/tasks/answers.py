@@ -69,7 +69,9 @@ def fail_together(dist, message: str | None) -> None:
 
     message = dist.broadcast(message if dist.is_main else None)
     if message:
-        raise RunFailure(message)
+        exc = RunFailure(message)
+        exc.collective = dist.distributed
+        raise exc
 
 
 def generate_answers(ctx, images: list[dict], prompt: str, gen: GenConfig, data_id: str,

@@ -2,23 +2,25 @@
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.conftest import REPO, run_cli
 
 
+# what would make --help slow (seconds each): none is imported to build the parser. The time itself is a
+# speed target, measured by bench/cli_startup.py (a wall-clock bound here failed on a loaded CI machine)
+HEAVY = ("torch", "transformers", "datasets", "pandas", "pyarrow", "lmms_eval", "accelerate", "peft", "PIL",
+         "nltk", "scipy", "sklearn", "deepspeed", "vllm")
+
+
 def test_help_is_fast_and_imports_no_torch():
-    code = ("import sys, time; t=time.time(); from evalsuite.cli import build_parser; build_parser(); "
-            "print(time.time()-t); print('torch' in sys.modules)")
+    code = ("import sys; from evalsuite.cli import build_parser; build_parser(); "
+            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
-    elapsed, torch_loaded = out.stdout.split()
-    assert torch_loaded == "False"
-    assert float(elapsed) < 1.0
-    t = time.time()
+    loaded = set(out.stdout.split())
+    assert "evalsuite" in loaded and not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
     res = run_cli("--help")
     assert res.returncode == 0 and "run" in res.stdout
-    assert time.time() - t < 5  # includes interpreter start-up on a loaded 2-core box
 
 
 def test_tasks_lists_registered():

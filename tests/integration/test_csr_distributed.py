@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -25,12 +24,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PRESET = REPO / "configs" / "csr_tiny.yaml"
 N_PROMPTS = 7  # odd, so the two shards differ in size (4 and 3)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture()
@@ -45,14 +38,17 @@ def csr_inputs(tmp_path, tiny_vlm_dir, tiny_clip_dir, world_dir):
     return tmp_path, [p.stem for p in files], common
 
 
-def _torchrun(overrides: list[str], timeout: float = 240.0) -> subprocess.CompletedProcess:
+def _torchrun(overrides: list[str], timeout: float = 600.0) -> subprocess.CompletedProcess:
+    # the timeout ends a hung rank: generous, as 2 ranks share a loaded 2-core machine with another test
+    from tests.conftest import launch
+
     torchrun = Path(sys.executable).parent / "torchrun"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
-    cmd = [str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-           __file__, *overrides]
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    return launch(lambda port: [str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
+                                str(port), __file__, *overrides],
+                  cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def _single_process(overrides: list[str]) -> Path:
@@ -166,7 +162,7 @@ def _worker(overrides: list[str]) -> int:
     assert dist.world_size == 2 and dist.init_group(None, timeout=GROUP_TIMEOUT)
     merged = run_csr(load_config(PRESET, overrides), dist)
     if dist.is_main:
-        print(merged[-1])
+        sys.stdout.write(f"{merged[-1]}\n")   # one write (torchrun's workers are unbuffered): a whole line
     return 0
 
 

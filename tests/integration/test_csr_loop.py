@@ -28,8 +28,9 @@ def csr_setup(tmp_path, tiny_vlm_dir, tiny_clip_dir, world_dir):
     return tmp_path, overrides
 
 
-def _kill_after(marker: Path, overrides: list[str], timeout: float = 120.0) -> None:
-    """Start the loop as a subprocess and SIGKILL it as soon as `marker` exists."""
+def _kill_after(marker: Path, overrides: list[str], timeout: float = 600.0) -> None:
+    """Start the loop as a subprocess and SIGKILL it as soon as `marker` exists (the deadline only ends a
+    loop that never gets there: generous, as a loaded 2-core machine can take minutes)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "training/train.py", "--config", "configs/csr_tiny.yaml",
                              *overrides], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

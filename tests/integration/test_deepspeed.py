@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import free_port, launch
 from tests.integration.test_train import base_args, data  # noqa: F401  (the module fixture)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,11 +79,12 @@ def test_zero2_dpo_two_steps_on_cpu(tiny_vlm_dir, world_dir, data, tmp_path):  #
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
     out = tmp_path / "z2"
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-           str(REPO / "configs" / "accelerate" / "zero2.yaml"), "--num_processes", "2", "--mixed_precision", "no",
-           "--main_process_port", str(free_port()), str(probe), str(REPO), *base_args(tiny_vlm_dir, world_dir, data, out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PROBE_OUT": str(tmp_path)}
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=tmp_path, env=env)
+    r = launch(lambda port: [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                             str(REPO / "configs" / "accelerate" / "zero2.yaml"), "--num_processes", "2",
+                             "--mixed_precision", "no", "--main_process_port", str(port), str(probe), str(REPO),
+                             *base_args(tiny_vlm_dir, world_dir, data, out)],
+               capture_output=True, text=True, timeout=1200, cwd=tmp_path, env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     engines = [json.loads((tmp_path / f"engine.rank{k}.json").read_text()) for k in (0, 1)]
     assert engines == [{"engine": "DeepSpeedEngine", "stage": 2, "deepspeed": True}] * 2

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,19 +22,20 @@ def test_two_ranks_fail_together_on_empty_answers(task, args, tiny_vlm_dir, worl
     """An own task (caption: rank 0 answers the 1st and 3rd of the 4 images, rank 1 the others) and an lmms-eval one (pope:
     docs split by lmms-eval): each rank prints the one-line failure naming the 4 of 4 empty answers (the
     whole run's count, which rank 1 alone never holds); the launch exits 1; nothing is stored."""
-    from tests.conftest import free_port
+    from tests.conftest import launch
 
     ckpt = _mute(tiny_vlm_dir, tmp_path / "mute")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "HF_HOME": str(tmp_path / "hf"),
            "LM_HARNESS_CACHE_PATH": str(tmp_path / "req")}
     env.pop("ACCELERATE_USE_CPU", None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           "-m", "evalsuite", "run", "--ckpt", str(ckpt), "--tasks", task, "--data-root", str(world_dir),
-           "--limit", "4", "--batch-size", "2", "--device", "cpu", *args,
-           "--store", str(tmp_path / "s"), "--output", str(tmp_path / "o")]
+    def cmd(port):
+        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+                "-m", "evalsuite", "run", "--ckpt", str(ckpt), "--tasks", task, "--data-root", str(world_dir),
+                "--limit", "4", "--batch-size", "2", "--device", "cpu", *args,
+                "--store", str(tmp_path / "s"), "--output", str(tmp_path / "o")]
     # a rank left waiting would sit at its next collective for gloo's 30 minutes: the timeout catches it
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          check=False)
+    # (~25 s here; generous for a loaded 2-core machine, still far below gloo's 30 minutes)
+    proc = launch(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
     assert proc.returncode == 1, proc.stderr[-3000:]
     # found in the text, not by line start: the other rank's progress bar ("\r...") may share a line with it
     lines = re.findall(r"evalsuite: failed: [^\n\r]*", proc.stderr)

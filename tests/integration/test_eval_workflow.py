@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO, launch
 
 
 def _eval(*argv):
@@ -88,8 +88,8 @@ def test_two_ranks_shard_own_tasks_and_rank0_writes(tiny_vlm_dir, world_dir, tmp
             "--max-new-tokens", "6", "--batch-size", "2", "--device", "cpu"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     dist_args = [*args, "--store", str(tmp_path / "s2"), "--output", str(tmp_path / "o2")]
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                           str(free_port()), str(worker), *dist_args], env=env, capture_output=True, text=True, timeout=600)
+    proc = launch(lambda port: [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                                str(port), str(worker), *dist_args], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     one = subprocess.run([sys.executable, str(worker), *args, "--store", str(tmp_path / "s1"), "--output",
                           str(tmp_path / "o1")], env=env, capture_output=True, text=True, timeout=600, cwd=REPO)

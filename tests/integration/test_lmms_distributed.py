@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -50,11 +49,11 @@ WORKER = textwrap.dedent('''
 
 
 def _torchrun(worker, world, out, env):
-    from tests.conftest import free_port
+    from tests.conftest import launch
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           str(worker), str(world), str(out)]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    return launch(lambda port: [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                                str(port), str(worker), str(world), str(out)],
+                  env=env, capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.slow
@@ -127,11 +126,12 @@ def test_evalsuite_run_on_two_cpu_processes_as_documented(launcher, single_proce
     a single-process run; only rank 0 wrote (one store run, one printed result, one "run ..." log line)."""
     from evalsuite.store import Store
 
-    from tests.conftest import free_port
+    from tests.conftest import launch
 
-    cmd = [*LAUNCHERS[launcher], str(free_port()), "-m", "evalsuite", "run", "--ckpt", str(tiny_vlm_dir),
-           "--data-root", str(world_dir), *RUN_ARGS, "--store", str(tmp_path / "s"), "--output", str(tmp_path / "o")]
-    proc = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    proc = launch(lambda port: [*LAUNCHERS[launcher], str(port), "-m", "evalsuite", "run", "--ckpt", str(tiny_vlm_dir),
+                                "--data-root", str(world_dir), *RUN_ARGS, "--store", str(tmp_path / "s"),
+                                "--output", str(tmp_path / "o")],
+                  env=_env(tmp_path), capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _answers(tmp_path / "o") == single_process_answers and len(single_process_answers) == 8
     (cache_dir,) = (tmp_path / "s" / ".resume" / "lmms").iterdir()

@@ -76,7 +76,9 @@ class Chromium:
         else:
             self.events.append(msg)
 
-    def send(self, method: str, params: dict | None = None, session: str | None = None, timeout=30.0) -> dict:
+    # a reply's wait ends a browser that hung; generous: start-up and a 16000 px screenshot, rendered in
+    # software, take seconds on an idle machine and more beside the other test worker
+    def send(self, method: str, params: dict | None = None, session: str | None = None, timeout=120.0) -> dict:
         self._next_id += 1
         msg = {"id": self._next_id, "method": method, "params": params or {}}
         if session:
@@ -88,7 +90,7 @@ class Chromium:
         assert "error" not in reply, f"{method}: {reply['error']}"
         return reply["result"]
 
-    def wait_event(self, method: str, timeout=30.0) -> dict:
+    def wait_event(self, method: str, timeout=120.0) -> dict:
         while True:
             for e in self.events:
                 if e["method"] == method:

@@ -126,7 +126,10 @@ def test_sft_from_scratch_full_finetune(tiny_vlm_dir, world_dir, data, tmp_path)
 
 def test_wandb_offline(tiny_vlm_dir, world_dir, data, tmp_path, monkeypatch):
     pytest.importorskip("wandb")
-    monkeypatch.delenv("WANDB_MODE", raising=False)
+    # the run sets these in this process' environment (training/trainers/model.py); monkeypatch removes
+    # them again at the end: a later test in this worker would otherwise inherit this test's WANDB_DIR
+    for var in ("WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT", "WANDB_RUN_GROUP"):
+        monkeypatch.delenv(var, raising=False)
     out = tmp_path / "wb"
     assert train_main(base_args(tiny_vlm_dir, world_dir, data, out, "--report_to", "wandb", "--save_merged", "false",
                                 "--project_name", "evalsuite-test", "--group_name", "g")) == 0

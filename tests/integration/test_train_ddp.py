@@ -2,13 +2,12 @@
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import launch
 from tests.integration.test_train import base_args, data  # noqa: F401  (the module fixture)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,10 +19,9 @@ def test_ddp_two_ranks(tiny_vlm_dir, world_dir, data, tmp_path):  # noqa: F811
     if torchrun is None:
         pytest.skip("torchrun not found")
     out = tmp_path / "ddp"
-    cmd = [torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), str(REPO / "training" / "train.py"),
-           *base_args(tiny_vlm_dir, world_dir, data, out, "--ddp_backend", "gloo", "--per_device_train_batch_size", "2")]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    r = launch(lambda port: [torchrun, "--nproc_per_node", "2", "--master_port", str(port), str(REPO / "training" / "train.py"),
+               *base_args(tiny_vlm_dir, world_dir, data, out, "--ddp_backend", "gloo", "--per_device_train_batch_size", "2")],
+               capture_output=True, text=True, timeout=900, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     rank0 = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     rank1 = [json.loads(x) for x in (out / "metrics.rank1.jsonl").read_text().splitlines()]

@@ -32,14 +32,16 @@ def _run_main(capsys, *argv) -> tuple[int, list[str], float]:
     ("H6", "tasks: " + "[" * 50_000 + "]" * 50_000 + "\n"),
 ])
 def test_H3_H4_H6_yaml_bomb_or_deep_preset_is_one_line_fast(probe, text, capsys, tmp_path):
-    """H3 (alias bomb under label), H4 (under tasks, --dry-run), H6 (50k deep): one line, exit 2, < 5 s."""
+    """H3 (alias bomb under label), H4 (under tasks, --dry-run), H6 (50k deep): one line, exit 2, bounded in
+    time (well under 1 s here; the bound allows a loaded machine and is still far below the minutes that
+    walking the ~4e8 items of the expanded aliases takes)."""
     cfg = tmp_path / "b.yaml"
     cfg.write_text(text)
     rc, lines, took = _run_main(capsys, "run", "--config", str(cfg), "--ckpt", str(tmp_path), "--tasks", "caption",
                                 "--dry-run")
     assert rc == 2 and len(lines) == 1 and str(cfg) in lines[0], lines
     assert ("aliases" in lines[0]) if probe != "H6" else ("nested deeper" in lines[0])
-    assert took < 5
+    assert took < 30
 
 
 def test_H5_yaml_bomb_in_a_training_preset_is_one_line(capsys, tmp_path):

@@ -131,9 +131,12 @@ def test_G4_sigint_during_train_py_is_one_line_exit_130(tiny_vlm_dir, world_dir,
                              *args(tiny_vlm_dir, world_dir, pairs, out, "--max_steps", "2000", "--save_strategy",
                                    "steps", "--save_steps", "2")],
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300   # start-up on a loaded machine; the signal waits for checkpoint-2
     while not (out / "checkpoint-2").is_dir() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
+    if not (out / "checkpoint-2").is_dir():   # else the SIGINT below would test another moment of the run
+        proc.kill()
+        pytest.fail(f"no checkpoint-2 (exit {proc.poll()}): {proc.communicate()[1][-2000:]}")
     proc.send_signal(signal.SIGINT)
     err = proc.communicate(timeout=60)[1]
     assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]

@@ -8,7 +8,6 @@ import importlib.util
 import io
 import json
 import re
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -116,12 +115,14 @@ def test_refuses_non_empty_out_unless_overwrite(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]   # no staging dir left
 
 
-def test_build_600_images_is_fast(tmp_path):
-    """The demo and the tests build worlds on the fly: 600 images take ~3 s here (bound generous for
-    a loaded 2-core machine)."""
-    t0 = time.perf_counter()
-    build_world(tmp_path / "big", images=600, seed=1)
-    assert time.perf_counter() - t0 < 30
+def test_build_600_images(tmp_path):
+    """The demo and the tests build worlds on the fly (the built-in world's 600 images; its time, ~3 s, is
+    a speed target measured by bench/startup_speed.py, not asserted here)."""
+    w = build_world(tmp_path / "big", images=600, seed=1)
+    assert json.loads((w / "world.json").read_text())["images"] == 600
+    caps = [json.loads(p.read_text()) for p in (w / "annotations").glob("captions_*.json")]
+    assert sum(len(c["images"]) for c in caps) == 600
+    assert len([p for p in (w / "images").rglob("*") if p.is_file()]) == 600
 
 
 def _mme_rows(world_dir, split):

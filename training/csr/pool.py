@@ -433,8 +433,9 @@ class PoolEngine:
 
 # ------------------------------------------------------------------ scheduling rules (shared with vllm_beam.grow_topn)
 def node_room(cfg, searching: int) -> int:
-    """How many ready nodes may join the search now: up to `tree.batch_nodes` searching (one always)."""
-    return max(cfg.batch_nodes - searching, 1)
+    """How many ready nodes may join the search now: up to `tree.batch_nodes` searching (one when none is).
+    (Not one at every step: with `batch_nodes` searching that would let more search, step after step.)"""
+    return max(cfg.batch_nodes - searching, 0 if searching else 1)
 
 
 def prompt_room(cfg, resident: int, searching: int, joining: int, ready: int) -> int:

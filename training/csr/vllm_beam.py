@@ -23,7 +23,9 @@ K best candidates over its beams are each among their own beam's K best, so the 
 never changes what the step picks, and the log-probs it adds are the returned ones. `logprobs_needed`
 is that N; a smaller one is refused. What can still differ from HF's search is the log-probs themselves
 (vLLM's kernels against HF's forward: the last bits, i.e. a different tree only at a near-tie) and an
-exact tie at the N-th place, where the two engines may order equal values differently.
+exact tie: at the N-th place, or of two candidates' running scores in float32 (log-probs a few 1e-7 apart
+added to the same running score), which `torch.topk` may order differently over the top-N tensor than over
+the full vocabulary (docs/csr-engine.md "On vLLM" counts them).
 
 Rows of one node with the same tokens (all B rows at a node's first step; groups that chose the same
 sentence) are one request. `TopNStats` counts the calls and rows.

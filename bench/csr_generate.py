@@ -1,4 +1,4 @@
-"""CSR tree generation, the reference search path vs the pool engine, side by side (`tree.engine`).
+"""CSR tree generation, the reference search path vs the pool engine vs the vLLM drivers (`tree.engine`).
 
     OMP_NUM_THREADS=1 python bench/csr_generate.py --prompts 16,256 [--ckpt DIR] [--write bench/RESULTS.md]
 
@@ -10,6 +10,9 @@ Counted with forward hooks on the model and on its vision tower, per engine:
   forwards per 1,000 candidate sentences, mean rows per forward, vision-tower images per prompt,
   prefill tokens (forwards feeding more than one token per row, unmasked) per candidate sentence,
   host bytes per search step (reference: the rows x vocabulary log-probs it copies; pool: what it reads).
+Then `tree.engine: vllm`'s group beam search (training/csr/vllm_beam.py) with a `TopNWorker` in place of the
+vLLM worker (the top N of the model's own log-probs: no vLLM needed), its previous driver (levels in
+lockstep) and the refill driver at both bounds: worker calls per 1,000 sentences, requests per call.
 The trees are compared (`training.csr.pool.differences`): every differing tree is printed with its
 first difference and the score gap of the two candidates that swapped there; only near-ties (gap <= 1e-5) are acceptable. Without --ckpt the tiny kit checkpoint is built
 in a temp dir; images are solid-colour PNGs (content does not change the cost).
@@ -72,18 +75,88 @@ class Hooks:
             h.remove()
 
 
-def tree_config(engine: str, max_new: int, depth: int):
+PRESET_BOUNDS = {"prompt_batch": 8, "batch_nodes": 24}  # configs/csr.yaml's, what the reference ran with
+ALL_RESIDENT = {"prompt_batch": 1 << 20, "batch_nodes": 1 << 20}
+
+
+def tree_config(engine: str, max_new: int, depth: int, bounds: dict | None = None, **rules):
     from training.csr.config import TreeConfig
 
-    bounds = {"prompt_batch": 8, "batch_nodes": 24} if engine == "reference" else \
-        {"prompt_batch": 1 << 20, "batch_nodes": 1 << 20}
-    return TreeConfig(max_new_tokens=max_new, max_depth=depth, engine=engine, **bounds)
+    if bounds is None:
+        bounds = PRESET_BOUNDS if engine == "reference" else ALL_RESIDENT
+    return TreeConfig(max_new_tokens=max_new, max_depth=depth, engine=engine, **bounds, **rules)
 
 
-def run_engine(vlm, root, records, engine: str, max_new: int, depth: int, warm: bool = True) -> tuple[dict, list]:
+class TopNWorker:
+    """A stand-in for the vLLM worker of `tree.engine: vllm` (training/csr/vllm_beam.py), no vLLM needed: each
+    row (prompt, node, beam tokens) is answered with the top N of the model's own log-softmax at its next
+    position. The forwards are KV-cached as the reference computes them: a node's first rows prefill its
+    context (prompt + response, with the image) in one forward, every later row extends its row of the
+    previous call by its one new token (`pool.Runner`); at most two forwards per call."""
+
+    def __init__(self, gen, n: int):
+        from training.csr.pool import Runner, Stats
+
+        self.runner, self.n = Runner(gen.vlm.model, gen.spec, Stats()), n
+        self.prev: dict = {}  # (tree id, node, tokens) -> its context row, for the rows of the last call
+
+    def __call__(self, rows) -> list:
+        import torch
+
+        keys = [(p.tree.id, nid, tuple(toks)) for p, nid, toks in rows]
+        first = [i for i, (_, _, t) in enumerate(keys) if not t]
+        later = [i for i, (_, _, t) in enumerate(keys) if t]
+        ctx: list = [None] * len(rows)
+        logits: list = [None] * len(rows)
+        with torch.inference_mode():
+            if first:
+                got, lg, why = self.runner.prompts(
+                    [list(rows[i][0].tree.prompt_ids) + rows[i][0].tree.nodes[rows[i][1]].response_ids for i in first],
+                    [rows[i][0].features for i in first])
+                if why is not None:
+                    raise RuntimeError(f"TopNWorker: {why}")
+                for j, i in enumerate(first):
+                    ctx[i], logits[i] = got[j], lg[j]
+            if later:
+                parents = [self.prev[(keys[i][0], keys[i][1], keys[i][2][:-1])] for i in later]
+                got, lg = self.runner.extend(parents, [[keys[i][2][-1]] for i in later])
+                for j, i in enumerate(later):
+                    ctx[i], logits[i] = got[j], lg[j]
+            self.prev = dict(zip(keys, ctx))
+            top = torch.log_softmax(torch.stack(logits), -1).topk(self.n)
+        return [list(zip(ix, v)) for ix, v in zip(top.indices.tolist(), top.values.tolist())]
+
+
+def vllm_topn(vlm, root, records, max_new: int, depth: int, bounds: dict, lockstep: bool = False, **rules):
+    """`tree.engine: vllm`'s group beam trees with a `TopNWorker` in place of vLLM: the refill driver
+    (`vllm_beam.grow_topn`), or with lockstep=True the previous driver (the reference's levels over
+    `prompt_batch` prompts in chunks of `batch_nodes` nodes, each chunk searched to its end by
+    `vllm_beam.search_topn`). -> (trees, TopNStats, sentences)."""
+    from training.csr.generate import TreeGenerator
+    from training.csr.vllm_beam import TopNStats, grow_topn, logprobs_needed, search_topn
+
+    cfg = tree_config("vllm", max_new, depth, bounds, **rules)
+    stats = TopNStats()
+    vocab = vlm.model.get_output_embeddings().weight.shape[0]
+
+    class Lockstep(TreeGenerator):
+        def _expand(self, chunk):
+            out = search_topn(len(chunk), lambda rows: worker([(*chunk[i], t) for i, t in rows]), self.spec, vocab,
+                              n, stats)
+            self.sentences_generated += sum(len(h) for h in out)
+            return out
+
+    gen = (Lockstep if lockstep else TreeGenerator)(vlm, cfg, root)
+    n = min(logprobs_needed(gen.spec), vocab)
+    worker = TopNWorker(gen, n)
+    trees = gen.generate(records, progress=False) if lockstep else grow_topn(gen, records, worker, vocab, n, stats)
+    return trees, stats, gen.sentences_generated
+
+
+def run_engine(vlm, root, records, engine: str, max_new: int, depth: int, warm: bool = True, **rules) -> tuple[dict, list]:
     from training.csr.generate import TreeGenerator
 
-    cfg = tree_config(engine, max_new, depth)
+    cfg = tree_config(engine, max_new, depth, **rules)
     if warm:  # allocations, kernels
         TreeGenerator(vlm, cfg, root).generate(records[:1], progress=False)
     gen = TreeGenerator(vlm, cfg, root)
@@ -101,6 +174,7 @@ def run_engine(vlm, root, records, engine: str, max_new: int, depth: int, warm: 
            "forwards_per_1k": 1000 * hooks.forwards / s, "rows_per_forward": hooks.rows / hooks.forwards,
            "vision_per_prompt": hooks.images / n, "prefill_tokens": hooks.prefill_tokens,
            "prefill_per_sentence": hooks.prefill_tokens / s, "host_bytes_per_step": host / max(steps, 1),
+           "search_steps": steps,
            "expanded_nodes": len(expanded), "expanded_sentence_tokens": sentence_tokens,
            "prompt_tokens": sum(len(t.prompt_ids) for t in trees)}
     if engine == "pool":
@@ -142,9 +216,37 @@ def run(ckpt: str | None, sizes: list[int], max_new: int, depth: int, device: st
         res["differing_trees"] = len(diffs)
         res["all_near_ties"] = all(d.near_tie() for d in diffs)
         res["speedup"] = res["reference"]["seconds"] / res["pool"]["seconds"]
+        res["vllm"], refs = {}, {(): trees["reference"]}
+        for name, bounds, lockstep, rules in VLLM_RUNS:
+            key = tuple(sorted(rules.items()))
+            if key not in refs:
+                refs[key] = run_engine(vlm, tmp, records[:n], "reference", max_new, depth, warm=False, **rules)[1]
+            t0 = time.perf_counter()
+            got, st, s = vllm_topn(vlm, tmp, records[:n], max_new, depth, bounds, lockstep=lockstep, **rules)
+            diffs = differences(refs[key], got)
+            for d in diffs:  # not counted against the exit status: see the note under the vLLM table
+                print(f"{name}: trees differ: prompt {d.tree}, node {d.node}, {d.what}, score gap {d.gap:.3g}")
+            res["vllm"][name] = {"calls": st.calls, "calls_per_1k": 1000 * st.calls / s, "sentences": s,
+                                 "requests_per_call": st.requests / st.calls, "max_requests": st.max_requests,
+                                 "beam_rows_per_call": st.beam_rows / st.calls, "differing_trees": len(diffs),
+                                 "seconds": time.perf_counter() - t0}
         out["sizes"][n] = res
     return out
 
+
+# (label, bounds, lockstep) of the `tree.engine: vllm` runs with a TopNWorker: the previous driver (levels
+# in lockstep, chunked) and the refill driver, at the presets' bounds and with every prompt resident
+# (label, bounds, lockstep, rules) of the `tree.engine: vllm` runs with a TopNWorker: the previous driver (levels
+# in lockstep, chunked) and the refill driver, at the presets' bounds and with every prompt resident; and at the
+# presets' bounds under `stop: sentence_marks` (sentences of more varied lengths: what refill recovers)
+SENTENCE_MARKS = {"stop": "sentence_marks"}
+VLLM_RUNS = (("lockstep, 8 / 24", PRESET_BOUNDS, True, {}), ("refill, 8 / 24", PRESET_BOUNDS, False, {}),
+             ("lockstep, all resident", ALL_RESIDENT, True, {}), ("refill, all resident", ALL_RESIDENT, False, {}),
+             ("lockstep, 8 / 24, sentence_marks", PRESET_BOUNDS, True, SENTENCE_MARKS),
+             ("refill, 8 / 24, sentence_marks", PRESET_BOUNDS, False, SENTENCE_MARKS))
+VLLM_ROWS = (("worker calls", "calls", "d"), ("calls per 1,000 sentences", "calls_per_1k", ".1f"),
+             ("requests per call", "requests_per_call", ".1f"), ("most requests in a call", "max_requests", "d"),
+             ("beam rows per call", "beam_rows_per_call", ".1f"), ("trees differing from the reference", "differing_trees", "d"))
 
 ROWS = (("wall seconds", "seconds", ".2f"), ("candidate sentences", "sentences", "d"),
         ("sentences/s", "sentences_per_s", ".1f"), ("model forwards", "forwards", "d"),
@@ -174,6 +276,21 @@ def to_markdown(r: dict) -> str:
                   f"the {pool['expanded_sentence_tokens']} tokens of their own sentences "
                   f"({pool['expanded_nodes']} expanded nodes); the prompts' {pool['prompt_tokens']} tokens once; "
                   f"peak KV {pool['peak_kv_tokens']:,} tokens.", ""]
+    for n, res in r["sizes"].items():
+        v = res["vllm"]
+        lines += [f"**`tree.engine: vllm` (group beam from top-N log-probs), {n} prompts, `TopNWorker` in place of vLLM**",
+                  "", "| | " + " | ".join(v) + " |", "|---" * (len(v) + 1) + "|"]
+        lines += [f"| {label} | " + " | ".join(format(x[k], f) for x in v.values()) + " |" for label, k, f in VLLM_ROWS]
+        lines.append("")
+    lines += ["`lockstep` is the previous vLLM driver (the reference's levels over `prompt_batch` prompts, chunks of "
+              "`batch_nodes` nodes, one call per search step: its calls are the reference's forwards at the same "
+              "bounds); `refill` is `vllm_beam.grow_topn` (the pool's scheduling: one call per step carrying every "
+              "node searching). `8 / 24` = configs/csr.yaml's prompt_batch / batch_nodes; `all resident` = the pool "
+              "column's bounds; `sentence_marks`: `stop: sentence_marks` instead of the released stop (its trees compared "
+              "with the reference's under the same rule). Requests = distinct rows (a node's identical beams are one "
+              "request). A tree of the top-N search that differs from the reference's parts where two candidates' running "
+              "scores tie exactly in float32: `torch.topk` may order that tie differently over the top-N tensor than "
+              "over the full vocabulary (docs/csr-engine.md \"On vLLM\"); both drivers give the same trees.", ""]
     d, t = r["max_depth"], r["max_new_tokens"]
     lines += [f"Forwards have a floor: a level's nodes come from its parent level's pruning, so one tree needs "
               f"its {d} levels one after the other, each as many forwards as its longest sentence has tokens "

@@ -1,13 +1,19 @@
 """The group beam search from top-N log-probs (training/csr/vllm_beam.py, how `tree.engine: vllm` runs
 `tree.expander: group_beam`), without vLLM: a fake worker answers each row with the top N of the kit LLaVA's
-real log-probs. With N = `logprobs_needed` the search equals the full-vocabulary one exactly; fewer is refused."""
+real log-probs. With N = `logprobs_needed` the search equals the full-vocabulary one exactly; fewer is refused.
+Whole trees grow under the pool engine's continuous refill (`grow_topn`): the reference's trees, in the pool's
+number of search steps, one worker call each."""
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from training.csr.config import TreeConfig
 from training.csr.generate import TreeGenerator
+from training.csr.pool import differences
 from training.csr.vllm_beam import TopNStats, dense_logprobs, logprobs_needed, search_topn
 
 
@@ -148,3 +154,149 @@ def test_worker_limits_refused_in_one_line():
         with pytest.raises(UserError, match=what) as exc:
             VllmSampler(SimpleNamespace(engine=_FakeEngine(**info)), cfg).logprobs(spec)
         assert str(exc.value).startswith("tree.engine") and "\n" not in str(exc.value)
+
+
+# ------------------------------------------------------------------ whole trees: the refill driver (grow_topn)
+def _bench():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import csr_generate
+
+    return csr_generate
+
+
+@pytest.fixture(scope="module")
+def images16(tmp_path_factory):
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("topn_trees")
+    for i in range(16):
+        Image.new("RGB", (40, 48), ((37 * i) % 256, (91 * i) % 256, (53 * i) % 256)).save(root / f"{i}.png")
+    return root
+
+
+def _records(n):
+    return [{"id": f"p{i}", "image": f"{i}.png", "question": "Describe the image."} for i in range(n)]
+
+
+@pytest.mark.parametrize("rules", [{}, {"stop": "sentence_marks"}], ids=["released", "sentence_marks"])
+def test_refill_driver_grows_the_reference_trees_in_the_pools_steps(vlm, images16, rules):
+    """16 prompts, depth 4, 20 new tokens, released rules (and `stop: sentence_marks`): the refill driver's trees
+    (worker: the top N of the model's own log-probs, `bench/csr_generate.TopNWorker`) are the reference engine's
+    (node ids, token ids, statuses, scores within 1e-5). Its calls: one per search step of the pool's schedule
+    (the same rules, every prompt resident), so exactly the pool's steps, which is at most the pool's forwards
+    (each step's logits need at least one forward; the pool adds prefill forwards for joining nodes): no slack.
+    The previous driver (levels in lockstep, at configs/csr.yaml's 8 / 24 as the reference ran) made one call
+    per reference forward, twice as many; both ask the same requests (a node's search does not depend on its
+    call-mates), the refill in fuller calls."""
+    bench = _bench()
+    recs = _records(16)
+    ref, ref_trees = bench.run_engine(vlm, images16, recs, "reference", 20, 4, warm=False, **rules)
+    pool, _ = bench.run_engine(vlm, images16, recs, "pool", 20, 4, warm=False, **rules)
+    trees, st, sentences = bench.vllm_topn(vlm, images16, recs, 20, 4, bench.ALL_RESIDENT, **rules)
+    old_trees, old, _ = bench.vllm_topn(vlm, images16, recs, 20, 4, bench.PRESET_BOUNDS, lockstep=True, **rules)
+    print(f"refill: {st.line()}; lockstep 8/24: {old.line()}; pool: {pool['forwards']} forwards, "
+          f"{pool['search_steps']} steps; reference: {ref['forwards']} forwards; {sentences} sentences")
+    assert [t.id for t in trees] == [t.id for t in ref_trees] and sum(len(t.nodes) for t in trees) > 16 * 10
+    assert not differences(ref_trees, trees) and not differences(ref_trees, old_trees)
+    assert sentences == ref["sentences"] == pool["sentences"]
+    assert st.calls == pool["search_steps"] <= pool["forwards"]
+    assert old.calls == ref["forwards"] and 2 * st.calls <= old.calls
+    assert st.requests == old.requests and st.requests / st.calls >= 2 * old.requests / old.calls
+    assert st.max_requests <= 16 * 3 * 5  # kept nodes per level (1 best + 2 worst) x prompts x beams
+
+
+def test_refill_needs_fewer_calls_than_lockstep_at_the_same_bounds(vlm, images16):
+    """At the same `prompt_batch` / `batch_nodes` (4 / 12) the refill makes fewer calls than the levels in
+    lockstep where nodes end at different steps (`stop: sentence_marks`): nothing waits for another prompt's
+    level or tree; same trees, same requests."""
+    bench = _bench()
+    recs, bounds, rules = _records(16), {"prompt_batch": 4, "batch_nodes": 12}, {"stop": "sentence_marks"}
+    trees, st, _ = bench.vllm_topn(vlm, images16, recs, 20, 4, bounds, **rules)
+    old_trees, old, _ = bench.vllm_topn(vlm, images16, recs, 20, 4, bounds, lockstep=True, **rules)
+    print(f"4 / 12, sentence_marks: refill {st.line()}; lockstep {old.line()}")
+    assert not differences(old_trees, trees)
+    assert st.requests == old.requests and st.calls < old.calls
+    assert st.max_requests <= 12 * 5
+
+
+class _Generator:
+    """VllmSampler's generator: `prompt_ids` gives the project's own expanded ids, with the prompt's
+    processor features standing in for the image."""
+
+    def __init__(self, vlm, engine):
+        self.vlm, self.engine = vlm, engine
+
+    def prompt_ids(self, question, image, add_generation_prompt):
+        from types import SimpleNamespace
+
+        from training.csr.generate import encode_prompt
+
+        ids, features = encode_prompt(self.vlm, Path(image).parent, Path(image).name, question)
+        return SimpleNamespace(ids=ids, image=features)
+
+
+class _TopNEngine:
+    """A vLLM engine stand-in answering `next_logprobs` from the model (one forward per new prompt), recording
+    what each call asked to be checked."""
+
+    def __init__(self, vlm, spec):
+        self.vlm, self.spec, self.running, self.max_logprobs = vlm, spec, False, None
+        self.info = {"vocab": int(vlm.model.get_output_embeddings().weight.shape[0]), "max_logprobs": 64}
+        self.calls: list[tuple[bool, list]] = []
+        self.cache: dict = {}
+
+    def start(self):
+        self.running = True
+
+    def close(self):
+        self.running = False
+
+    def next_logprobs(self, prompts, n, check=False):
+        from training.csr.search import _Batch
+
+        self.calls.append((check, [p.expanded for p in prompts]))
+        out = []
+        for p in prompts:
+            key = tuple(p.ids)
+            if key not in self.cache:
+                with torch.inference_mode():
+                    batch = _Batch(self.vlm.model, [p.ids], [p.image], self.spec.pad_id, 1, dict(self.spec.response_fill))
+                top = torch.log_softmax(batch.logits[0], -1).topk(n)
+                self.cache[key] = list(zip(top.indices.tolist(), top.values.tolist()))
+            out.append(self.cache[key])
+        return out
+
+
+def test_sampler_grows_trees_through_one_engine_call_per_step(vlm, image_root, caplog):
+    """`TreeGenerator.generate` on `tree.engine: vllm` runs `VllmSampler.grow` (2 prompts, depth 2): every step
+    one `next_logprobs` call whose prompts are prompt + node response + beam tokens (the trees of `grow_topn`
+    asking the same engine for exactly those ids); a node's first request carries its expanded context to be
+    checked (prompt + response, as the project's processor gives it), later ones none."""
+    import logging
+
+    from evalsuite.engines.vllm_engine import PromptIds
+    from training.csr.vllm_beam import grow_topn
+    from training.csr.vllm_expand import VllmSampler
+
+    kw = {"max_new_tokens": 6, "max_depth": 2}
+    recs = [{"id": f"p{i}", "image": f"{i}.png", "question": "Describe the image."} for i in range(2)]
+    cfg = TreeConfig(engine="vllm", **kw)
+    gen = TreeGenerator(vlm, cfg, image_root)
+    engine = _TopNEngine(vlm, gen.spec)
+    n, vocab = logprobs_needed(gen.spec), engine.info["vocab"]
+    direct = grow_topn(gen, recs, lambda rows: engine.next_logprobs(
+        [PromptIds(p.tree.prompt_ids + p.tree.nodes[nid].response_ids + list(t), p.features) for p, nid, t in rows], n),
+        vocab, n)
+    engine.calls.clear()
+    with caplog.at_level(logging.INFO, logger="training.csr.vllm_expand"):
+        with VllmSampler(_Generator(vlm, engine), cfg) as sampler:
+            trees = TreeGenerator(vlm, cfg, image_root, sampler=sampler).generate(recs, progress=False)
+    assert trees == direct and sum(len(t.nodes) for t in trees) > 2 * 6
+    assert len(engine.calls) == sampler.beam_stats.calls > 0
+    firsts = {tuple(e) for check, ex in engine.calls for e in ex if e is not None}
+    roots_and_kept = {tuple(t.prompt_ids + n.response_ids) for t in trees for n in t.nodes if n.children}
+    assert firsts == roots_and_kept
+    assert all(check == any(e is not None for e in ex) for check, ex in engine.calls)
+    assert "tree.engine vllm, group_beam: " in caplog.text
+    with pytest.raises(RuntimeError, match="grow"):
+        sampler.expand([], TreeGenerator(vlm, cfg, image_root).spec, [])

@@ -106,7 +106,8 @@ class TreeConfig:
         node prefilled from its prompt (training/csr/search.py).
       `vllm`: a vLLM worker in its own environment (training/csr/vllm_expand.py, docs/engines.md):
         sampled trees differ from HF's draws, not in their rules; group_beam is stepped one token per
-        call from top-N log-probs (training/csr/vllm_beam.py): HF's trees up to near-ties.
+        call from top-N log-probs under the pool's continuous refill, `prompt_batch` / `batch_nodes`
+        bounding it as they bound the pool (training/csr/vllm_beam.py): HF's trees up to near-ties.
     kv_budget: `pool` only: cached tokens the pool may hold (rows x width + kept contexts), or `auto`
       (half the free CUDA memory; unbounded on CPU).
     A field only the other expander (stop rule, engine) reads would be accepted and ignored: set on the

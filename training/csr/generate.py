@@ -171,6 +171,8 @@ class TreeGenerator:
         from tqdm.auto import tqdm
 
         # A subclass that replaces `_expand` (scripted searches in tests) grows its trees level by level.
+        if self.sampler is not None and self.cfg.expander == "group_beam" and type(self)._expand is TreeGenerator._expand:
+            return self.sampler.grow(self, records, progress=progress)  # vLLM: vllm_beam.grow_topn (pool's refill)
         if self.cfg.engine == "pool" and self.cfg.expander == "group_beam" and type(self)._expand is TreeGenerator._expand:
             from training.csr.pool import PoolEngine
 

@@ -8,7 +8,8 @@ what does not:
   * continuous refill: a node's 5 beam rows leave the pool when its search ends, and nodes of any
     prompt whose level was pruned join at the next step (no lockstep over a prompt batch). Bounded by
     `tree.prompt_batch` (prompts resident), `tree.batch_nodes` (nodes searching at once) and
-    `tree.kv_budget` (cached tokens: pool rows x width + the kept contexts);
+    `tree.kv_budget` (cached tokens: pool rows x width + the kept contexts). These rules (`node_room`,
+    `prompt_room`, `node_ended`) are also the vLLM driver's (`vllm_beam.grow_topn`), which has no KV budget;
   * prefix reuse: a prompt is prefilled once (its image through the vision tower once); a node's context
     KV (prompt + response so far, one row) is kept until its kept children are prefilled, and a child's
     context is its parent's plus one forward over the child's own sentence (batched with every other
@@ -348,7 +349,7 @@ class PoolEngine:
             # 1. nodes whose parent's level was pruned: one forward over their sentences
             if ready:
                 batch = []
-                for item in ready[:max(cfg.batch_nodes - len(search), 1)]:
+                for item in ready[:node_room(cfg, len(search))]:
                     r, nid, par = item
                     w = trees[r].ctx[par].width + len(self._tail(trees[r].prompt.tree, nid, par))
                     if bound(n_rows + B, max(width, w), held + w) > budget and (batch or len(search)):
@@ -368,7 +369,7 @@ class PoolEngine:
                     for r in {r for r, _, _ in batch}:
                         self._release(trees[r], ready, r)
             # 2. prompts: while fewer than prompt_batch are resident, nodes fit batch_nodes and tokens the budget
-            room = min(cfg.prompt_batch - len(trees), cfg.batch_nodes - len(search) - len(new_keys) - len(ready))
+            room = prompt_room(cfg, len(trees), len(search), len(new_keys), len(ready))
             take = []
             while waiting and len(take) < (room if budget is not None else 1):
                 r = waiting[0]
@@ -403,7 +404,7 @@ class PoolEngine:
             # 3. one search step over every node, then one forward over the rows that go on
             ended, rows, toks = search.step(logits)
             for (r, nid), hyps in ended:
-                self._ended(trees, done, ready, r, nid, hyps)
+                node_ended(self.gen, trees, done, ready, r, nid, hyps)
             self._advance(len(done), len(records))
             if len(search):
                 pool, logits = self.runner.step(pool.select(rows), toks)
@@ -422,33 +423,50 @@ class PoolEngine:
         """The tokens between the parent's context and the child's: the child's sentence (up to EOS)."""
         return tree.nodes[nid].response_ids[len(tree.nodes[parent].response_ids):]
 
-    def _ended(self, trees, done, ready, r: int, nid: int, hyps: list[Hyp]) -> None:
-        st = trees[r]
-        st.hyps[nid] = hyps
-        self.gen.sentences_generated += len(hyps)
-        if len(st.hyps) < len(st.level):
-            return
-        tree = st.prompt.tree
-        for n in st.level:  # the reference's order: node ids are given in it
-            self.gen._add_children(tree, n, st.hyps[n])
-        st.prompt.active = self.gen._prune(tree, st.level)
-        st.level, st.hyps = list(st.prompt.active), {}
-        if not st.level:
-            if self.cfg.junk_filter == "after_pruning":
-                self.gen._drop_junk(tree)
-            done[r] = tree
-            del trees[r]
-            return
-        for c in st.level:
-            ready.append((r, c, tree.nodes[c].parent))
-        self._release(st, ready, r)
-
     @staticmethod
     def _release(st: _Tree, ready, r: int) -> None:
         """Drop context rows no waiting child and no searching node of this tree needs."""
         need = {par for rr, _, par in ready if rr == r} | set(st.level)
         for n in [n for n in st.ctx if n not in need]:
             del st.ctx[n]
+
+
+# ------------------------------------------------------------------ scheduling rules (shared with vllm_beam.grow_topn)
+def node_room(cfg, searching: int) -> int:
+    """How many ready nodes may join the search now: up to `tree.batch_nodes` searching (one when none is).
+    (Not one at every step: with `batch_nodes` searching that would let more search, step after step.)"""
+    return max(cfg.batch_nodes - searching, 0 if searching else 1)
+
+
+def prompt_room(cfg, resident: int, searching: int, joining: int, ready: int) -> int:
+    """How many waiting prompts may start now: fewer than `tree.prompt_batch` resident, and their roots within
+    `tree.batch_nodes` next to the nodes searching, joining and still ready."""
+    return min(cfg.prompt_batch - resident, cfg.batch_nodes - searching - joining - ready)
+
+
+def node_ended(gen, trees: dict, done: dict, ready: list, r: int, nid: int, hyps: list[Hyp]) -> None:
+    """Node `nid` of prompt `r` ended its search with `hyps`. Once its whole level has, the level is grown and
+    pruned as `TreeGenerator._grow` does (same node ids, statuses); its kept nodes become `ready` (record,
+    node, parent), or the tree is done (junk dropped under `junk_filter: after_pruning`) and leaves `trees`."""
+    st = trees[r]
+    st.hyps[nid] = hyps
+    gen.sentences_generated += len(hyps)
+    if len(st.hyps) < len(st.level):
+        return
+    tree = st.prompt.tree
+    for n in st.level:  # the reference's order: node ids are given in it
+        gen._add_children(tree, n, st.hyps[n])
+    st.prompt.active = gen._prune(tree, st.level)
+    st.level, st.hyps = list(st.prompt.active), {}
+    if not st.level:
+        if gen.cfg.junk_filter == "after_pruning":
+            gen._drop_junk(tree)
+        done[r] = tree
+        del trees[r]
+        return
+    for c in st.level:
+        ready.append((r, c, tree.nodes[c].parent))
+    PoolEngine._release(st, ready, r)
 
 
 # ------------------------------------------------------------------ comparing two engines' trees

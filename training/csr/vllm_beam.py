@@ -1,9 +1,10 @@
 """The CSR group beam search (`tree.expander: group_beam`) driven one token at a time from top-N log-probs:
 how `tree.engine: vllm` runs it (training/csr/vllm_expand.py, docs/engines.md "CSR trees on vLLM").
 
-    hyps = search_topn(n_nodes, next_topn, spec, vocab, n_logprobs)
+    trees = grow_topn(gen, records, next_topn, vocab, n_logprobs)   # whole trees, continuous refill
+    hyps = search_topn(n_nodes, next_topn, spec, vocab, n_logprobs)  # one set of nodes searched to the end
 
-`next_topn(rows)` answers, for each running row (node index, the beam's tokens so far), the top-N
+`next_topn(rows)` answers, for each distinct running row (the node, the beam's tokens so far), the top-N
 (token id, log-prob) of the next position: on vLLM one request per row with `max_tokens=1, logprobs=N`
 (vLLM's default `logprobs_mode: raw_logprobs` is the log-softmax of the raw logits, the quantity
 `search.group_beam_search` starts from before it bans suppressed ids and applies the diversity penalty).
@@ -22,15 +23,27 @@ K best candidates over its beams are each among their own beam's K best, so the 
 never changes what the step picks, and the log-probs it adds are the returned ones. `logprobs_needed`
 is that N; a smaller one is refused. What can still differ from HF's search is the log-probs themselves
 (vLLM's kernels against HF's forward: the last bits, i.e. a different tree only at a near-tie) and an
-exact tie at the N-th place, where the two engines may order equal values differently.
+exact tie: at the N-th place, or of two candidates' running scores in float32 (log-probs a few 1e-7 apart
+added to the same running score), which `torch.topk` may order differently over the top-N tensor than over
+the full vocabulary (docs/csr-engine.md "On vLLM" counts them).
 
 Rows of one node with the same tokens (all B rows at a node's first step; groups that chose the same
 sentence) are one request. `TopNStats` counts the calls and rows.
+
+Scheduling (`grow_topn`): the pool engine's continuous refill (training/csr/pool.py, with its own rules
+`node_room`, `prompt_room`, `node_ended`): every step is ONE call carrying the distinct rows of every node
+searching, of any prompt and level; a prompt's level is grown and pruned as soon as its last node ended, its
+kept nodes join at the next step (their first request is their context: prompt + response), and prompts
+start as trees complete, up to `tree.prompt_batch` resident and `tree.batch_nodes` searching. Each node's
+state in `GroupBeams` is its own (its step counter, beams, hypotheses; `advance` never mixes nodes), so a
+node's hypotheses do not depend on which nodes share its calls: the trees are the reference's. There is no
+KV budget: vLLM pages and evicts its own cache.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -70,32 +83,88 @@ def dense_logprobs(tops: Sequence[TopN], vocab: int) -> torch.Tensor:
     return out
 
 
+class TopNBeams:
+    """The group beam search of many nodes stepped from top-N log-probs, one `next_topn` call per step; nodes
+    may join between steps (`add`). Beam row j of the state is `rows[j]` = (node key, its tokens so far)."""
+
+    def __init__(self, spec: SearchSpec, vocab: int, n_logprobs: int, stats: TopNStats | None = None):
+        need = logprobs_needed(spec)
+        if n_logprobs < min(need, vocab):
+            raise ValueError(f"top-{n_logprobs} log-probs cannot decide this search exactly: it needs {need}")
+        self.vocab, self.B = vocab, spec.num_beams
+        self.stats = stats if stats is not None else TopNStats()
+        self.search = GroupBeams(spec, torch.device("cpu"))  # the step both HF engines take (search.py)
+        self.rows: list[tuple[Hashable, tuple[int, ...]]] = []
+
+    def __len__(self) -> int:
+        return len(self.search)
+
+    def add(self, keys: list) -> None:
+        """Nodes (hashable keys) that start their search at the next step."""
+        self.search.add(keys)
+        self.rows += [(k, ()) for k in keys for _ in range(self.B)]
+
+    def step(self, next_topn: Callable[[list[tuple[Hashable, tuple[int, ...]]]], list[TopN]]) -> list[tuple[Hashable, list[Hyp]]]:
+        """One step of every node from ONE `next_topn` call over the distinct rows: the nodes that ended, with
+        their `num_beams` hypotheses best first."""
+        distinct: dict[tuple[Hashable, tuple[int, ...]], int] = {}
+        idx = [distinct.setdefault(r, len(distinct)) for r in self.rows]
+        tops = next_topn(list(distinct))
+        if len(tops) != len(distinct):
+            raise RuntimeError(f"top-N log-probs for {len(tops)} rows, {len(distinct)} asked")
+        st = self.stats
+        st.calls += 1
+        st.requests += len(distinct)
+        st.beam_rows += len(self.rows)
+        st.max_requests = max(st.max_requests, len(distinct))
+        lp = dense_logprobs(tops, self.vocab).index_select(0, torch.tensor(idx, dtype=torch.long))
+        ended, keep, toks = self.search.advance(lp, normalized=True)
+        self.rows = [(self.rows[r][0], self.rows[r][1] + (t,)) for r, t in zip(keep.tolist(), toks.tolist())]
+        return ended
+
+
 def search_topn(n_nodes: int, next_topn: Callable[[list[tuple[int, tuple[int, ...]]]], list[TopN]],
                 spec: SearchSpec, vocab: int, n_logprobs: int, stats: TopNStats | None = None) -> list[list[Hyp]]:
     """Per node, its `num_beams` hypotheses best first (`search.group_beam_search`'s result), from top-N
     log-probs: `next_topn` gets the distinct running rows (node index, beam tokens) of one step."""
-    need = logprobs_needed(spec)
-    if n_logprobs < min(need, vocab):
-        raise ValueError(f"top-{n_logprobs} log-probs cannot decide this search exactly: it needs {need}")
-    stats = stats if stats is not None else TopNStats()
-    search = GroupBeams(spec, torch.device("cpu"))  # the step both HF engines take (search.py)
-    search.add(list(range(n_nodes)))
-    B = spec.num_beams
-    rows: list[tuple[int, tuple[int, ...]]] = [(i, ()) for i in range(n_nodes) for _ in range(B)]
+    beams = TopNBeams(spec, vocab, n_logprobs, stats)
+    beams.add(list(range(n_nodes)))
     out: dict[int, list[Hyp]] = {}
-    while len(search):
-        distinct: dict[tuple[int, tuple[int, ...]], int] = {}
-        idx = [distinct.setdefault(r, len(distinct)) for r in rows]
-        tops = next_topn(list(distinct))
-        if len(tops) != len(distinct):
-            raise RuntimeError(f"top-N log-probs for {len(tops)} rows, {len(distinct)} asked")
-        stats.calls += 1
-        stats.requests += len(distinct)
-        stats.beam_rows += len(rows)
-        stats.max_requests = max(stats.max_requests, len(distinct))
-        lp = dense_logprobs(tops, vocab).index_select(0, torch.tensor(idx, dtype=torch.long))
-        ended, keep, toks = search.advance(lp, normalized=True)
-        for node, hyps in ended:
-            out[node] = hyps
-        rows = [(rows[r][0], rows[r][1] + (t,)) for r, t in zip(keep.tolist(), toks.tolist())]
+    while len(beams):
+        out.update(beams.step(next_topn))
     return [out[i] for i in range(n_nodes)]
+
+
+def grow_topn(gen, records: Sequence[dict], next_topn: Callable[[list[tuple[Any, int, tuple[int, ...]]]], list[TopN]],
+              vocab: int, n_logprobs: int, stats: TopNStats | None = None, progress: bool = False) -> list:
+    """The trees of `records` (in record order) that `gen` (a `generate.TreeGenerator`) grows, searched from
+    top-N log-probs under the pool's continuous refill (module docstring). `next_topn` gets the distinct rows
+    of one step as (prompt: generate._Prompt, node id, beam tokens)."""
+    from tqdm.auto import tqdm
+
+    from training.csr.pool import _Tree, node_ended, node_room, prompt_room
+
+    cfg = gen.cfg
+    beams = TopNBeams(gen.spec, vocab, n_logprobs, stats)
+    waiting = list(range(len(records)))
+    trees: dict[int, _Tree] = {}  # resident prompts (their `ctx` stays empty: vLLM holds the contexts)
+    done: dict[int, Any] = {}
+    ready: list[tuple[int, int, int]] = []  # (record, node, parent): kept nodes of a pruned level
+    bar = tqdm(total=len(records), desc="csr trees", unit="tree", disable=not progress)
+    try:
+        while waiting or ready or len(beams):
+            joining = [(r, nid) for r, nid, _ in ready[:node_room(cfg, len(beams))]]
+            ready = ready[len(joining):]
+            take = waiting[:max(prompt_room(cfg, len(trees), len(beams), len(joining), len(ready)), 0)]
+            waiting = waiting[len(take):]
+            for r in take:
+                trees[r] = _Tree(prompt=gen._start(records[r]), level=[0])
+                joining.append((r, 0))
+            beams.add(joining)
+            ended = beams.step(lambda rows: next_topn([(trees[r].prompt, nid, toks) for (r, nid), toks in rows]))
+            for (r, nid), hyps in ended:
+                node_ended(gen, trees, done, ready, r, nid, hyps)
+            bar.update(len(done) - bar.n)
+    finally:
+        bar.close()
+    return [done[i] for i in range(len(records))]

@@ -16,11 +16,14 @@ their prompt and image, so vLLM's prefix cache serves their common prefix (in bl
 What differs from the HF expander: the draws (vLLM's sampler and its per-request seeds, from the tree
 seed and node key, against torch generators per row), so the trees differ; their distribution is the same.
 
-`group_beam`: every step of a chunk's search (`tree.batch_nodes` nodes of `tree.prompt_batch` prompts, as
-the reference path chunks them) is ONE worker call, a `max_tokens=1` request per distinct running row
-(prompt + node response + the beam's tokens) asking the top-N raw log-probs, N = `vllm_beam.logprobs_needed`;
-the prefix cache holds each node's context once for its beams. The trees are HF's up to the engines'
-rounding of the log-probs (near-ties). Counts (calls, requests per call) are logged at `close()`.
+`group_beam` (`VllmSampler.grow`, run by `TreeGenerator.generate`): whole trees under the pool engine's
+continuous refill (`vllm_beam.grow_topn`): every search step is ONE worker call carrying a `max_tokens=1`
+request per distinct running row (prompt + node response + the beam's tokens) of every node searching, of
+any prompt and level, asking the top-N raw log-probs, N = `vllm_beam.logprobs_needed`; `tree.prompt_batch`
+bounds the prompts resident, `tree.batch_nodes` the nodes searching (so a call carries at most
+batch_nodes x num_beams requests). The prefix cache holds each node's context once for its beams. The
+trees are HF's up to the engines' rounding of the log-probs (near-ties). Counts (calls, requests per call)
+are logged at `close()`.
 """
 from __future__ import annotations
 
@@ -71,8 +74,8 @@ class VllmSampler:
         from training.csr.search import Hyp, row_seed
 
         cfg = self.cfg
-        if cfg.expander == "group_beam":
-            return self.beam(contexts, spec)
+        if cfg.expander != "sample":
+            raise RuntimeError(f"VllmSampler.expand samples; the {cfg.expander} expander grows trees by VllmSampler.grow")
         prompts = [PromptIds(list(ids) + list(resp), image, list(expanded) + list(resp))
                    for ids, image, expanded, resp in contexts]
         params = {"max_tokens": spec.max_new_tokens, "n": cfg.num_samples, "temperature": cfg.temperature,
@@ -83,7 +86,6 @@ class VllmSampler:
             hyps = [Hyp(tuple(r["ids"]), sum(r["logprobs"]) / len(r["logprobs"]), j) for j, r in enumerate(rows)]
             out.append(sorted(hyps, key=lambda h: -h.score))
         return out
-
 
     def logprobs(self, spec) -> int:
         """N of the top-N log-probs the search asks (vllm_beam.logprobs_needed); the worker is started with a
@@ -107,21 +109,24 @@ class VllmSampler:
                             "needs raw_logprobs (the model's log-softmax)")
         return need
 
-    def beam(self, contexts, spec):
-        """contexts as `expand`'s -> per node, `num_beams` Hyps best first (`search.group_beam_search`'s)."""
+    def grow(self, gen, records, progress: bool = False):
+        """`gen`'s (a generate.TreeGenerator) group beam trees of `records`, in record order (vllm_beam.grow_topn)."""
         from evalsuite.engines.vllm_engine import PromptIds
-        from training.csr.vllm_beam import search_topn
+        from training.csr.vllm_beam import grow_topn
 
-        n = self.logprobs(spec)
+        n = self.logprobs(gen.spec)
         engine = self.generator.engine
-        bases = [(list(ids) + list(resp), image, list(expanded) + list(resp)) for ids, image, expanded, resp in contexts]
 
         def next_topn(rows):
-            prompts = [PromptIds(bases[i][0] + list(t), bases[i][1], bases[i][2] + list(t)) for i, t in rows]
-            # a node's first step (no beam tokens yet) checks vLLM's expansion of its prompt
-            return engine.next_logprobs(prompts, n, check=all(not t for _, t in rows))
+            prompts = []
+            for p, nid, toks in rows:
+                (ids, image), resp = p.engine_prompt, p.tree.nodes[nid].response_ids
+                # a node's first request (no beam tokens yet) checks vLLM's expansion of its context
+                expanded = None if toks else list(p.tree.prompt_ids) + resp
+                prompts.append(PromptIds(list(ids) + resp + list(toks), image, expanded))
+            return engine.next_logprobs(prompts, n, check=any(not toks for _, _, toks in rows))
 
-        return search_topn(len(contexts), next_topn, spec, int(engine.info["vocab"]), n, self.beam_stats)
+        return grow_topn(gen, records, next_topn, int(engine.info["vocab"]), n, self.beam_stats, progress)
 
 
 def open_sampler(cfg, vlm, ckpt: str | Path, world: int, log_path: Path) -> VllmSampler:

@@ -47,6 +47,16 @@ def _fingerprint(cfg) -> dict[str, Any]:
                                  default=str, sort_keys=True))
 
 
+def _unread_differences(old, cfg) -> list[str]:
+    """The fields where the recorded run and `cfg` differ, less those cfg's settings never read
+    (training/config_checks.py `unread`): e.g. a preset that stopped setting an unread max_target_length is
+    the same run. Where the switch itself differs, the switch is named."""
+    from evalsuite.outdir import differences
+
+    idle = {f for f, *_ in cfg.unread()} if hasattr(cfg, "unread") else set()
+    return [d for d in differences(_upgraded(old), _fingerprint(cfg)) if d.split(".")[0] not in idle]
+
+
 def _upgraded(old: dict) -> dict:
     """A train_run.json config of an earlier release in today's spelling (evalsuite/outdir.py), its missing
     switches filled with what runs did before them (training/config.py `earlier_meaning`)."""
@@ -66,15 +76,13 @@ def _is_main_process() -> bool:
 def same_run_config(out: Path, cfg) -> tuple[bool, str]:
     """(whether OUT/train_run.json records cfg's configuration, why not in a few words). A marker written
     before the prompt settings moved into `inputs:` is read in today's spelling (evalsuite/outdir.py)."""
-    from evalsuite.outdir import differences
-
     try:
         old = json.loads((Path(out) / MARKER).read_text(encoding="utf-8"))["config"]
     except FileNotFoundError:
         return False, f"no {MARKER}"
     except (OSError, ValueError, KeyError, TypeError) as e:
         return False, f"{MARKER} unreadable ({e})"
-    diff = differences(_upgraded(old), _fingerprint(cfg))
+    diff = _unread_differences(old, cfg)
     if diff:
         return False, f"a run of another configuration: {', '.join(diff[:4])}{', ...' if len(diff) > 4 else ''} differ"
     return True, ""
@@ -85,7 +93,10 @@ def training_artefacts(out: Path) -> list[str]:
     if not out.is_dir():
         return []
     return sorted(p.name for p in out.iterdir()
-                  if p.name.startswith("checkpoint-") or p.name in ("metrics.jsonl", "adapter", "model", "merged"))
+                  if p.name.startswith("checkpoint-") or p.name in ("metrics.jsonl", "adapter", "merged")
+                  # OUTPUT_DIR/model (a full fine-tune under save_merged false) only as the Trainer writes it:
+                  # "model" is a common name for a folder a user keeps there
+                  or (p.name == "model" and (p / "training_args.bin").is_file()))
 
 
 def check_merged_dir(path: Path) -> None:
@@ -101,8 +112,6 @@ def check_merged_dir(path: Path) -> None:
 def owned_output_dir(cfg):
     """Hold OUTPUT_DIR for the duration of a training run (see the module docstring); ranks > 0 only check."""
     import fcntl
-
-    from evalsuite.outdir import differences
 
     out = Path(cfg.output_dir)
     if cfg.save_merged:
@@ -136,7 +145,7 @@ def owned_output_dir(cfg):
                 raise UserError(f"output_dir {out}: holds a training run's files ({', '.join(artefacts[:3])}) "
                                 "of unknown configuration; pass another directory, or --resume_from_checkpoint "
                                 "true to continue it")
-            diff = differences(_upgraded(old["config"]), mine)
+            diff = _unread_differences(old["config"], cfg)
             if diff:
                 shown = ", ".join(diff[:4]) + (", ..." if len(diff) > 4 else "")
                 raise UserError(f"output_dir {out}: holds a training run of another configuration ({shown} "

@@ -142,3 +142,29 @@ def test_csr_continuation_says_why_not_in_one_line(tmp_path, base, caplog):
         f"{out}: not continued ({weights}: {WEIGHTS_ONLY} (no optimizer/scheduler state)): removed, training starts afresh",
         f"{out}: not continued (a run of another configuration: learning_rate differ): removed, training starts afresh",
         f"{out}: not continued (no {MARKER}): removed, training starts afresh"]
+
+
+def test_a_field_the_settings_never_read_is_not_another_configuration(tmp_path, base):
+    """configs/train/llava15_7b_dpo.yaml stopped setting max_target_length, which truncation vlrlhf never
+    reads (training/config_checks.py `unread`): its OUTPUT_DIR is still the same run's. Where the field is
+    read (truncation per_field), the same difference is another configuration, named."""
+    from training.outdir import training_artefacts
+
+    cfg = load_config({**base, "method": "dpo", "truncation": "vlrlhf"})
+    out = tmp_path / "o"
+    _ckpt(out, 5, *FULL)
+    recorded = {**_fingerprint(cfg), "max_target_length": 512}
+    assert recorded != _fingerprint(cfg)
+    (out / MARKER).write_text(json.dumps({"config": recorded}))
+    with owned_output_dir(cfg):
+        pass
+    (out / MARKER).write_text(json.dumps({"config": {**_fingerprint(cfg), "max_target_length": 512,
+                                                      "truncation": "per_field"}}))
+    per_field = load_config({**base, "method": "dpo", "truncation": "per_field"})
+    with pytest.raises(UserError, match=r"\(max_target_length differ\)"), owned_output_dir(per_field):
+        pass
+    # a folder named model that the Trainer did not write is the user's, not a training artefact
+    (tmp_path / "u" / "model").mkdir(parents=True)
+    assert training_artefacts(tmp_path / "u") == []
+    (tmp_path / "u" / "model" / "training_args.bin").write_bytes(b"x")
+    assert training_artefacts(tmp_path / "u") == ["model"]

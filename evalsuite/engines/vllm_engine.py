@@ -371,7 +371,9 @@ class VllmEngine:
         payload = []
         for p in prompts:
             k = None if p.image is None else images.setdefault(id(p.image), len(images))
-            payload.append({"ids": [int(i) for i in p.ids], "image": k})
+            # only the prompts that carry their expansion come back expanded: a refill call holds a few
+            # nodes' first requests among hundreds of beam rows (~700 ids each at 7B), checked once each
+            payload.append({"ids": [int(i) for i in p.ids], "image": k, "check": p.expanded is not None})
         by_id = {id(p.image): p.image for p in prompts if p.image is not None}
         return self.send("next_logprobs", prompts=payload, images=[image_payload(by_id[i]) for i in images],
                          logprobs=int(n), prompt_ids=bool(check))
@@ -379,7 +381,7 @@ class VllmEngine:
     def finish_next_logprobs(self, prompts: list[PromptIds], rid: int) -> list[list[list]]:
         msg = self.receive(rid, "next_logprobs")
         for p, ran in zip(prompts, msg.get("prompt_ids") or []):
-            if p.expanded is not None and list(p.expanded) != list(ran):
+            if p.expanded is not None and ran is not None and list(p.expanded) != list(ran):
                 raise RunFailure(f"vLLM worker: its processor expanded a prompt to {len(ran)} tokens where the "
                                  f"checkpoint's processor gives {len(p.expanded)}: the two would answer different "
                                  f"inputs (log: {self.log_path})")

@@ -166,7 +166,8 @@ class Worker:
             inputs.append(entry)
         results = self.llm.generate(inputs, params, use_tqdm=False)
         top = [[[int(t), float(lp.logprob)] for t, lp in res.outputs[0].logprobs[0].items()] for res in results]
-        ran = [list(res.prompt_token_ids or []) for res in results] if req.get("prompt_ids") else None
+        ran = [list(res.prompt_token_ids or []) if item.get("check", True) else None
+               for res, item in zip(results, req["prompts"])] if req.get("prompt_ids") else None
         return {"top": top, "prompt_ids": ran}
 
 

@@ -109,7 +109,7 @@ class _FakeProc:
     reads across replicas."""
 
     def __init__(self, name, log):
-        self.name, self.log, self.answers = name, log, []
+        self.name, self.log, self.answers, self.checks = name, log, [], []
         self.stdin = SimpleNamespace(write=self._request, flush=lambda: None)
         self.stdout = SimpleNamespace(readline=self._answer)
 
@@ -122,6 +122,7 @@ class _FakeProc:
         req = json.loads(raw)
         assert req["op"] == "next_logprobs" and req["logprobs"] == 3
         self.log.append(("send", self.name, len(req["prompts"])))
+        self.checks += [p["check"] for p in req["prompts"]]
         top = [[[p["ids"][0], -0.5], [self.name, -1.0]] for p in req["prompts"]]
         ran = [[p["ids"][0], 7, 7] for p in req["prompts"]] if req["prompt_ids"] else None
         self.answers.append(json.dumps({"id": req["id"], "top": top, "prompt_ids": ran}).encode() + b"\n")
@@ -159,8 +160,43 @@ def test_vllm_replicas_next_logprobs_split_like_generate_ids(monkeypatch):
     assert top == [[[k, -0.5], [100 if k < 3 else 101, -1.0]] for k in range(5)]
     assert log == [("send", 100, 3), ("send", 101, 2), ("read", 100), ("read", 101)]
     assert engine.next_logprobs([], 3) == []
+    # a refill call: only a node's first request carries its expansion, and only that one is asked back
+    for r in engine.replicas:
+        r.proc.checks.clear()
+    engine.next_logprobs([PromptIds([k, 5], None, [k, 7, 7] if k == 3 else None) for k in range(5)], 3, check=True)
+    assert [c for r in engine.replicas for c in r.proc.checks] == [False, False, False, True, False]
 
     from evalsuite.errors import RunFailure
 
     with pytest.raises(RunFailure, match="expanded a prompt to 3 tokens where the checkpoint's processor gives 2"):
         engine.next_logprobs([PromptIds([1, 5], None, [1, 7])], 3, check=True)
+
+
+def test_the_worker_returns_the_expansion_only_of_the_prompts_that_ask(monkeypatch):
+    """evalsuite/engines/vllm_worker.py next_logprobs (vLLM stood in): a beam row that does not carry its
+    expansion gets None back instead of its ~700 expanded ids; a payload of an older client (no per-prompt
+    flag) gets every prompt's, as before."""
+    import sys
+    import types
+
+    from evalsuite.engines import vllm_worker
+
+    fake = types.ModuleType("vllm")
+    fake.SamplingParams = lambda **kw: kw
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    worker = object.__new__(vllm_worker.Worker)
+
+    def generate(inputs, params, use_tqdm):
+        return [SimpleNamespace(prompt_token_ids=[*i["prompt_token_ids"], 0],
+                                outputs=[SimpleNamespace(logprobs=[{4: SimpleNamespace(logprob=-0.25)}])])
+                for i in inputs]
+
+    worker.llm = SimpleNamespace(generate=generate)
+    req = {"prompts": [{"ids": [1], "image": None, "check": True}, {"ids": [2], "image": None, "check": False}],
+           "logprobs": 3, "prompt_ids": True}
+    out = worker.next_logprobs(req)
+    assert out == {"top": [[[4, -0.25]], [[4, -0.25]]], "prompt_ids": [[1, 0], None]}
+    for p in req["prompts"]:
+        del p["check"]
+    assert worker.next_logprobs(req)["prompt_ids"] == [[1, 0], [2, 0]]
+    assert worker.next_logprobs({**req, "prompt_ids": False})["prompt_ids"] is None

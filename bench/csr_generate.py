@@ -234,8 +234,6 @@ def run(ckpt: str | None, sizes: list[int], max_new: int, depth: int, device: st
     return out
 
 
-# (label, bounds, lockstep) of the `tree.engine: vllm` runs with a TopNWorker: the previous driver (levels
-# in lockstep, chunked) and the refill driver, at the presets' bounds and with every prompt resident
 # (label, bounds, lockstep, rules) of the `tree.engine: vllm` runs with a TopNWorker: the previous driver (levels
 # in lockstep, chunked) and the refill driver, at the presets' bounds and with every prompt resident; and at the
 # presets' bounds under `stop: sentence_marks` (sentences of more varied lengths: what refill recovers)

@@ -158,16 +158,19 @@ def save_on_signal(trainer, enabled: bool = True, hint: str = ""):
 
         dist = Dist.current()
         dist.barrier()  # no rank exits (torchrun would then kill the rest) before rank 0 has saved
-        if trainer.args.should_save:
-            from training.resume import WEIGHTS_ONLY, checkpoint_problem
+        try:
+            if trainer.args.should_save:
+                from training.resume import WEIGHTS_ONLY, checkpoint_problem
 
-            if checkpoint_problem(callback.saved) == WEIGHTS_ONLY:
-                hint = f" ({WEIGHTS_ONLY})"
-            say(f"train.py: {WORD[callback.signum]} at step {callback.step}: saved {callback.saved}{hint}")
-        # nor before rank 0 has said so: torchrun SIGTERMs the other ranks ~0.1-2 s after one exits, which
-        # cut rank 0's line off (the previous handler's "terminated" line instead) when it was that much
-        # slower than rank 1 to get here from the barrier above (a loaded machine)
-        dist.barrier()
+                if checkpoint_problem(callback.saved) == WEIGHTS_ONLY:
+                    hint = f" ({WEIGHTS_ONLY})"
+                say(f"train.py: {WORD[callback.signum]} at step {callback.step}: saved {callback.saved}{hint}")
+        finally:
+            # nor before rank 0 has said so: torchrun SIGTERMs the other ranks ~0.1-2 s after one exits, which
+            # cut rank 0's line off (the previous handler's "terminated" line instead) when it was that much
+            # slower than rank 1 to get here from the barrier above (a loaded machine); in a finally, so a
+            # failure between the barriers does not leave the other ranks waiting for rank 0
+            dist.barrier()
         raise SystemExit(EXIT_CODE[callback.signum])
     if request.signum:  # arrived after the last step's end: as without this switch
         _stop_now(request.signum, request.previous.get(request.signum), None)

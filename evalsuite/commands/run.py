@@ -63,8 +63,10 @@ def main(args) -> int:
             raise
         # every rank raised it together: each says its line (evalsuite/cli.py's), then all meet before any
         # exits. torchrun SIGTERMs the ranks left ~0.1-2 s after one exits, which cut a slower rank's line off
-        say(f"evalsuite: failed: {exc}")
-        Dist.current().barrier()
+        try:
+            say(f"evalsuite: failed: {exc}")
+        finally:
+            Dist.current().barrier()
         return exc.exit_code
     finally:
         if started:

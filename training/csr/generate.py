@@ -223,7 +223,7 @@ class TreeGenerator:
         contexts = [p.tree.prompt_ids + p.tree.nodes[nid].response_ids for p, nid in chunk]
         features = [p.features for p, _ in chunk]
         cfg = self.cfg
-        if self.sampler is not None:  # either expander on vLLM (training/csr/vllm_expand.py, vllm_beam.py)
+        if self.sampler is not None:  # the sampling expander on vLLM (group_beam there: vllm_beam.grow_topn)
             out = self.sampler.expand([(*p.engine_prompt, p.tree.prompt_ids, p.tree.nodes[nid].response_ids)
                                        for p, nid in chunk], self.spec, [f"{p.tree.id}/{nid}" for p, nid in chunk])
         elif cfg.expander == "group_beam":

@@ -52,6 +52,24 @@ def tiny_vlm_dir(tmp_path_factory) -> Path:
     return build_tiny_vlm(tmp_path_factory.mktemp("kit") / "tiny-vlm", seed=0)
 
 
+@pytest.fixture(scope="module")
+def vlm(tiny_vlm_dir):
+    """The tiny kit checkpoint loaded on CPU, once per test module (a module may mutate or hook it)."""
+    from evalsuite.models.vlm import load_vlm
+
+    return load_vlm(tiny_vlm_dir, device="cpu")
+
+
+@pytest.fixture
+def paths(tmp_path):
+    """The paths a TrainConfig needs to validate: a checkpoint dir with a config.json, a data file, OUTPUT_DIR."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    (tmp_path / "d.json").write_text("[]")
+    return {"model_name_or_path": str(tmp_path / "m"), "output_dir": str(tmp_path / "o"),
+            "data_path": str(tmp_path / "d.json")}
+
+
 @pytest.fixture(scope="session")
 def tiny_clip_dir(tmp_path_factory) -> Path:
     from evalsuite.kit.tiny import build_tiny_clip

@@ -41,13 +41,6 @@ def test_released_cut_by_hand():
 
 
 @pytest.fixture(scope="module")
-def vlm(tiny_vlm_dir):
-    from evalsuite.models.vlm import load_vlm
-
-    return load_vlm(tiny_vlm_dir, device="cpu")
-
-
-@pytest.fixture(scope="module")
 def image_root(tmp_path_factory):
     from PIL import Image
 

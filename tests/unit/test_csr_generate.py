@@ -11,13 +11,6 @@ from training.csr.search import SearchSpec, group_beam_search, sample_search
 
 
 @pytest.fixture(scope="module")
-def vlm(tiny_vlm_dir):
-    from evalsuite.models.vlm import load_vlm
-
-    return load_vlm(tiny_vlm_dir, device="cpu")
-
-
-@pytest.fixture(scope="module")
 def image_root(tmp_path_factory):
     from PIL import Image
 

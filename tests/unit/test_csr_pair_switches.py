@@ -92,13 +92,6 @@ def test_released_pair_file_and_same_text_kept():
         build_pairs([_dup_tree()], scores, _Tok(), RewardConfig(), PairConfig())
 
 
-@pytest.fixture(scope="module")
-def vlm(tiny_vlm_dir):
-    from evalsuite.models.vlm import load_vlm
-
-    return load_vlm(tiny_vlm_dir, device="cpu")
-
-
 def test_post_eos_text_kept_as_released(vlm, tmp_path):
     """"a red cup </s> on the left ." (the released rule runs past EOS to the "."): the released leaf text,
     decoded with special tokens skipped, is "a red cup on the left."; `post_eos: cut` gives "a red cup"."""

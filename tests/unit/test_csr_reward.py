@@ -148,13 +148,6 @@ def test_pair_stats_of_no_pairs_is_nan_not_an_error():
 
 # ---------------------------------------------------------------- on the tiny model
 @pytest.fixture(scope="module")
-def vlm(tiny_vlm_dir):
-    from evalsuite.models.vlm import load_vlm
-
-    return load_vlm(tiny_vlm_dir, device="cpu")
-
-
-@pytest.fixture(scope="module")
 def image_root(tmp_path_factory):
     from PIL import Image
 

@@ -27,13 +27,6 @@ def image_root(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module")
-def vlm(tiny_vlm_dir):
-    from evalsuite.models.vlm import load_vlm
-
-    return load_vlm(str(tiny_vlm_dir), device="cpu")
-
-
 class FakeWorker:
     """Answers a row (node, beam tokens) with the top N of the model's log-softmax at its next position: one
     forward of the whole row, as a vLLM request computes it. Each row's full log-probs are computed once and

@@ -12,15 +12,6 @@ from training.config import TrainConfig, load_config
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def paths(tmp_path):
-    (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "config.json").write_text("{}")
-    (tmp_path / "d.json").write_text("[]")
-    return {"model_name_or_path": str(tmp_path / "m"), "output_dir": str(tmp_path / "o"),
-            "data_path": str(tmp_path / "d.json")}
-
-
 def argv(paths, *extra):
     return [x for k, v in paths.items() for x in (f"--{k}", v)] + list(extra)
 

@@ -66,35 +66,26 @@ def test_none_to_continue_says_why(tmp_path):
     assert latest_checkpoint(tmp_path) == (None, f"{weights}: {WEIGHTS_ONLY} (no optimizer/scheduler state)")
 
 
-@pytest.fixture
-def base(tmp_path):
-    (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "config.json").write_text("{}")
-    (tmp_path / "d.json").write_text("[]")
-    return {"model_name_or_path": str(tmp_path / "m"), "output_dir": str(tmp_path / "o"),
-            "data_path": str(tmp_path / "d.json")}
-
-
-def test_resume_true_refuses_weights_only_and_takes_the_latest_complete(tmp_path, base):
+def test_resume_true_refuses_weights_only_and_takes_the_latest_complete(tmp_path, paths):
     out = tmp_path / "o"
     _ckpt(out, 2, *FULL)
     weights = _ckpt(out, 4, *WEIGHTS)
     with pytest.raises(UserError) as e:   # when the config is read, before any model loads
-        load_config({**base, "resume_from_checkpoint": "true"})
+        load_config({**paths, "resume_from_checkpoint": "true"})
     assert str(e.value) == f"resume_from_checkpoint: true, but {weights}: {WEIGHTS_ONLY} (no optimizer/scheduler state)"
     with pytest.raises(UserError, match=rf"^resume_from_checkpoint: {weights}: weights only \(save_only_model\)"):
-        resume_checkpoint(load_config({**base, "resume_from_checkpoint": str(weights)}))
+        resume_checkpoint(load_config({**paths, "resume_from_checkpoint": str(weights)}))
     for name in ("optimizer.pt", "scheduler.pt"):
         (weights / name).write_text("x")
     _ckpt(out, 10, "adapter_model.safetensors")   # half written
-    assert resume_checkpoint(load_config({**base, "resume_from_checkpoint": "true"})) == str(weights)
+    assert resume_checkpoint(load_config({**paths, "resume_from_checkpoint": "true"})) == str(weights)
 
 
-def test_train_py_refuses_a_weights_only_checkpoint_with_exit_2(tmp_path, base, capsys):
+def test_train_py_refuses_a_weights_only_checkpoint_with_exit_2(tmp_path, paths, capsys):
     from training.train import main
 
     weights = _ckpt(tmp_path / "o", 3, *WEIGHTS)
-    argv = [f"--{k}={v}" for k, v in base.items()] + ["--method", "dpo", "--resume_from_checkpoint", "true"]
+    argv = [f"--{k}={v}" for k, v in paths.items()] + ["--method", "dpo", "--resume_from_checkpoint", "true"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [(f"train.py: error: resume_from_checkpoint: true, but {weights}: {WEIGHTS_ONLY} "
@@ -110,8 +101,8 @@ def _old_marker(out, cfg):
     (out / MARKER).write_text(json.dumps({"config": old}))
 
 
-def test_a_pre_inputs_output_dir_is_the_same_run(tmp_path, base):
-    cfg = load_config({**base, "inputs": {"system_prompt": "Be brief.", "image_aspect": "pad"}})
+def test_a_pre_inputs_output_dir_is_the_same_run(tmp_path, paths):
+    cfg = load_config({**paths, "inputs": {"system_prompt": "Be brief.", "image_aspect": "pad"}})
     out = tmp_path / "o"
     full = _ckpt(out, 5, *FULL)
     _old_marker(out, cfg)
@@ -119,20 +110,20 @@ def test_a_pre_inputs_output_dir_is_the_same_run(tmp_path, base):
         pass
     _old_marker(out, cfg)
     assert resumable_checkpoint(out, cfg) == str(full)
-    other = load_config({**base, "inputs": {"system_prompt": "Be long.", "image_aspect": "pad"}})
+    other = load_config({**paths, "inputs": {"system_prompt": "Be long.", "image_aspect": "pad"}})
     with pytest.raises(UserError, match=r"inputs\.system_prompt differ"), owned_output_dir(other):
         pass
 
 
-def test_csr_continuation_says_why_not_in_one_line(tmp_path, base, caplog):
-    cfg = load_config(base)
+def test_csr_continuation_says_why_not_in_one_line(tmp_path, paths, caplog):
+    cfg = load_config(paths)
     out = tmp_path / "o"
     assert resumable_checkpoint(out, cfg) is None and not caplog.records   # nothing there: nothing to say
     full = _ckpt(out, 5, *FULL)
     (out / MARKER).write_text(json.dumps({"config": _fingerprint(cfg)}))
     assert resumable_checkpoint(out, cfg) == str(full)
     weights = _ckpt(out, 7, *WEIGHTS)
-    other = load_config({**base, "learning_rate": 0.5})
+    other = load_config({**paths, "learning_rate": 0.5})
     with caplog.at_level(logging.WARNING, "training.signals"):
         assert resumable_checkpoint(out, cfg) is None
         assert resumable_checkpoint(out, other) is None
@@ -144,13 +135,13 @@ def test_csr_continuation_says_why_not_in_one_line(tmp_path, base, caplog):
         f"{out}: not continued (no {MARKER}): removed, training starts afresh"]
 
 
-def test_a_field_the_settings_never_read_is_not_another_configuration(tmp_path, base):
+def test_a_field_the_settings_never_read_is_not_another_configuration(tmp_path, paths):
     """configs/train/llava15_7b_dpo.yaml stopped setting max_target_length, which truncation vlrlhf never
     reads (training/config_checks.py `unread`): its OUTPUT_DIR is still the same run's. Where the field is
     read (truncation per_field), the same difference is another configuration, named."""
     from training.outdir import training_artefacts
 
-    cfg = load_config({**base, "method": "dpo", "truncation": "vlrlhf"})
+    cfg = load_config({**paths, "method": "dpo", "truncation": "vlrlhf"})
     out = tmp_path / "o"
     _ckpt(out, 5, *FULL)
     recorded = {**_fingerprint(cfg), "max_target_length": 512}
@@ -160,7 +151,7 @@ def test_a_field_the_settings_never_read_is_not_another_configuration(tmp_path, 
         pass
     (out / MARKER).write_text(json.dumps({"config": {**_fingerprint(cfg), "max_target_length": 512,
                                                       "truncation": "per_field"}}))
-    per_field = load_config({**base, "method": "dpo", "truncation": "per_field"})
+    per_field = load_config({**paths, "method": "dpo", "truncation": "per_field"})
     with pytest.raises(UserError, match=r"\(max_target_length differ\)"), owned_output_dir(per_field):
         pass
     # a folder named model that the Trainer did not write is the user's, not a training artefact

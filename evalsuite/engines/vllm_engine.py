@@ -351,12 +351,17 @@ class VllmEngine:
 
     def finish_generate(self, prompts: list[PromptIds], rid: int) -> list[list[dict]]:
         msg = self.receive(rid, "generate")
-        for p, ran in zip(prompts, msg.get("prompt_ids") or [None] * len(prompts)):
+        self._check_expansion(prompts, msg.get("prompt_ids"))
+        return msg["outputs"]
+
+    def _check_expansion(self, prompts: list[PromptIds], ran_ids: list | None) -> None:
+        """vLLM's expansion of each prompt (`ran_ids`, None where not returned) against the `expanded` ids the
+        checkpoint's processor gives: a mismatch means the two would answer different inputs."""
+        for p, ran in zip(prompts, ran_ids or []):
             if p.expanded is not None and ran is not None and list(p.expanded) != list(ran):
                 raise RunFailure(f"vLLM worker: its processor expanded a prompt to {len(ran)} tokens where the "
                                  f"checkpoint's processor gives {len(p.expanded)}: the two would answer different "
                                  f"inputs (log: {self.log_path})")
-        return msg["outputs"]
 
     def next_logprobs(self, prompts: list[PromptIds], n: int, check: bool = False) -> list[list[list]]:
         """Per prompt, the top-n [token id, raw log-prob] of its one next position (vllm_worker.py's
@@ -380,11 +385,7 @@ class VllmEngine:
 
     def finish_next_logprobs(self, prompts: list[PromptIds], rid: int) -> list[list[list]]:
         msg = self.receive(rid, "next_logprobs")
-        for p, ran in zip(prompts, msg.get("prompt_ids") or []):
-            if p.expanded is not None and ran is not None and list(p.expanded) != list(ran):
-                raise RunFailure(f"vLLM worker: its processor expanded a prompt to {len(ran)} tokens where the "
-                                 f"checkpoint's processor gives {len(p.expanded)}: the two would answer different "
-                                 f"inputs (log: {self.log_path})")
+        self._check_expansion(prompts, msg.get("prompt_ids"))
         return msg["top"]
 
 

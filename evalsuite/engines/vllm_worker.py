@@ -128,13 +128,7 @@ class Worker:
                 repetition_penalty=float(p.get("repetition_penalty", 1.0)),
                 ignore_eos=bool(p.get("ignore_eos", False)),
                 detokenize=False, skip_special_tokens=False))
-        inputs = []
-        for item in prompts:
-            entry = {"prompt_token_ids": list(item["ids"])}
-            image = _image(item.get("image"))
-            if image is not None:
-                entry["multi_modal_data"] = {"image": image}
-            inputs.append(entry)
+        inputs = [_vllm_input(item["ids"], _image(item.get("image"))) for item in prompts]
         results = self.llm.generate(inputs, params, use_tqdm=False)
         outputs = []
         for res in results:
@@ -158,17 +152,21 @@ class Worker:
         params = SamplingParams(n=1, max_tokens=1, temperature=0.0, logprobs=int(req["logprobs"]),
                                 detokenize=False, skip_special_tokens=False)
         images = [_image(spec) for spec in req.get("images") or []]
-        inputs = []
-        for item in req["prompts"]:
-            entry = {"prompt_token_ids": list(item["ids"])}
-            if item.get("image") is not None:
-                entry["multi_modal_data"] = {"image": images[int(item["image"])]}
-            inputs.append(entry)
+        inputs = [_vllm_input(item["ids"], None if item.get("image") is None else images[int(item["image"])])
+                  for item in req["prompts"]]
         results = self.llm.generate(inputs, params, use_tqdm=False)
         top = [[[int(t), float(lp.logprob)] for t, lp in res.outputs[0].logprobs[0].items()] for res in results]
         ran = [list(res.prompt_token_ids or []) if item.get("check", True) else None
                for res, item in zip(results, req["prompts"])] if req.get("prompt_ids") else None
         return {"top": top, "prompt_ids": ran}
+
+
+def _vllm_input(ids, image) -> dict:
+    """One prompt as vLLM's `LLM.generate` takes it: token ids, and the image where the prompt has one."""
+    entry = {"prompt_token_ids": list(ids)}
+    if image is not None:
+        entry["multi_modal_data"] = {"image": image}
+    return entry
 
 
 def _has_dist(metadata, name: str) -> bool:

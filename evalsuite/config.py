@@ -366,6 +366,11 @@ def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, s
 
 
 # ------------------------------------------------------------------------------- unread fields
+def _ours(cls) -> bool:
+    """A class of this project (its typed sections), not a library's (TrainingArguments and the like)."""
+    return cls.__module__.startswith(("evalsuite.", "training."))
+
+
 def unread_fields(obj: Any, prefix: str = "") -> list[tuple[str, str, Any, Any]]:
     """(field, switch, the switch's value, the value that reads the field) for every field of `obj` and its
     typed sections that the current settings never read: each class lists its own in an `unread()` method
@@ -375,7 +380,7 @@ def unread_fields(obj: Any, prefix: str = "") -> list[tuple[str, str, Any, Any]]
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name, None)
         if dataclasses.is_dataclass(value) and not isinstance(value, type) \
-                and type(value).__module__.startswith(("evalsuite.", "training.")):
+                and _ours(type(value)):
             out += unread_fields(value, f"{prefix}{f.name}.")
     return out
 
@@ -463,7 +468,7 @@ def _typed_fields(cls, prefix: str = ""):
         if f.name.startswith("_") or not f.init:
             continue
         sub = _dataclass_in(hints[f.name])
-        if sub is not None and not sub.__module__.startswith(("evalsuite.", "training.")):
+        if sub is not None and not _ours(sub):
             sub = None  # a library's own settings object (TrainingArguments.parallelism_config): one field
         yield f"{prefix}{f.name}", f, sub, hints[f.name]
         if sub is not None:
@@ -526,7 +531,7 @@ def to_plain(obj: Any) -> Any:
 
 def _own_fields_only(obj) -> bool:
     # TrainingArguments (and training/hf_fields.py's copy of its fields) have a to_dict that hides secrets; use it.
-    return type(obj).__module__.startswith(("evalsuite.", "training.")) and not any(
+    return _ours(type(obj)) and not any(
         c.__name__ in ("TrainingArguments", "HFTrainingFields") for c in type(obj).__mro__)
 
 

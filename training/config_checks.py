@@ -144,8 +144,13 @@ def _validate_model(cfg) -> None:
         require(has_module("flash_attn"), "use_flash_attention_2", "needs the flash-attn package (pip install flash-attn)")
 
 
+def report_targets(cfg) -> list:
+    """`report_to` as a list (TrainingArguments takes one name or a list)."""
+    return list(cfg.report_to) if isinstance(cfg.report_to, list) else [cfg.report_to]
+
+
 def _validate_logging(cfg) -> None:
-    targets = [t for t in (cfg.report_to or []) if t != "none"] if isinstance(cfg.report_to, list) else [cfg.report_to]
+    targets = [t for t in report_targets(cfg) if t != "none"]
     for t in targets:
         require(t in REPORT_TO, "report_to", f"{t!r} is not one of {', '.join(REPORT_TO)}")
     if "tensorboard" in targets:
@@ -202,7 +207,7 @@ def unread(cfg) -> list[tuple[str, str, Any, Any]]:
             "per_field")
     if cfg.resolved_dataset != "vlfeedback_paired":
         off(("score_margin",), "dataset_name", "vlfeedback_paired", now=cfg.resolved_dataset)
-    targets = cfg.report_to if isinstance(cfg.report_to, list) else [cfg.report_to]
+    targets = report_targets(cfg)
     if "wandb" not in targets:
         off(WANDB_FIELDS, "report_to", "wandb", now=",".join(map(str, targets)) or "none")
     for name, strategy in (("logging_steps", "logging_strategy"), ("save_steps", "save_strategy"),
@@ -230,5 +235,5 @@ def _logging_steps_read(cfg) -> bool:
 
     if _strategy(cfg.eval_strategy) == "steps" and cfg.eval_steps is None:
         return True
-    targets = cfg.report_to if isinstance(cfg.report_to, list) else [cfg.report_to]
+    targets = report_targets(cfg)
     return "wandb" in targets and os.environ.get("WANDB_WATCH", "false") in ("all", "parameters", "gradients")

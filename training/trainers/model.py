@@ -241,7 +241,9 @@ def setup_reporting(cfg) -> None:
     """Environment for the trackers HF Trainer starts (wandb works offline by default)."""
     import os
 
-    targets = cfg.report_to if isinstance(cfg.report_to, list) else [cfg.report_to]
+    from training.config_checks import report_targets
+
+    targets = report_targets(cfg)
     if "wandb" in targets:
         os.environ.setdefault("WANDB_MODE", cfg.wandb_mode)
         os.environ.setdefault("WANDB_DIR", str(cfg.output_dir))

@@ -34,6 +34,11 @@ def differences(old, new, prefix: str = "") -> list[str]:
     return out
 
 
+def shown_differences(diff: list[str]) -> str:
+    """`differences` as a message shows them: the first four, then "..."."""
+    return ", ".join(diff[:4]) + (", ..." if len(diff) > 4 else "")
+
+
 def upgraded_config(config):
     """A run.json config written by an earlier release, in today's spelling, so that the same settings
     resume: the prompt settings that moved into `inputs:` (evalsuite/models/inputs.py MOVED_TO_INPUTS)."""
@@ -81,7 +86,7 @@ class OutputDir:
         elif model_id is not None and old.get("model_id") not in (None, model_id):
             diff.insert(0, "the checkpoint's prompt files (chat template, tokenizer, processor configs)")
         if diff:
-            shown = ", ".join(diff[:4]) + (", ..." if len(diff) > 4 else "")
+            shown = shown_differences(diff)
             raise UserError(f"{flag} {p}: holds run {old['run_id']} of another configuration ({shown} differ); "
                             "pass another directory, or the same settings to resume it")
         return str(old["run_id"])

@@ -112,9 +112,14 @@ def _validate_lengths(cfg) -> None:
         require(getattr(cfg, name) > 0, name, f"must be > 0, got {getattr(cfg, name)}")
     # only where max_prompt_length is read: SFT under truncation vlrlhf never reads it (`unread`), so a short
     # max_length there must not ask for a max_prompt_length that would then be refused as unread
-    if not (cfg.method == "sft" and cfg.truncation != "per_field"):
+    if _prompt_length_read(cfg):
         require(cfg.max_prompt_length < cfg.max_length, "max_prompt_length",
                  f"{cfg.max_prompt_length} leaves no room for the target within max_length {cfg.max_length}")
+
+
+def _prompt_length_read(cfg) -> bool:
+    """SFT under truncation vlrlhf never reads max_prompt_length (training/trainers/collate.py)."""
+    return not (cfg.method == "sft" and cfg.truncation != "per_field")
 
 
 def _validate_dpo(cfg) -> None:
@@ -203,7 +208,7 @@ def unread(cfg) -> list[tuple[str, str, Any, Any]]:
         if cfg.loss_type != loss:
             off((name,), "loss_type", loss)
     if cfg.truncation != "per_field":  # training/trainers/collate.py: vlrlhf never reads these
-        off(("max_target_length",) + (("max_prompt_length",) if cfg.method == "sft" else ()), "truncation",
+        off(("max_target_length",) + (() if _prompt_length_read(cfg) else ("max_prompt_length",)), "truncation",
             "per_field")
     if cfg.resolved_dataset != "vlfeedback_paired":
         off(("score_margin",), "dataset_name", "vlfeedback_paired", now=cfg.resolved_dataset)

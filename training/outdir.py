@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from evalsuite.errors import UserError, say
+from evalsuite.outdir import shown_differences
 
 LOCK = ".lock"
 MARKER = "train_run.json"
@@ -84,7 +85,7 @@ def same_run_config(out: Path, cfg) -> tuple[bool, str]:
         return False, f"{MARKER} unreadable ({e})"
     diff = _unread_differences(old, cfg)
     if diff:
-        return False, f"a run of another configuration: {', '.join(diff[:4])}{', ...' if len(diff) > 4 else ''} differ"
+        return False, f"a run of another configuration: {shown_differences(diff)} differ"
     return True, ""
 
 
@@ -147,7 +148,7 @@ def owned_output_dir(cfg):
                                 "true to continue it")
             diff = _unread_differences(old["config"], cfg)
             if diff:
-                shown = ", ".join(diff[:4]) + (", ..." if len(diff) > 4 else "")
+                shown = shown_differences(diff)
                 raise UserError(f"output_dir {out}: holds a training run of another configuration ({shown} "
                                 "differ); pass another directory, or --resume_from_checkpoint true to continue it")
         from evalsuite.files import write_json_atomic

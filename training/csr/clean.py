@@ -73,6 +73,19 @@ def released_new_text(text: str, parent_text: str) -> str:
     return released_whitelist(text[len(parent_text) + 3:].strip() if parent_text else text)
 
 
+def released_new_texts(vlm, tree, nids: Iterable[int]) -> list[str]:
+    """For each node id, the text the released filters and CLIP read (`released_new_text` of its decoded
+    text and its parent's): what `junk_rules: released` and `clip_text: released` judge."""
+    from evalsuite.models.vlm import build_prompt
+
+    nids = list(nids)
+    # a str even where the processor holds an AddedToken (BLIP-2)
+    image_id = vlm.tokenizer.convert_tokens_to_ids(vlm.inputs.image_token)
+    texts = released_node_texts(vlm.tokenizer, tree, build_prompt(vlm, tree.question), image_id,
+                                nids={*nids, *(tree.nodes[n].parent for n in nids)})
+    return [released_new_text(texts[n], texts[tree.nodes[n].parent]) for n in nids]
+
+
 # ------------------------------------------------------------------ broad (ours)
 _FOREIGN = re.compile(
     "[\u1100-\u11ff\u3130-\u318f\uac00-\ud7af"  # Hangul jamo, compatibility jamo, syllables

@@ -300,18 +300,14 @@ class TreeGenerator:
     def _junk(self, tree: Tree, nodes: list[Node]) -> dict[int, str | None]:
         """The junk rule each node breaks (None: usable), by `tree.junk_rules`: `broad` reads the decoded
         sentence; `released` the node's new text as the released scorer cuts it from its whole decoded
-        text (`training.csr.clean.released_node_texts`, the text CLIP reads with `clip_text: released`)."""
+        text (`training.csr.clean.released_new_texts`, the text CLIP reads with `clip_text: released`)."""
         cfg = self.cfg
         if cfg.junk_rules == "broad":
             return {n.id: junk_reason(n.text, cfg.min_sentence_chars, "broad") for n in nodes}
-        from evalsuite.models.vlm import build_prompt
-        from training.csr.clean import released_new_text, released_node_texts
+        from training.csr.clean import released_new_texts
 
-        wanted = {n.id for n in nodes} | {n.parent for n in nodes}
-        texts = released_node_texts(self.vlm.tokenizer, tree, build_prompt(self.vlm, tree.question), self.image_id,
-                                    nids=wanted)
-        return {n.id: junk_reason(released_new_text(texts[n.id], texts[n.parent]), cfg.min_sentence_chars, "released")
-                for n in nodes}
+        texts = released_new_texts(self.vlm, tree, [n.id for n in nodes])
+        return {n.id: junk_reason(t, cfg.min_sentence_chars, "released") for n, t in zip(nodes, texts)}
 
     def _prune(self, tree: Tree, expanded: Iterable[int]) -> list[int]:
         """Next active nodes: live children of this depth, pruned to the best/worst by lm_score."""

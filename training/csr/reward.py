@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from training.csr.clean import released_new_text, released_node_texts
+from training.csr.clean import released_new_texts
 from training.csr.config import RewardConfig
 from training.csr.generate import Tree
 
@@ -40,12 +40,8 @@ def clip_texts(vlm, tree: Tree, nids: Sequence[int], mode: str) -> list[str]:
     """The text CLIP scores for each node id (RewardConfig.clip_text)."""
     if mode == "sentence":
         return [tree.nodes[n].text for n in nids]
-    from evalsuite.models.vlm import build_prompt
-
-    image_id = vlm.tokenizer.convert_tokens_to_ids(vlm.inputs.image_token)  # a str even where the processor holds an AddedToken (BLIP-2)
-    texts = released_node_texts(vlm.tokenizer, tree, build_prompt(vlm, tree.question), image_id)
     # the released score.py's extract_new_text: the node's text past its parent's, whitelisted
-    return [released_new_text(texts[n], texts[tree.nodes[n].parent]) for n in nids]
+    return released_new_texts(vlm, tree, nids)
 
 
 # ---------------------------------------------------------------- pure aggregation (hand-checkable)

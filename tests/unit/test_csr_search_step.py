@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from training.csr.pool import Search, Stats
-from training.csr.search import SearchSpec
+from training.csr.search import GroupBeams, SearchSpec
 
 V = 40
 
@@ -23,7 +22,7 @@ def _logits(keys, step, n_rows):
 
 def _run(spec, transform, normalized, nodes=4):
     """Drive a Search over `nodes` nodes that join one per step; (every step's outputs, hypotheses)."""
-    search = Search(spec, torch.device("cpu"), Stats())
+    search = GroupBeams(spec, torch.device("cpu"))
     steps, hyps, t = [], {}, 0
     todo = list(range(nodes))
     while todo or len(search):
@@ -32,7 +31,7 @@ def _run(spec, transform, normalized, nodes=4):
         ks = list(search.keys)
         scores = transform(_logits(ks, t, spec.num_beams))
         before = scores.clone()
-        ended, rows, toks = search.step(scores, normalized=normalized)
+        ended, rows, toks = search.advance(scores, normalized=normalized)
         assert torch.equal(scores, before)  # the caller's tensor is left alone
         steps.append((rows.tolist(), toks.tolist(), [k for k, _ in ended]))
         hyps.update({k: [(h.ids, h.score) for h in hs] for k, hs in ended})

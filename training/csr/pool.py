@@ -254,10 +254,9 @@ class Search(GroupBeams):
         super().__init__(spec, device)
         self.stats = stats
 
-    def step(self, logits: torch.Tensor, normalized: bool = False) -> tuple[list[tuple[Any, list[Hyp]]], torch.Tensor, torch.Tensor]:
-        """One step of every node: (ended nodes with their hypotheses, cache rows to keep, their tokens).
-        normalized=True: `logits` are already log-probs (e.g. a driver's top-N, -inf elsewhere)."""
-        out = self.advance(logits, normalized=normalized, host=self.stats.host)
+    def step(self, logits: torch.Tensor) -> tuple[list[tuple[Any, list[Hyp]]], torch.Tensor, torch.Tensor]:
+        """One step of every node: (ended nodes with their hypotheses, cache rows to keep, their tokens)."""
+        out = self.advance(logits, host=self.stats.host)
         self.stats.steps += 1
         return out
 

@@ -90,21 +90,13 @@ def main() -> int:
     ap.add_argument("--draft", default="2,4,8", help="draft lengths k to bound")
     args = ap.parse_args()
     import torch
-    from PIL import Image
 
-    from csr_generate import run_engine
+    from csr_generate import bench_inputs, run_engine
     from evalsuite.models.vlm import load_vlm
 
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="csr_floor_"))
-    ckpt = args.ckpt
-    if ckpt is None:
-        from evalsuite.kit.tiny import build_tiny_vlm
-
-        ckpt = str(build_tiny_vlm(tmp / "tiny-vlm", seed=0))
-    for i in range(args.prompts):  # the images bench/csr_generate.py uses
-        Image.new("RGB", (64, 64), ((37 * i) % 256, (91 * i) % 256, (53 * i) % 256)).save(tmp / f"{i}.png")
-    records = [{"id": str(i), "image": f"{i}.png", "question": "Describe the image."} for i in range(args.prompts)]
+    ckpt, records = bench_inputs(tmp, args.prompts, args.ckpt)  # bench/csr_generate.py's inputs
     res, trees = run_engine(load_vlm(ckpt, device="cpu"), tmp, records, "pool", args.max_new_tokens,
                             args.max_depth, warm=False)
     n = res["sentences"]

@@ -184,22 +184,27 @@ def run_engine(vlm, root, records, engine: str, max_new: int, depth: int, warm: 
     return out, trees
 
 
+def bench_inputs(tmp: Path, n: int, ckpt: str | None) -> tuple[str, list[dict]]:
+    """(checkpoint, records) of the CSR benches: the tiny kit checkpoint built in `tmp` unless one is given,
+    `n` solid-colour 64x64 PNGs (content does not change the cost) and one record per image."""
+    from PIL import Image
+
+    if ckpt is None:
+        from evalsuite.kit.tiny import build_tiny_vlm
+
+        ckpt = str(build_tiny_vlm(tmp / "tiny-vlm", seed=0))
+    for i in range(n):
+        Image.new("RGB", (64, 64), ((37 * i) % 256, (91 * i) % 256, (53 * i) % 256)).save(tmp / f"{i}.png")
+    return ckpt, [{"id": str(i), "image": f"{i}.png", "question": "Describe the image."} for i in range(n)]
+
 def run(ckpt: str | None, sizes: list[int], max_new: int, depth: int, device: str, dtype: str | None) -> dict:
     import torch
-    from PIL import Image
 
     from evalsuite.models.vlm import load_vlm
     from training.csr.pool import differences
 
     tmp = Path(tempfile.mkdtemp(prefix="csr_bench_"))
-    if ckpt is None:
-        from evalsuite.kit.tiny import build_tiny_vlm
-
-        ckpt = str(build_tiny_vlm(tmp / "tiny-vlm", seed=0))
-    n_max = max(sizes)
-    for i in range(n_max):
-        Image.new("RGB", (64, 64), ((37 * i) % 256, (91 * i) % 256, (53 * i) % 256)).save(tmp / f"{i}.png")
-    records = [{"id": str(i), "image": f"{i}.png", "question": "Describe the image."} for i in range(n_max)]
+    ckpt, records = bench_inputs(tmp, max(sizes), ckpt)
     vlm = load_vlm(ckpt, device=device, dtype=dtype)
     import os
 

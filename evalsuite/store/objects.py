@@ -14,7 +14,9 @@ both checkpoints answered, with a paired percentile bootstrap over those images:
 the images once and applies the draw to both checkpoints and every object (`metrics.stats.resample_counts`,
 as `store.paired` does for metrics). A replicate in which either checkpoint has no mention of the object
 leaves its rate undefined and is skipped for that object; an object one of the two checkpoints never
-mentions has no Δ at all (listed apart: `Comparison.one_sided`).
+mentions has no Δ rate (listed apart: `Comparison.one_sided`). Beside the rate, every object gets the
+change in its hallucinated mentions per image, (h(vs) - h(base)) / images, with the same paired CI: it is
+defined also for an object a checkpoint stops (or starts) mentioning altogether.
 
 Default pairs: per lineage (checkpoints linked by their manifests' parent, `store.table.bases`), its base
 against its latest checkpoint with object records of the setup; `base`/`vs` name either end instead.
@@ -95,6 +97,7 @@ class ObjectRow:
     low: float | None
     high: float | None
     n_defined: int             # bootstrap replicates in which both rates were defined
+    per_image: tuple = (None, None, None)   # Δ hallucinated mentions per image (value, low, high)
 
     @property
     def significant(self) -> bool | None:
@@ -131,8 +134,9 @@ class Comparison:
 
 def paired_object_cis(base_units: dict, vs_units: dict, objects: list[str], n_boot: int, seed: int,
                       level: float = 0.95) -> dict[str, tuple]:
-    """{object: (delta, low, high, n_defined)} of rate(vs) - rate(base) over the units both have, by a
-    paired bootstrap over those units (module doc). delta/low/high are None where undefined."""
+    """{object: (delta, low, high, n_defined, (per_image, low, high))} of rate(vs) - rate(base) over the
+    units both have, by a paired bootstrap over those units (module doc; delta/low/high are None where
+    undefined), and of its hallucinated mentions per image, (h(vs) - h(base)) / images, always defined."""
     import numpy as np
 
     from evalsuite.metrics.stats import resample_counts
@@ -140,7 +144,7 @@ def paired_object_cis(base_units: dict, vs_units: dict, objects: list[str], n_bo
     keys = sorted(set(base_units) & set(vs_units))
     k = len(objects)
     if not keys or not k:
-        return {o: (None, None, None, 0) for o in objects}
+        return {o: (None, None, None, 0, (None, None, None)) for o in objects}
     col = {o: j for j, o in enumerate(objects)}
 
     def arrays(units):
@@ -157,25 +161,27 @@ def paired_object_cis(base_units: dict, vs_units: dict, objects: list[str], n_bo
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(m > 0, h / np.where(m > 0, m, 1), np.nan)
 
+    n, q = len(keys), [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
     point = rate(hv.sum(0), mv.sum(0)) - rate(hb.sum(0), mb.sum(0))
-    reps = []
+    reps, per_image = [], []
     if n_boot >= 1:
-        for c in resample_counts(len(keys), n_boot, seed):
+        for c in resample_counts(n, n_boot, seed):
             c = c.astype(np.float64)
             reps.append(rate(c @ hv, c @ mv) - rate(c @ hb, c @ mb))
+            per_image.append(c @ (hv - hb) / n)
     reps = np.concatenate(reps) if reps else np.full((0, k), np.nan)
+    per_image = np.concatenate(per_image) if per_image else np.full((0, k), np.nan)
     out = {}
     for o, j in col.items():
         d = point[j]
-        if math.isnan(d):
-            out[o] = (None, None, None, 0)
-            continue
+        pi = float((hv[:, j] - hb[:, j]).sum() / n)
+        pi_ci = tuple(float(x) for x in np.percentile(per_image[:, j], q)) if len(per_image) else (None, None)
         ok = reps[:, j][~np.isnan(reps[:, j])]
-        if len(ok) == 0:
-            out[o] = (float(d), None, None, 0)
+        if math.isnan(d) or len(ok) == 0:
+            out[o] = (None if math.isnan(d) else float(d), None, None, 0, (pi, *pi_ci))
             continue
-        lo, hi = np.percentile(ok, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
-        out[o] = (float(d), float(lo), float(hi), int(len(ok)))
+        lo, hi = np.percentile(ok, q)
+        out[o] = (float(d), float(lo), float(hi), int(len(ok)), (pi, *pi_ci))
     return out
 
 
@@ -282,8 +288,8 @@ def _compare(table, records_of, task, eval_key, rows, runs, b, v, series, n_boot
     empty = {"mentions": 0, "hallucinated": 0, "images": 0, "rate": None}
     both, one = [], []
     for o in objects:
-        d, lo, hi, n_ok = cis[o]
-        row = ObjectRow(o, tb.get(o, empty), tv.get(o, empty), d, lo, hi, n_ok)
+        d, lo, hi, n_ok, pi = cis[o]
+        row = ObjectRow(o, tb.get(o, empty), tv.get(o, empty), d, lo, hi, n_ok, pi)
         (both if d is not None else one).append(row)
     both.sort(key=lambda r: (r.delta, r.object))
     first = rows.iloc[0]
@@ -331,7 +337,7 @@ def compare_store(snap, *, task: str | None = None, variant: str | None = None, 
 
 CSV_COLUMNS = ["task", "variant", "setup", "base", "vs", "object", "base_mentions", "base_hallucinated",
                "base_rate", "vs_mentions", "vs_hallucinated", "vs_rate", "delta", "delta_low", "delta_high",
-               "significant", "n_images", "n_boot", "seed"]
+               "significant", "per_image_delta", "per_image_low", "per_image_high", "n_images", "n_boot", "seed"]
 
 
 def _rate(t: dict) -> str:
@@ -339,6 +345,21 @@ def _rate(t: dict) -> str:
 
     return f"{fmt(t['rate'])} ({t['hallucinated']}/{t['mentions']})" if t["rate"] is not None else \
         f"– (0/{t['mentions']})"
+
+
+def per_image_text(r: ObjectRow) -> str:
+    """"-0.250 [-0.400, -0.100]*": Δ hallucinated mentions per image, its CI, * when it excludes 0."""
+    from evalsuite.store.table import fmt
+
+    d, lo, hi = r.per_image
+    if d is None:
+        return "–"
+    if lo is None:
+        return fmt(d, True)
+    return f"{fmt(d, True)} [{fmt(lo, True)}, {fmt(hi, True)}]{'*' if lo > 0 or hi < 0 else ''}"
+
+
+_per_image = per_image_text
 
 
 def _title(c: Comparison) -> str:
@@ -354,21 +375,24 @@ def to_markdown(comps: list[Comparison], top: int | None) -> str:
         rows = c.top(top)
         out += [f"### {_md(_title(c))}", "",
                 f"| object | {_md(c.base)} rate (hal/mentions) | {_md(c.vs)} rate (hal/mentions) | Δ rate "
-                f"[{round(c.level * 100)}% CI] | images mentioning (base → vs) |", "|---|---|---|---|---|"]
+                f"[{round(c.level * 100)}% CI] | Δ hal/image [CI] | images mentioning (base → vs) |",
+                "|---|---|---|---|---|---|"]
         for r in rows:
             ci = f" [{fmt(r.low, True)}, {fmt(r.high, True)}]" if r.low is not None else " [no CI]"
             out.append(f"| {_md(r.object)} | {_rate(r.base)} | {_rate(r.vs)} | {fmt(r.delta, True)}{ci}"
-                       f"{'*' if r.significant else ''} | {r.base['images']} → {r.vs['images']} |")
+                       f"{'*' if r.significant else ''} | {_per_image(r)} | {r.base['images']} → {r.vs['images']} |")
         if not rows:
-            out.append("| (no object both checkpoints mention) | | | | |")
+            out.append("| (no object both checkpoints mention) | | | | | |")
         shown = f"the {len(rows)} of {len(c.rows)} objects whose rate changed most" if top and len(c.rows) > top \
             else f"all {len(c.rows)} objects both mention"
         out += ["", f"Rate = hallucinated / mentions of the object; {shown}, largest fall first. Δ CI: paired "
                     f"bootstrap over the {c.n_images} images both answered (n_boot {c.n_boot}, seed {c.seed}); "
-                    "*: the CI excludes 0."]
+                    "*: the CI excludes 0. Δ hal/image: the change in the object's hallucinated mentions per image "
+                    "(same bootstrap)."]
         if c.one_sided:
             out.append("Mentioned by one checkpoint only (no rate to compare): " + "; ".join(
-                f"{_md(r.object)} ({_md(c.base)} {_rate(r.base)}, {_md(c.vs)} {_rate(r.vs)})" for r in c.one_sided) + ".")
+                f"{_md(r.object)} ({_md(c.base)} {_rate(r.base)}, {_md(c.vs)} {_rate(r.vs)}; Δ hal/image "
+                f"{_per_image(r)})" for r in c.one_sided) + ".")
         out += [f"Note: {_md(n)}." for n in c.notes]
         out.append("")
     return "\n".join(out).rstrip("\n")
@@ -388,7 +412,7 @@ def to_csv(comps: list[Comparison], top: int | None) -> str:
                         r.vs["mentions"], r.vs["hallucinated"], _csv_num(r.vs["rate"]),
                         _csv_num(r.delta), _csv_num(r.low), _csv_num(r.high),
                         "" if r.significant is None else str(r.significant).lower(),
-                        c.n_images, c.n_boot, c.seed])
+                        *(_csv_num(x) for x in r.per_image), c.n_images, c.n_boot, c.seed])
     return buf.getvalue()
 
 

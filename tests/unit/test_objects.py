@@ -113,6 +113,7 @@ def test_paired_ci_of_an_unlearned_object_is_below_zero(tmp_path):
     cat = next(r for r in c.rows if r.object == "cat")
     assert cat.base["rate"] == 0.5 and cat.vs["rate"] == 0.0 and cat.delta == -0.5
     assert cat.high < 0 and cat.low <= -0.5 <= cat.high and cat.significant
+    assert cat.per_image[0] == -0.5 and cat.per_image[2] < 0
     assert c.top(1)[0].object == "cat"
     # same seed, same interval; another seed, another draw
     again = objects.compare_store(store.snapshot(), task="chair", n_boot=500, seed=3)[0]
@@ -122,11 +123,12 @@ def test_paired_ci_of_an_unlearned_object_is_below_zero(tmp_path):
 def test_paired_ci_resamples_images_jointly():
     """Two images; the later checkpoint stops hallucinating in image "a" only. Every replicate draws
     a and b for both checkpoints together: Δ is -1 when a is drawn alone, 0 when b is, -0.5 when both;
-    the CI spans [-1, 0] and never leaves it."""
+    the CI spans [-1, 0] and never leaves it. Hallucinated cats per image: -(times a drawn) / 2, the same."""
     base = {"a": {"cat": [1, 1]}, "b": {"cat": [0, 1]}}
     later = {"a": {"cat": [0, 1]}, "b": {"cat": [0, 1]}}
-    d, lo, hi, n = objects.paired_object_cis(base, later, ["cat"], n_boot=400, seed=0)["cat"]
+    d, lo, hi, n, per_image = objects.paired_object_cis(base, later, ["cat"], n_boot=400, seed=0)["cat"]
     assert d == -0.5 and lo == -1.0 and hi == 0.0 and n == 400
+    assert per_image == (-0.5, -1.0, 0.0)
 
 
 def test_an_object_one_checkpoint_never_mentions_is_listed_apart(tmp_path):
@@ -138,7 +140,10 @@ def test_an_object_one_checkpoint_never_mentions_is_listed_apart(tmp_path):
     (cat,) = c.one_sided
     assert cat.object == "cat" and cat.delta is None and cat.vs["rate"] is None and cat.base["rate"] == 1.0
     md = objects.to_markdown([c], 10)
-    assert "Mentioned by one checkpoint only (no rate to compare): cat (iter_0 1.000 (1/1), iter_1 – (0/0))." in md
+    # its hallucinated mentions per image still compare: -1/2, the CI over the draws of the two images
+    assert cat.per_image == (-0.5, -1.0, 0.0)
+    assert ("Mentioned by one checkpoint only (no rate to compare): cat (iter_0 1.000 (1/1), iter_1 – (0/0); "
+            "Δ hal/image -0.500 [-1.000, +0.000])." in md)
 
 
 # ---- the CLI -------------------------------------------------------------------------------------
@@ -168,10 +173,12 @@ def test_cli_markdown_top_and_default_pair(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "### chair [original]: iter_0 → iter_2" in out     # the lineage's base vs its latest
     lines = [x for x in out.splitlines() if x.startswith("| ")]
-    assert lines[1].startswith("| cat | 0.500 (10/20) | 0.000 (0/10) | -0.500 [") and lines[1].endswith("* | 20 → 10 |")
+    assert lines[1].startswith("| cat | 0.500 (10/20) | 0.000 (0/10) | -0.500 [") and lines[1].endswith("]* | 20 → 10 |")
+    # the base mentions a cat in every image: its rate is hallucinated cats per image, so the two columns agree
+    assert lines[1].split(" | ")[3] == lines[1].split(" | ")[4]
     assert lines[2].startswith("| dog | 0.000 (0/20) | 0.000 (0/20) | +0.000 [+0.000, +0.000] |")
     assert len(lines) == 3      # header, cat, dog: car (only iter_2 mentions it) is listed apart
-    assert "Mentioned by one checkpoint only (no rate to compare): car (iter_0 – (0/0), iter_2 1.000 (1/1))." in out
+    assert "Mentioned by one checkpoint only (no rate to compare): car (iter_0 – (0/0), iter_2 1.000 (1/1); " in out
     assert "paired bootstrap over the 20 images both answered (n_boot 200, seed 0)" in out
     assert cli("--store", str(store.path), "--by", "object", "--task", "chair", "--top", "1", "--vs", "iter_1",
                "--n-boot", "50") == 0

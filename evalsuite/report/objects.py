@@ -76,6 +76,8 @@ def object_plot(c, rows) -> str:
         fig, axes = plt.subplots(nrows, cols, figsize=(1.9 * cols + 0.4, 1.7 * nrows + 0.5), sharey=True,
                                  squeeze=False)
         xs, labels = _x(c.series)
+        # one scale for every panel (shared y), fitted to the rates shown: demo rates of 0.2 stay readable
+        top = max([s["objects"].get(r.object, _ZERO)["rate"] or 0.0 for r in rows for s in c.series] + [0.05])
         for ax, r in zip(axes.flat, rows):
             ys = [s["objects"].get(r.object, _ZERO)["rate"] for s in c.series]
             pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
@@ -88,11 +90,13 @@ def object_plot(c, rows) -> str:
             star = "*" if r.significant else ""
             ax.set_title(textwrap.shorten(r.object, 18, placeholder="…") + f"  Δ {r.delta:+.2f}{star}",
                          fontsize=8, loc="left")
-            ax.set_ylim(-0.05, 1.05)
+            ax.set_ylim(-0.04 * top, min(1.0, top * 1.15) + 0.02 * top)
         for ax in list(axes.flat)[len(rows):]:
             ax.set_visible(False)
         for ax in axes[:, 0]:
             ax.set_ylabel("hallucination rate", fontsize=7)
+        for ax in axes[-1, :]:
+            ax.set_xlabel("iteration" if c.series[0].get("iteration") is not None else "checkpoint", fontsize=7)
         fig.suptitle(textwrap.shorten(f"{c.task}: per-object rate, {c.base} → {c.vs}", 70, placeholder="…"),
                      fontsize=9, x=0.02, ha="left")
         fig.tight_layout()

@@ -29,7 +29,8 @@ def register(sub) -> None:
                         "counts back from the latest, or a run id)")
     p.add_argument("--run", action="append", metavar="RUN_ID", help="only these runs; repeatable")
     p.add_argument("--base", metavar="CKPT",
-                   help="take every delta against this checkpoint (its name in the table, path or hash prefix)")
+                   help="take every delta against this checkpoint (its name in the table, path or hash prefix); "
+                        "with --by object: the base of the comparison")
     p.add_argument("--list-versions", action="store_true", help="list the store's writes and exit")
     p.add_argument("--no-samples", dest="samples", action="store_false",
                    help="do not read per-sample records: stored CIs only, deltas from the two CIs (faster)")

@@ -228,8 +228,8 @@ def _pairs(ckpts, have: list, base: str | None, vs: str | None) -> list[tuple]:
             raise UserError(f"--vs {vs!r}: no other checkpoint of its lineage to compare with; pass --base")
     if v is None:
         later = [c for c in have if lineage[c] == lineage[b] and c != b]
-        if not later:
-            raise UserError(f"--base {base!r}: no other checkpoint of its lineage with object records; pass --vs")
+        if not later:       # not in this setup (another may have one; none at all: the caller says so)
+            return []
         v = later[-1]
     if b not in have or v not in have:
         return []
@@ -261,14 +261,17 @@ def comparisons(table, records_of: dict, *, task: str | None = None, variant: st
             raise UserError(f"--task {task}: its records have no per-object fields ({MENTIONS}, {HALLUCINATED}); "
                             f"tasks with them: {', '.join(tasks) or 'none in this store'}")
         tasks = [task]
+    if variant is not None:
+        mine = tidy[tidy["task"].isin(tasks)]
+        if not (mine["variant"] == variant).any():
+            have = sorted({v for v in mine["variant"] if isinstance(v, str) and v})
+            raise UserError(f"--variant {variant}: no such variant of {', '.join(tasks)}; "
+                            f"have: {', '.join(have) or 'none'}")
     out = []
     for t in tasks:
         rows = tidy[tidy["task"] == t]
         if variant is not None:
-            have = sorted({v for v in rows["variant"] if isinstance(v, str) and v})
             rows = rows[rows["variant"] == variant]
-            if rows.empty:
-                raise UserError(f"--variant {variant}: task {t} has {', '.join(have) or 'no variants'}")
         for e, g in rows.groupby("eval_key", sort=False):
             runs = _runs_of(g, records_of)
             have = [c for c in table.ckpts["ckpt_id"] if c in runs]

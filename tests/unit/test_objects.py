@@ -208,7 +208,7 @@ def test_cli_csv(tmp_path, capsys):
     (["--by", "object", "--task", "pope"], "--task pope: its records have no per-object fields "
                                            "(mentions, hallucinated); tasks with them: chair"),
     (["--by", "object", "--task", "mme"], "--task mme: not in the store (it has: chair, pope)"),
-    (["--by", "object", "--variant", "opera"], "--variant opera: task chair has original"),
+    (["--by", "object", "--variant", "opera"], "--variant opera: no such variant of chair; have: original"),
     (["--by", "object", "--top", "0"], "--top: must be >= 1, got 0"),
     (["--by", "object", "--format", "json"], "--format json: --by object writes md or csv"),
     (["--by", "object", "--metric", "chair/*"], "--metric: has no effect with --by object"),
@@ -233,3 +233,20 @@ def test_no_pair_to_compare_is_a_user_error(tmp_path):
         table.main(argparse.Namespace(store=str(store.path), metric=None, format="md", as_of=None, run=None,
                                       list_versions=False, base=None, samples=True, n_boot=10, seed=0,
                                       by="object", task="chair", variant=None, vs=None, top=None))
+
+
+def test_base_and_vs_pick_the_pair_per_setup(tmp_path, capsys):
+    """Two variants (two setups, a run each): iter_1 has only `original`. --base iter_0 compares iter_2
+    in both; --vs iter_1 compares in `original` only (the one setup both have)."""
+    base, later = unlearned(10)
+    store = Store(tmp_path / "s")
+    for it, caps in ((0, base), (1, later), (2, later)):
+        for variant in ("original", "opera") if it != 1 else ("original",):
+            write(store, it, [chair_result(caps, variant)])
+    comps = objects.compare_store(store.snapshot(), base="iter_0", n_boot=20)
+    assert sorted((c.variant, c.vs, len(c.series)) for c in comps) == [("opera", "iter_2", 2),
+                                                                      ("original", "iter_2", 3)]
+    comps = objects.compare_store(store.snapshot(), vs="iter_1", n_boot=20)
+    assert [(c.variant, c.base, c.vs) for c in comps] == [("original", "iter_0", "iter_1")]
+    assert cli("--store", str(store.path), "--by", "object", "--variant", "opera", "--vs", "iter_1") == 2
+    assert "no per-object records of the base and iter_1 in one setup" in capsys.readouterr().err

@@ -250,3 +250,12 @@ def test_base_and_vs_pick_the_pair_per_setup(tmp_path, capsys):
     assert [(c.variant, c.base, c.vs) for c in comps] == [("original", "iter_0", "iter_1")]
     assert cli("--store", str(store.path), "--by", "object", "--variant", "opera", "--vs", "iter_1") == 2
     assert "no per-object records of the base and iter_1 in one setup" in capsys.readouterr().err
+
+
+def test_markdown_escapes_pipes_in_names(tmp_path):
+    store = Store(tmp_path / "s")
+    store.write_run({"ckpt": "/ck/iter_0", "ckpt_hash": "0" * 64, "iteration": 0, "label": "x|0", "config": {}},
+                    [chair_result([(["a|b"], [])] * 2)])
+    write(store, 1, [chair_result([(["a|b"], ["a|b"])] * 2)])
+    md = objects.to_markdown(objects.compare_store(store.snapshot(), n_boot=10), 5)
+    assert "| a\\|b | 1.000 (2/2) | 0.000 (0/2) | -1.000 [-1.000, -1.000]* |" in md and "x\\|0 → iter_1" in md

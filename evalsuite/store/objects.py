@@ -385,10 +385,12 @@ def to_markdown(comps: list[Comparison], top: int | None) -> str:
             out.append(f"| {_md(r.object)} | {_rate(r.base)} | {_rate(r.vs)} | {fmt(r.delta, True)}{ci}"
                        f"{'*' if r.significant else ''} | {_per_image(r)} | {r.base['images']} → {r.vs['images']} |")
         if not rows:
-            out.append("| (no object both checkpoints mention) | | | | | |")
+            out.append(f"| ({'no object both checkpoints mention' if c.one_sided else 'neither mentions any object'})"
+                       " | | | | | |")
         shown = f"the {len(rows)} of {len(c.rows)} objects whose rate changed most" if top and len(c.rows) > top \
             else f"all {len(c.rows)} objects both mention"
-        out += ["", f"Rate = hallucinated / mentions of the object; {shown}, largest fall first. Δ CI: paired "
+        shown = f"{shown}, largest fall first" if c.rows else "no object both mention"
+        out += ["", f"Rate = hallucinated / mentions of the object; {shown}. Δ CI: paired "
                     f"bootstrap over the {c.n_images} images both answered (n_boot {c.n_boot}, seed {c.seed}); "
                     "*: the CI excludes 0. Δ hal/image: the change in the object's hallucinated mentions per image "
                     "(same bootstrap)."]

@@ -65,3 +65,16 @@ def test_no_object_records_and_no_pair_say_so(tmp_path):
     write(store, 0, [chair_result([(["dog"], ["dog"])] * 3)])
     sec = section(build_report(store, tmp_path / "rb").read_text(), "objects")
     assert "No per-object comparison: chair: no two checkpoints of one lineage" in sec
+
+
+def test_checkpoints_that_mention_nothing_say_so(tmp_path, capsys):
+    """The tiny demo's untrained model names no object: the section and the table say so, no empty plot."""
+    from evalsuite.cli import main
+
+    store = Store(tmp_path / "s")
+    for it in (0, 1):
+        write(store, it, [chair_result([([], ["dog"])] * 3)])
+    sec = section(build_report(store, tmp_path / "r").read_text(), "objects")
+    assert "Neither checkpoint mentions any object." in sec and "<svg" not in sec and "<table" not in sec
+    assert main(["table", "--store", str(store.path), "--by", "object"]) == 0
+    assert "| (neither mentions any object) |" in capsys.readouterr().out

@@ -2,7 +2,8 @@
 
 Everything the page shows is in the file: plots are inline SVG, thumbnails are data: URIs, the CSS and
 the small sorting/paging/filtering script are inlined. Sections: a headline (base vs the last iteration,
-which changes are significant), the summary table (report/summary.py), metrics across iterations, CSR
+which changes are significant), the summary table (report/summary.py), metrics across iterations, per-object hallucination
+(report/objects.py), CSR
 pairs and DPO training curves (report/csr.py), relevance densities, the caption browser
 (report/samples.py), the question browser for POPE/MME (report/qa.py), provenance. Every string from the store (answers, prompts, paths,
 configs) goes through Jinja's autoescape; the script only moves and hides existing elements.
@@ -114,6 +115,9 @@ def build_report(store, out: str | Path, *, as_of=None, runs=None, base: str | N
     tidy = with_sample_stats(table.tidy, records_of, n_boot=n_boot, seed=seed)
     ctx = _sections(tidy, table, records, records_of, meta_of, metas, keep, notes, base=base,
                     image_roots=image_roots, max_images=max_images, max_questions=max_questions)
+    from evalsuite.report.objects import object_sections
+
+    ctx["objects"] = object_sections(table, records_of, base=base, n_boot=n_boot, seed=seed)
     ctx.update(page_size=page_size, provenance=provenance(metas, keep),
                title=title or f"evalsuite report: {snap.path}", store=str(snap.path),
                generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

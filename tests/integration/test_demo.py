@@ -51,7 +51,8 @@ def test_demo_tiny_end_to_end_and_deterministic(tmp_path):
     html = (a / "report" / "index.html").read_text()
     # the report is filled from the demo's store (section ids and nav links are static template text):
     # a CHAIR row per checkpoint, the CSR pairs and DPO curves of both iterations, the POPE/MME questions
-    for sec in ("headline", "summary", "iterations", "csr", "training", "relevance", "samples", "questions"):
+    for sec in ("headline", "summary", "iterations", "objects", "csr", "training", "relevance", "samples",
+                "questions"):
         assert 'class="empty"' not in section(html, sec), sec
     assert 'data-metric="CHAIRi"' in section(html, "summary")
     ma, pd = _metrics(a)

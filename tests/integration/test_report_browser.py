@@ -161,8 +161,8 @@ def _check_loaded_and_inert(cr, session, url):
     boxes = json.loads(_eval(cr, session, """JSON.stringify([...document.querySelectorAll('main > section')].map(s => {
         const r = s.getBoundingClientRect(), st = getComputedStyle(s);
         return [s.id, r.height, st.display, st.visibility]; }))"""))
-    assert [b[0] for b in boxes] == ["headline", "summary", "iterations", "csr", "training", "relevance", "samples",
-                                     "questions", "provenance"]
+    assert [b[0] for b in boxes] == ["headline", "summary", "iterations", "objects", "csr", "training", "relevance",
+                                     "samples", "questions", "provenance"]
     assert all(h > 60 and d != "none" and v == "visible" for _, h, d, v in boxes), boxes
     assert _eval(cr, session, "[...document.images].every(i => i.complete && i.naturalWidth > 0)")
     # the payload is text, not markup: nothing ran, no element came from it

@@ -166,7 +166,7 @@ def _qwen_processor(tok, version: str):
     kw = dict(patch_size=QWEN_PATCH, merge_size=2, temporal_patch_size=2,
               size={"shortest_edge": (2 * QWEN_PATCH) ** 2, "longest_edge": (8 * QWEN_PATCH) ** 2})
     image = tf.Qwen2VLImageProcessor(**kw)
-    if version == "qwen3_vl":  # no default system turn in Qwen3-VL's template
+    if version.startswith("qwen3_vl"):  # no default system turn in Qwen3-VL's template
         return tf.Qwen3VLProcessor(image_processor=image, video_processor=tf.Qwen3VLVideoProcessor(**kw),
                                    tokenizer=tok, chat_template=_chatml(QWEN_IMAGE))
     cls = tf.Qwen2_5_VLProcessor if version == "qwen2_5_vl" else tf.Qwen2VLProcessor
@@ -205,10 +205,17 @@ def _qwen_vl(version: str):
             model_cls = tf.Qwen2_5_VLForConditionalGeneration
         else:
             text = {**text, "head_dim": head, "rope_parameters": {**rope, "mrope_interleaved": True}}
-            config = tf.Qwen3VLConfig(text_config=text, vision_config=tf.Qwen3VLVisionConfig(
-                hidden_size=32, intermediate_size=64, out_hidden_size=hidden, num_position_embeddings=64,
-                deepstack_visual_indexes=[0], **vision), **ids)
-            model_cls = tf.Qwen3VLForConditionalGeneration
+            vision = dict(hidden_size=32, intermediate_size=64, out_hidden_size=hidden, num_position_embeddings=64,
+                          deepstack_visual_indexes=[0], **vision)
+            if version == "qwen3_vl_moe":  # every text layer a mixture of 4 experts, 2 per token
+                text = {**text, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": hidden,
+                        "decoder_sparse_step": 1}
+                config = tf.Qwen3VLMoeConfig(text_config=text, vision_config=tf.Qwen3VLMoeVisionConfig(**vision),
+                                             **ids)
+                model_cls = tf.Qwen3VLMoeForConditionalGeneration
+            else:
+                config = tf.Qwen3VLConfig(text_config=text, vision_config=tf.Qwen3VLVisionConfig(**vision), **ids)
+                model_cls = tf.Qwen3VLForConditionalGeneration
         return model_cls(config), _qwen_processor(tok, version)
 
     return build
@@ -468,6 +475,7 @@ BUILDERS: dict[str, Callable] = {
     "qwen2_vl": _qwen_vl("qwen2_vl"),
     "qwen2_5_vl": _qwen_vl("qwen2_5_vl"),
     "qwen3_vl": _qwen_vl("qwen3_vl"),
+    "qwen3_vl_moe": _qwen_vl("qwen3_vl_moe"),
     "idefics3": _idefics3(smol=False),
     "smolvlm": _idefics3(smol=True),
     "internvl": _internvl,

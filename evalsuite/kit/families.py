@@ -447,7 +447,7 @@ def _idefics2(corpus, hidden, layers):
     model = tf.Idefics2ForConditionalGeneration(config)
     # transformers starts the resampler's latents at all ones: a fresh model's image attention adds ~1e-3 to
     # them and the final RMSNorm leaves a near-constant output, an image-blind model (real vs grey moved
-    # next-token log-probs by < 1e-3). Small random latents let the image decide (about LLaVA's 0.2).
+    # next-token log-probs by ~1e-3). Small random latents let the image decide (about LLaVA's 0.2).
     with torch.no_grad():
         model.model.connector.perceiver_resampler.latents.normal_(0.0, IDEFICS2_LATENT_STD)
     return model, proc

@@ -34,8 +34,12 @@ def say(line: str) -> None:
 
     Under torchrun every rank shares the launcher's stderr pipe; `print` writes the text and the newline
     separately, so two ranks failing together came out as "msg msg\\n\\n" (one line holding both). One write
-    of a line this short is atomic on a pipe, so each rank's line stays whole."""
+    of a line this short is atomic on a pipe, so each rank's line stays whole. Bidi and zero-width control
+    characters of a quoted value are written out visibly (evalsuite/bidi.py): a file name holding U+202E
+    would otherwise display reversed in the terminal."""
     import sys
 
-    sys.stderr.write(line + "\n")
+    from evalsuite.bidi import visible
+
+    sys.stderr.write(visible(line) + "\n")
     sys.stderr.flush()

@@ -45,6 +45,7 @@ def main(args: argparse.Namespace) -> int:
     if not pairs:
         raise UserError(f"{args.pairs}: no pairs to score")
     out = args.output or Path("runs") / "relevance" / args.pairs.stem
+    _check_output(out)
     scorer = RelevanceScorer(args.clip, device=args.device, batch_size=args.batch_size)
     rows, summary = score_pairs(scorer, pairs, args.image_root, progress=True)
     summary.update(pairs_file=str(args.pairs), pairs_sha256=sha256_file(args.pairs),
@@ -61,3 +62,27 @@ def main(args: argparse.Namespace) -> int:
     print(f"relevance pairs: n={summary['n_pairs']} chosen {c['mean']:.3f} rejected {r['mean']:.3f} "
           f"gap {g['mean']:+.3f} [{g['ci_low']:+.3f}, {g['ci_high']:+.3f}] -> {out}")
     return 0
+
+
+def _check_output(out: Path) -> None:
+    """`out` may be new, empty, or an earlier `relevance pairs` output (replaced); a file of the names it
+    writes that this command did not write is refused before the scorer loads."""
+    from evalsuite.files import ensure_writable_dir
+    from evalsuite.ownership import refuse_foreign
+
+    ensure_writable_dir(out, "--output", create=False)
+
+    def ours_summary(p: Path) -> bool:
+        import json
+
+        try:
+            doc = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return isinstance(doc, dict) and {"n_pairs", "pairs_sha256", "gap", "chosen_wins"} <= set(doc)
+
+    refuse_foreign(out / "summary.json", "--output", ours_summary)
+    earlier = (out / "summary.json").is_file()
+    # the rows and the plot are ours when they sit beside an earlier run's summary
+    for name in ("pair_scores.jsonl", "density.svg", "density.png"):
+        refuse_foreign(out / name, "--output", lambda p: earlier)

@@ -77,6 +77,9 @@ def object_table(args, snap) -> int:
 
 
 def main(args) -> int:
+    import sys
+
+    from evalsuite.bidi import visible
     from evalsuite.errors import UserError
     from evalsuite.store import Store
     from evalsuite.store.table import tidy_table, to_csv, to_json, to_markdown
@@ -100,7 +103,7 @@ def main(args) -> int:
             print(f"no runs in {args.store}")
             return 0
         cols = ["version", "run_id", "written_at", "iteration", "method", "ckpt", "tasks"]
-        print(runs[cols].to_string(index=False))
+        print(visible(runs[cols].to_string(index=False)))
         return 0
     df = snap.metrics(as_of=args.as_of, runs=args.run)
     tidy = tidy_table(df, args.metric, base=args.base,
@@ -110,5 +113,8 @@ def main(args) -> int:
 
         records = snap.sample_records(run_id=sample_runs(tidy))
         tidy = with_sample_stats(tidy, group_records(records), n_boot=args.n_boot, seed=args.seed)
-    print({"md": to_markdown, "csv": to_csv, "json": to_json}[args.format](tidy).rstrip("\n"))
+    text = {"md": to_markdown, "csv": to_csv, "json": to_json}[args.format](tidy).rstrip("\n")
+    # bidi / zero-width controls of names and labels written out visibly for a reader (json escapes them
+    # itself); csv redirected to a file keeps the data as stored
+    print(visible(text) if args.format == "md" or sys.stdout.isatty() else text)
     return 0

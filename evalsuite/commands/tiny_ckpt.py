@@ -8,7 +8,7 @@ def register(sub) -> None:
     p = sub.add_parser("tiny-ckpt", help="build a tiny random-init VLM (any family) or CLIP checkpoint offline",
                        description="Build a tiny, deterministic, real HF checkpoint (save_pretrained, "
                                    "safetensors) that loads with from_pretrained from the directory alone.")
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", required=True, help="output directory (new or empty)")
     p.add_argument("--kind", choices=["vlm", "clip"], default="vlm", help="a VLM (default) or CLIP")
     p.add_argument("--arch", choices=ARCHS, default="llava",
                    help="VLM family (default llava = LLaVA-1.5; --kind vlm only)")
@@ -22,7 +22,9 @@ def main(args) -> int:
     from evalsuite.errors import UserError
     from evalsuite.kit.families import build_tiny_family
     from evalsuite.kit.tiny import build_tiny_clip
+    from evalsuite.ownership import refuse_nonempty
 
+    refuse_nonempty(args.out, "--out")  # a checkpoint is a whole folder: never written over another
     if args.kind == "clip":
         if args.arch != "llava":
             raise UserError("--arch: only for --kind vlm")

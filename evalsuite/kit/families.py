@@ -166,7 +166,7 @@ def _qwen_processor(tok, version: str):
     kw = dict(patch_size=QWEN_PATCH, merge_size=2, temporal_patch_size=2,
               size={"shortest_edge": (2 * QWEN_PATCH) ** 2, "longest_edge": (8 * QWEN_PATCH) ** 2})
     image = tf.Qwen2VLImageProcessor(**kw)
-    if version == "qwen3_vl":  # no default system turn in Qwen3-VL's template
+    if version.startswith("qwen3_vl"):  # no default system turn in Qwen3-VL's template
         return tf.Qwen3VLProcessor(image_processor=image, video_processor=tf.Qwen3VLVideoProcessor(**kw),
                                    tokenizer=tok, chat_template=_chatml(QWEN_IMAGE))
     cls = tf.Qwen2_5_VLProcessor if version == "qwen2_5_vl" else tf.Qwen2VLProcessor
@@ -205,10 +205,17 @@ def _qwen_vl(version: str):
             model_cls = tf.Qwen2_5_VLForConditionalGeneration
         else:
             text = {**text, "head_dim": head, "rope_parameters": {**rope, "mrope_interleaved": True}}
-            config = tf.Qwen3VLConfig(text_config=text, vision_config=tf.Qwen3VLVisionConfig(
-                hidden_size=32, intermediate_size=64, out_hidden_size=hidden, num_position_embeddings=64,
-                deepstack_visual_indexes=[0], **vision), **ids)
-            model_cls = tf.Qwen3VLForConditionalGeneration
+            vision = dict(hidden_size=32, intermediate_size=64, out_hidden_size=hidden, num_position_embeddings=64,
+                          deepstack_visual_indexes=[0], **vision)
+            if version == "qwen3_vl_moe":  # every text layer a mixture of 4 experts, 2 per token
+                text = {**text, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": hidden,
+                        "decoder_sparse_step": 1}
+                config = tf.Qwen3VLMoeConfig(text_config=text, vision_config=tf.Qwen3VLMoeVisionConfig(**vision),
+                                             **ids)
+                model_cls = tf.Qwen3VLMoeForConditionalGeneration
+            else:
+                config = tf.Qwen3VLConfig(text_config=text, vision_config=tf.Qwen3VLVisionConfig(**vision), **ids)
+                model_cls = tf.Qwen3VLForConditionalGeneration
         return model_cls(config), _qwen_processor(tok, version)
 
     return build
@@ -324,7 +331,7 @@ def _blip(instruct: bool):
                                     qformer_config=tf.Blip2QFormerConfig(**qformer), text_config=text,
                                     num_query_tokens=4, image_token_index=image_id)
             proc = tf.Blip2Processor(image_processor=image, tokenizer=tok, num_query_tokens=4)
-            return tf.Blip2ForConditionalGeneration(config), proc
+            return _image_weighted_qformer(tf.Blip2ForConditionalGeneration(config)), proc
         qtok = _tokenizer(_Tokens(bos="<s>", eos="</s>", pad="<pad>"), corpus)
         qtok.padding_side = "right"
         config = tf.InstructBlipConfig(vision_config=tf.InstructBlipVisionConfig(**vision),
@@ -333,9 +340,26 @@ def _blip(instruct: bool):
                                        num_query_tokens=4, image_token_index=image_id)
         proc = tf.InstructBlipProcessor(image_processor=image, tokenizer=tok, qformer_tokenizer=qtok,
                                         num_query_tokens=4)
-        return tf.InstructBlipForConditionalGeneration(config), proc
+        return _image_weighted_qformer(tf.InstructBlipForConditionalGeneration(config)), proc
 
     return build
+
+
+QFORMER_CROSS_STD = 0.3
+
+
+def _image_weighted_qformer(model):
+    """The Q-Former's cross-attention (its only path from the image) at a larger init scale. At the 0.02 of
+    the rest, what the image adds to the query tokens is ~2% of their residual stream, and the post-LayerNorms
+    wash it out: real vs grey moved BLIP-2's next-token log-probs by ~3e-3 and its greedy answers not at
+    all. At 0.3, about LLaVA's 0.2 (value and output projections only; the queries still choose what to read)."""
+    import torch
+
+    with torch.no_grad():
+        for name, module in model.qformer.named_modules():
+            if name.endswith(("crossattention.attention.value", "crossattention.output.dense")):
+                module.weight.normal_(0.0, QFORMER_CROSS_STD)
+    return model
 
 
 # Llama-3.2-Vision-Instruct: header-delimited turns, the image before the user text, <|eot_id|> ends a turn.
@@ -402,7 +426,11 @@ def _mistral3(corpus, hidden, layers):
 _IDEFICS2 = _IDEFICS3.replace("<|im_start|>{%- for", "{{ bos_token }}{%- for")
 
 
+IDEFICS2_LATENT_STD = 0.005
+
+
 def _idefics2(corpus, hidden, layers):
+    import torch
     import transformers as tf
 
     tok = _tokenizer(_Tokens(eos="<end_of_utterance>", extra={
@@ -416,7 +444,13 @@ def _idefics2(corpus, hidden, layers):
                                            resampler_n_heads=2, resampler_head_dim=16, num_key_value_heads=1)
     config = tf.Idefics2Config(vision_config=vision, perceiver_config=perceiver,
                                text_config=_text("MistralConfig", tok, hidden, layers), image_token_id=tok.image_token_id)
-    return tf.Idefics2ForConditionalGeneration(config), proc
+    model = tf.Idefics2ForConditionalGeneration(config)
+    # transformers starts the resampler's latents at all ones: a fresh model's image attention adds ~1e-3 to
+    # them and the final RMSNorm leaves a near-constant output, an image-blind model (real vs grey moved
+    # next-token log-probs by ~1e-3). Small random latents let the image decide (about LLaVA's 0.2).
+    with torch.no_grad():
+        model.model.connector.perceiver_resampler.latents.normal_(0.0, IDEFICS2_LATENT_STD)
+    return model, proc
 
 
 def _lfm2_vl(corpus, hidden, layers):
@@ -468,6 +502,7 @@ BUILDERS: dict[str, Callable] = {
     "qwen2_vl": _qwen_vl("qwen2_vl"),
     "qwen2_5_vl": _qwen_vl("qwen2_5_vl"),
     "qwen3_vl": _qwen_vl("qwen3_vl"),
+    "qwen3_vl_moe": _qwen_vl("qwen3_vl_moe"),
     "idefics3": _idefics3(smol=False),
     "smolvlm": _idefics3(smol=True),
     "internvl": _internvl,

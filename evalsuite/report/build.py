@@ -87,7 +87,23 @@ def _environment():
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True)
     env.filters["fmt"] = fmt
+    env.finalize = _shown
     return env
+
+
+def _shown(value):
+    """Every `{{ ... }}` of the page passes here before autoescape: a user or model text's bidi and
+    zero-width controls are written out visibly and a text that could reorder its neighbours is isolated
+    (evalsuite/bidi.py); markup the page builds itself (inline SVG plots, whose labels are checkpoint
+    names) gets the visible form only."""
+    import markupsafe
+
+    from evalsuite.bidi import isolated, visible
+
+    if isinstance(value, markupsafe.Markup):
+        shown = visible(str(value))
+        return value if shown == value else markupsafe.Markup(shown)
+    return isolated(value) if isinstance(value, str) else value
 
 
 def build_report(store, out: str | Path, *, as_of=None, runs=None, base: str | None = None,

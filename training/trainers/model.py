@@ -161,6 +161,34 @@ def _is_linear(module) -> bool:
     return isinstance(module, nn.Linear) or type(module).__name__ in ("Linear4bit", "Linear8bitLt")
 
 
+# bitsandbytes' quantised linears: their own forward, a tensor in and a tensor out of the same shapes
+_PLAIN_LINEAR_TYPES = ("Linear4bit", "Linear8bitLt")
+
+
+def maps_tensor_to_tensor(module) -> bool:
+    """Whether a Linear-like module's forward is a plain linear map (a tensor in, one tensor of
+    `out_features` out): what LoRA's wrapper assumes. nn.Linear's own forward and the quantised linears are;
+    a subclass with its own forward (a MoE router, e.g. Llama-4's `Llama4Router(nn.Linear)`, returns
+    (scores, logits)) is probed once on a zero input and kept only when it maps a tensor to one tensor of
+    the right shape. A module that cannot be probed (weights on the meta device or partitioned) is left out."""
+    import torch
+    import torch.nn as nn
+
+    if type(module).forward is nn.Linear.forward or type(module).__name__ in _PLAIN_LINEAR_TYPES:
+        return True
+    weight = getattr(module, "weight", None)
+    n_in, n_out = getattr(module, "in_features", None), getattr(module, "out_features", None)
+    if not isinstance(weight, torch.Tensor) or weight.device.type == "meta" or weight.numel() == 0 \
+            or not isinstance(n_in, int) or not isinstance(n_out, int):
+        return False
+    try:
+        with torch.no_grad():
+            out = module(torch.zeros(2, n_in, dtype=weight.dtype, device=weight.device))
+    except Exception:  # a forward that needs more than one tensor is no plain linear map either
+        return False
+    return isinstance(out, torch.Tensor) and tuple(out.shape) == (2, n_out)
+
+
 def language_model_linears(model) -> list[str]:
     """Full names of the nn.Linear (and quantised Linear) modules inside the language model (`language_model`),
     the output head excluded: never the vision tower, projector or Q-Former, whatever they are called."""
@@ -170,11 +198,19 @@ def language_model_linears(model) -> list[str]:
 
 
 def model_linears(model) -> list[str]:
-    """Full names of every Linear of the whole model (vision tower and projector included), the output head
-    excluded (TRL's fused LM head reads its weight)."""
+    """Full names of every Linear of the whole model (vision tower and projector included) whose forward
+    is a plain linear map (`maps_tensor_to_tensor`: MoE routers and other tuple-returning Linear subclasses
+    are not), the output head excluded (TRL's fused LM head reads its weight)."""
     head = model.get_output_embeddings()
     return [name for name, module in model.named_modules()
-            if name and _is_linear(module) and module is not head and name.split(".")[-1] != "lm_head"]
+            if name and _is_linear(module) and module is not head and name.split(".")[-1] != "lm_head"
+            and maps_tensor_to_tensor(module)]
+
+
+def _not_plain_linears(model) -> list[str]:
+    """Names of the Linear modules `model_linears` leaves out because their forward is no plain linear map."""
+    return [name for name, module in model.named_modules()
+            if name and _is_linear(module) and not maps_tensor_to_tensor(module)]
 
 
 def _suffix_hits(name: str, candidates: list[str]) -> list[str]:
@@ -210,16 +246,28 @@ def lora_targets(model, spec: str, scope: str) -> list[str]:
             inside = _suffix_hits(w, lm_linears)
             if not inside:
                 raise UserError(f"lora_target_modules: {w!r} matches no Linear layer of the language model"
-                                + (f" ({len(hits)} outside it: lora_scope released adapts those)" if hits else ""))
+                                + (f" ({len(hits)} outside it: lora_scope released adapts those)" if hits
+                                   else _left_out(model, w)))
             if len(hits) > len(inside):
                 log.warning("lora_target_modules: %r also matches %d Linear layers outside the language model "
                             "(e.g. %s); left out by lora_scope language_model", w, len(hits) - len(inside),
                             next(h for h in hits if h not in inside))
             hits = inside
         elif not hits:
-            raise UserError(f"lora_target_modules: {w!r} matches no Linear layer of the model")
+            raise UserError(f"lora_target_modules: {w!r} matches no Linear layer of the model"
+                            + _left_out(model, w))
         chosen.extend(h for h in hits if h not in chosen)
     return chosen
+
+
+def _left_out(model, wanted: str) -> str:
+    """Why `wanted` matched nothing when what it names are Linear subclasses that are no plain linear map."""
+    skipped = _suffix_hits(wanted, _not_plain_linears(model))
+    if not skipped:
+        return ""
+    module = model.get_submodule(skipped[0])
+    return (f" (its {len(skipped)} matches, e.g. {skipped[0]} ({type(module).__name__}), are Linear subclasses "
+            "whose forward does not return one tensor, such as MoE routers: LoRA cannot wrap them)")
 
 
 def lora_config(cfg, model):

@@ -343,6 +343,9 @@ def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, s
             value = coerce(value, tp, full)
         except _Mismatch as e:
             raise UserError(f"{src}: {full}: {e}") from None
+        problem = bound_problem(flds[key], value)
+        if problem:
+            raise UserError(f"{src}: {full}: {problem}")
         sub = _dataclass_in(tp)
         if sub is not None and isinstance(value, dict):
             value = build(sub, value, where, origins, prefix=f"{full}.",
@@ -365,6 +368,59 @@ def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, s
     return obj
 
 
+# ------------------------------------------------------------------------------- field checks
+_BOUNDS = {"ge": (">=", lambda v, b: v >= b), "gt": (">", lambda v, b: v > b),
+           "le": ("<=", lambda v, b: v <= b), "lt": ("<", lambda v, b: v < b)}
+
+
+def bound_problem(f: dataclasses.Field, value: Any) -> str | None:
+    """What is wrong with a number against its field's declared range (`opt(..., ge=1)`, `gt=0, le=1`),
+    or None; None and non-numbers (a field's `auto`) are not numbers to check."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    bounds = [(k, f.metadata[k]) for k in _BOUNDS if f.metadata and k in f.metadata]
+    if all(_BOUNDS[k][1](value, b) for k, b in bounds):
+        return None
+    low = next(((k, b) for k, b in bounds if k in ("ge", "gt")), None)
+    high = next(((k, b) for k, b in bounds if k in ("le", "lt")), None)
+    if low and high:
+        return (f"must be in {'[' if low[0] == 'ge' else '('}{low[1]}, {high[1]}{']' if high[0] == 'le' else ')'}"
+                f", got {value}")
+    k, b = low or high
+    return f"must be {_BOUNDS[k][0]} {b}, got {value}"
+
+
+def check_fields(obj: Any, section: str = "") -> None:
+    """Every field of `obj` against its declaration: a `Literal`'s choices, an `opt` range. For a class
+    constructed in code too (its __post_init__ calls this); `build` checks the values a user gives.
+    section: the dotted name errors carry ("tree" -> "tree.num_beams: must be >= 1, got 0")."""
+    hints = _hints(type(obj))
+    for f in dataclasses.fields(obj):
+        if f.name.startswith("_") or not f.init:
+            continue
+        value, name = getattr(obj, f.name), f"{section}.{f.name}" if section else f.name
+        allowed = _literal_args(hints[f.name])
+        if allowed and isinstance(value, str) and value not in allowed and str not in typing.get_args(hints[f.name]):
+            raise UserError(f"{name}: {value!r} is not one of {', '.join(repr(c) for c in allowed)}")
+        problem = bound_problem(f, value)
+        if problem:
+            raise UserError(f"{name}: {problem}")
+
+
+def _literal_args(tp: Any) -> tuple:
+    """The choices of a `Literal[...]` annotation, also inside `X | None` / `int | Literal[...]`."""
+    if typing.get_origin(tp) is typing.Literal:
+        return typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return tuple(c for a in typing.get_args(tp) for c in _literal_args(a))
+    return ()
+
+
+def choices(cls, name: str) -> tuple:
+    """The choices of field `name` of `cls`, from its `Literal` annotation (no parallel tuple)."""
+    return _literal_args(_hints(cls)[name])
+
+
 # ------------------------------------------------------------------------------- unread fields
 def _ours(cls) -> bool:
     """A class of this project (its typed sections), not a library's (TrainingArguments and the like)."""
@@ -380,7 +436,7 @@ def unread_fields(obj: Any, prefix: str = "") -> list[tuple[str, str, Any, Any]]
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name, None)
         if dataclasses.is_dataclass(value) and not isinstance(value, type) \
-                and _ours(type(value)):
+                and (_ours(type(value)) or f.metadata.get("section")):
             out += unread_fields(value, f"{prefix}{f.name}.")
     return out
 
@@ -449,8 +505,10 @@ def load(cls, path: str | Path | None = None, overrides: list | None = None, bas
 
 # -------------------------------------------------------------------------------------- help
 def opt(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = None, **metadata: Any) -> Any:
-    """A dataclass field with its help text (every `--help` shows it) and other metadata
-    (`path`, `identity`: see evalsuite/identity.py)."""
+    """A dataclass field with its help text (every `--help` shows it) and other metadata: `path`,
+    `identity` (False: not part of a result's identity, evalsuite/identity.py), `alias` (an eval task
+    field's convenience flag, evalsuite/run_config.py), `section` (a typed section defined outside the
+    project: an own task's Options)."""
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata={"help": help, **metadata})
     return dataclasses.field(default=default, metadata={"help": help, **metadata})
@@ -468,7 +526,7 @@ def _typed_fields(cls, prefix: str = ""):
         if f.name.startswith("_") or not f.init:
             continue
         sub = _dataclass_in(hints[f.name])
-        if sub is not None and not _ours(sub):
+        if sub is not None and not _ours(sub) and not f.metadata.get("section"):
             sub = None  # a library's own settings object (TrainingArguments.parallelism_config): one field
         yield f"{prefix}{f.name}", f, sub, hints[f.name]
         if sub is not None:

@@ -22,7 +22,7 @@ import numpy as np
 from evalsuite.config import opt
 from evalsuite.errors import UserError
 from evalsuite.tasks.base import Plan, RunContext
-from evalsuite.tasks.metric_spec import MetricSpec, score, specs_extra
+from evalsuite.tasks.metric_spec import MetricSpec, score
 from evalsuite.types import MetricValue, TaskResult
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 class RelevanceOptions:
     # identity False: the judge enters by its weights' hash, the source by its eval_key; batching
     # does not change a score
-    clip: str | None = opt(None, "a local CLIP/SigLIP checkpoint directory (required)", path="dir", identity=False)
+    clip: str | None = opt(None, "a local CLIP/SigLIP checkpoint directory (required)", path="dir", identity=False,
+                           alias="clip")
     batch_size: int = opt(32, "CLIP batch size", identity=False)
     source: Literal["caption", "chair"] | None = opt(
         None, "the task whose answers are scored (null = caption if in the run, else chair if it is, else caption)",
@@ -83,6 +84,7 @@ class RelevanceTask:
     name = "relevance"
     version = "1"
     Options = RelevanceOptions
+    metrics = METRICS
 
     def requires(self, opts: RelevanceOptions, tasks: list[str]) -> tuple[str, ...]:
         if opts.source:
@@ -97,14 +99,12 @@ class RelevanceTask:
         family = clip_family(Path(opts.clip))   # a bad --clip fails now, not after minutes of generation
         (source,) = sources.values()
         clip_hash = _clip_hash(opts.clip)
-        from evalsuite.identity import options_identity
-
-        identity = {**options_identity(opts), "source": {"task": source.task, "eval_key": source.eval_key},
+        identity = {"source": {"task": source.task, "eval_key": source.eval_key},
                     "clip_hash": clip_hash, "clip_family": family, "response_score": RESPONSE_SCORE}
-        config = {"source": {"task": source.task, "split": source.config.get("split"),
-                             "prompt": source.config.get("prompt")},
-                  "limit": ctx.limit, "response_score": RESPONSE_SCORE, "batch_size": opts.batch_size}
-        return Plan(self.name, self.version, identity, config, state={"clip": opts.clip, "clip_hash": clip_hash})
+        resolved = {"source": {"task": source.task, "split": source.config.get("split"),
+                               "prompt": source.config.get("prompt")},
+                    "limit": ctx.limit, "response_score": RESPONSE_SCORE}
+        return Plan.of(self, opts, identity, resolved, state={"clip": opts.clip, "clip_hash": clip_hash})
 
     def run(self, ctx: RunContext, plan: Plan, inputs: dict[str, list[dict]]) -> TaskResult | None:
         from evalsuite.metrics.relevance import RelevanceScorer
@@ -121,9 +121,8 @@ class RelevanceTask:
             for r, s in zip(records, scored)
         ]
         metrics = relevance_metrics(samples)
-        return TaskResult(task=self.name, version=self.version, metrics=metrics, samples=samples,
-                          config={**scorer.describe(), **plan.config}, identity=plan.identity,
-                          extra={"clip_hash": plan.state["clip_hash"], "metric_specs": specs_extra(METRICS)})
+        return plan.result(metrics, samples, {"clip_hash": plan.state["clip_hash"]},
+                           config={**scorer.describe(), **plan.config})
 
 
 def _clip_hash(clip: str) -> str | None:

@@ -343,9 +343,6 @@ def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, s
             value = coerce(value, tp, full)
         except _Mismatch as e:
             raise UserError(f"{src}: {full}: {e}") from None
-        problem = bound_problem(flds[key], value)
-        if problem:
-            raise UserError(f"{src}: {full}: {problem}")
         sub = _dataclass_in(tp)
         if sub is not None and isinstance(value, dict):
             value = build(sub, value, where, origins, prefix=f"{full}.",
@@ -353,6 +350,7 @@ def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, s
         kwargs[key] = value
     try:
         obj = cls(**kwargs)
+        check_fields(obj)   # declared choices and ranges (a class may check them itself, naming its section)
     except UserError as e:  # a __post_init__ check: "field: message"; name where that field was set
         head = str(e).split(":", 1)[0].strip()
         field_name = head.split(".")[-1]
@@ -391,8 +389,8 @@ def bound_problem(f: dataclasses.Field, value: Any) -> str | None:
 
 
 def check_fields(obj: Any, section: str = "") -> None:
-    """Every field of `obj` against its declaration: a `Literal`'s choices, an `opt` range. For a class
-    constructed in code too (its __post_init__ calls this); `build` checks the values a user gives.
+    """Every field of `obj` against its declaration: a `Literal`'s choices, an `opt` range. `build` calls
+    it on what it builds; a class constructed in code too calls it from its __post_init__.
     section: the dotted name errors carry ("tree" -> "tree.num_beams: must be >= 1, got 0")."""
     hints = _hints(type(obj))
     for f in dataclasses.fields(obj):
@@ -541,6 +539,15 @@ def _choices(tp: Any) -> str:
     return f" (one of: {_describe(lits[0])})" if len(lits) == 1 and len(typing.get_args(lits[0])) > 1 else ""
 
 
+def _range(f) -> str:
+    """' (>= 1)' / ' (in (0, 1])' for a field with a declared range, else ''."""
+    bounds = [(k, f.metadata[k]) for k in _BOUNDS if f.metadata and k in f.metadata]
+    if len(bounds) == 2:
+        (lk, lo), (hk, hi) = bounds
+        return f" (in {'[' if lk == 'ge' else '('}{lo}, {hi}{']' if hk == 'le' else ')'})"
+    return f" ({_BOUNDS[bounds[0][0]][0]} {bounds[0][1]})" if bounds else ""
+
+
 def _default_shown(f) -> str:
     if f.default is not dataclasses.MISSING:
         return repr(f.default) if isinstance(f.default, str) else str(f.default)
@@ -559,7 +566,7 @@ def help_lines(cls, skip: set[str] | frozenset[str] = frozenset()) -> list[str]:
         text = " ".join(str(f.metadata.get("help", "") if f.metadata else "").split())
         if len(text) > 160:  # a library's paragraph (TrainingArguments): its first sentence
             text = text.split(". ")[0].rstrip(".") + " ..."
-        text += _choices(tp)
+        text += _choices(tp) + _range(f)
         if sub is not None:
             lines.append(f"  {key + ':':30s} (section) {text}")
             continue

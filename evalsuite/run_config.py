@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from evalsuite.config import opt
+from evalsuite.config import check_fields, opt
 from evalsuite.engines.vllm_engine import VllmOptions
 from evalsuite.errors import UserError
 from evalsuite.models.inputs import MOVED_TO_INPUTS, InputConfig
@@ -47,30 +47,20 @@ GEN_KWARGS: dict[str, type] = {"max_new_tokens": int, "temperature": float, "top
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
-def _at_least(section: str, name: str, value, low) -> None:
-    if value is not None and value < low:
-        raise UserError(f"{section}{name}: must be >= {low}, got {value}")
-
-
 @dataclass
 class GenOptions:
     """Decoding of evalsuite's own tasks (the run's `seed` seeds sampling)."""
 
-    max_new_tokens: int = opt(512, "token cap of an answer")
+    max_new_tokens: int = opt(512, "token cap of an answer", ge=1)
     do_sample: bool = opt(False, "sample instead of greedy decoding (seeded by the run's seed)")
-    temperature: float = opt(1.0, "sampling temperature (> 0; read only with do_sample)")
-    top_p: float = opt(1.0, "nucleus sampling mass in (0, 1] (read only with do_sample)")
-    num_beams: int = opt(1, "beam search width (1 = none)")
+    temperature: float = opt(1.0, "sampling temperature (read only with do_sample)", gt=0)
+    top_p: float = opt(1.0, "nucleus sampling mass (read only with do_sample)", gt=0, le=1)
+    num_beams: int = opt(1, "beam search width (1 = none)", ge=1)
     suppress_special_tokens: bool = opt(False, "true = ours: no <image>/pad/BOS in answers (false = plain "
                                               "generate, as lmms-eval's backends and the released code)")
 
     def __post_init__(self) -> None:
-        _at_least("gen.", "max_new_tokens", self.max_new_tokens, 1)
-        _at_least("gen.", "num_beams", self.num_beams, 1)
-        if self.temperature <= 0:
-            raise UserError(f"gen.temperature: must be > 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise UserError(f"gen.top_p: must be in (0, 1], got {self.top_p}")
+        check_fields(self, "gen")
 
     def unread(self) -> list[tuple[str, str, Any, Any]]:
         """Sampling settings under greedy decoding (evalsuite/types.py passes them only with do_sample)."""
@@ -83,7 +73,7 @@ class GenOptions:
 
 def parse_gen_kwargs(value: str | dict | None, where: str = "lmms.gen_kwargs") -> dict[str, Any]:
     """'max_new_tokens=16,temperature=0' (or a mapping) -> {key: typed value}; anything else is a UserError."""
-    from evalsuite.config import parse_scalar
+    from evalsuite.config import bound_problem, parse_scalar
 
     if value is None:
         return {}
@@ -107,10 +97,11 @@ def parse_gen_kwargs(value: str | dict | None, where: str = "lmms.gen_kwargs") -
         if not ok:
             raise UserError(f"{where}: {key}={v!r}: expected {want.__name__}")
         out[key] = v
-    for key, low in (("max_new_tokens", 1), ("num_beams", 1), ("temperature", 0)):
-        _at_least(f"{where}: ", key, out.get(key), low)
-    if "top_p" in out and not 0 < out["top_p"] <= 1:
-        raise UserError(f"{where}: top_p must be in (0, 1], got {out['top_p']}")
+    ranges = {f.name: f for f in dataclasses.fields(GenOptions)}   # the ranges gen: declares
+    for key, value in out.items():
+        problem = bound_problem(ranges[key], value) if key in ranges else None
+        if problem and not (key == "temperature" and value == 0):   # lmms-eval's temperature=0 means greedy
+            raise UserError(f"{where}: {key}: {problem}")
     return out
 
 
@@ -123,12 +114,12 @@ class LmmsOptions:
     gen_kwargs: dict[str, Any] | str | None = opt(
         None, "lmms-eval generation overrides, 'k=v,k=v' or a mapping (max_new_tokens, temperature, top_p, "
               "num_beams, do_sample, seed, until)")
-    bootstrap_iters: int = opt(100, "lmms-eval's bootstrap resamples of its stderr")
+    bootstrap_iters: int = opt(100, "lmms-eval's bootstrap resamples of its stderr", ge=0)
     split: str = opt("val", "split of DATA_ROOT/questions/ (world) for evalsuite's local lmms tasks")
 
     def __post_init__(self) -> None:
         self.gen_kwargs = parse_gen_kwargs(self.gen_kwargs) or None
-        _at_least("lmms.", "bootstrap_iters", self.bootstrap_iters, 0)
+        check_fields(self, "lmms")
         for task, files in self.data.items():
             if not files:
                 raise UserError(f"lmms.data.{task}: empty list of files")
@@ -169,8 +160,8 @@ class EvalSettings:
     world: bool = opt(False, "the built-in synthetic world instead of a data root (opt-in)")
     output: str | None = opt(None, "output directory (null = STORE/runs/RUN_ID); the same run resumes there")
     store: str = opt("results", "results store")
-    limit: int | None = opt(None, "at most N documents per task (null = all)")
-    batch_size: int = opt(8, "generation batch size")
+    limit: int | None = opt(None, "at most N documents per task (null = all)", ge=1)
+    batch_size: int = opt(8, "generation batch size", ge=1)
     device: str | None = opt(None, "cpu | cuda | cuda:N | mps (null = cuda if available)")
     dtype: Literal["float32", "float16", "bfloat16"] | None = opt(None, "null = bfloat16 on cuda, else float32")
     label: str | None = opt(None, "display name of this checkpoint in tables and reports")
@@ -196,8 +187,7 @@ class EvalSettings:
         for flag, value in (("--store", self.store), ("--output", self.output)):
             if value is not None and not str(value).strip():  # '' would silently mean the working directory
                 raise UserError(f"{flag}: empty path; give a directory")
-        _at_least("", "limit", self.limit, 1)
-        _at_least("", "batch_size", self.batch_size, 1)
+        check_fields(self)
         check_device(self.device)
         if self.data_root and self.world:
             raise UserError("data_root: pass --data-root DIR or --world, not both")

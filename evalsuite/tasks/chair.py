@@ -1,14 +1,9 @@
 """Task `chair`: caption sampled COCO images with the checkpoint and score object hallucination.
 
-Options (`chair:` section of the eval config, `ChairOptions`): split ("val"), prompt ("Please describe
-this image in detail."), n_images (500), seed (the image sample's; null = the run's seed), variant
-("original"), tokenizer ("nltk38": NLTK <= 3.8's word rules, as the published numbers were made;
-"nltk310": NLTK 3.9+'s, docs/chair.md), max_new_tokens (null = the run's gen.max_new_tokens; decoding is
-the run's, greedy by default), cache_dir (GT cache; null = ~/.cache/evalsuite/chair_gt), nltk_data,
-n_boot (1000).
-
-GT is built from the split's own COCO annotations (instances + reference captions) with the
-variant's GT normaliser, and cached by the annotation files' content.
+Options: the `chair:` section of the eval config (`ChairOptions`, each field's help in `evalsuite run
+--help`); decoding is the run's (`gen:`, greedy by default). GT is built from the split's own COCO
+annotations (instances + reference captions) with the variant's GT normaliser, and cached by the
+annotation files' content.
 """
 from __future__ import annotations
 
@@ -19,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from evalsuite.config import opt
+from evalsuite.config import check_fields, opt
 from evalsuite.errors import UserError
 from evalsuite.tasks.base import Plan, RunContext
 from evalsuite.tasks.coco import DEFAULT_PROMPT, answer_identity, check_prompt, coco_images
@@ -33,7 +28,7 @@ log = logging.getLogger(__name__)
 class ChairOptions:
     split: str = opt("val", "split of the data root (val, val2014, ...)", alias="split")
     prompt: str = opt(DEFAULT_PROMPT, "the captioning prompt", alias="prompt")
-    n_images: int = opt(500, "images sampled from the split", alias="chair_images")
+    n_images: int = opt(500, "images sampled from the split", alias="chair_images", ge=1)
     seed: int | None = opt(None, "image sample seed (null = the run's seed)")
     variant: Literal["original", "opera", "opera_lemma"] = opt("original", "CHAIR variant (evalsuite/metrics/chair.py)",
                                                                     alias="variant")
@@ -43,22 +38,17 @@ class ChairOptions:
     # identity False: the resolved value is in the identity already (gen.max_new_tokens), or the
     # option cannot change a number (where the GT cache lives; NLTK data enters by its checksums)
     max_new_tokens: int | None = opt(None, "token cap of a caption (null = the run's gen.max_new_tokens)",
-                                     identity=False)
+                                     identity=False, ge=1)
     cache_dir: str | None = opt(None, "GT cache dir (null = ~/.cache/evalsuite/chair_gt)", identity=False)
     nltk_data: str | None = opt(None, "an NLTK data dir searched first", path="dir", identity=False)
     # bootstrap resamples of the confidence intervals: changes a CI, never a value (not identity)
-    n_boot: int = opt(1000, "bootstrap resamples of the confidence intervals (0 = none)", identity=False)
+    n_boot: int = opt(1000, "bootstrap resamples of the confidence intervals (0 = none)", identity=False, ge=0)
 
     def __post_init__(self) -> None:
+        check_fields(self, "chair")
         check_prompt("chair", self.prompt)
-        if self.n_images < 1:
-            raise UserError(f"chair.n_images: must be >= 1, got {self.n_images}")
-        if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise UserError(f"chair.max_new_tokens: must be >= 1 or null, got {self.max_new_tokens}")
         if self.nltk_data is not None and not Path(self.nltk_data).is_dir():
             raise UserError(f"chair.nltk_data: {self.nltk_data}: no such directory")
-        if self.n_boot < 0:
-            raise UserError(f"chair.n_boot: must be >= 0, got {self.n_boot}")
         from evalsuite.metrics.chair_tokenize import get_tokenizer
 
         get_tokenizer(self.tokenizer, "chair.tokenizer")

@@ -2,9 +2,8 @@
 
     evalsuite run --ckpt CKPT --tasks caption,relevance --clip /models/clip-vit-large-patch14-336 --data-root D
 
-Options (`relevance:` section, `RelevanceOptions`): clip (a local CLIP/SigLIP dir; required), batch_size
-(CLIP batch, 32), source (caption | chair | null). It scores the answers of its source task, which it
-declares in `requires`: `source`, else caption if it is in the run, else chair if it is, else caption,
+Options: the `relevance:` section (`RelevanceOptions`; `clip` is required). It scores the answers of its
+source task, which it declares in `requires`: `source`, else caption if it is in the run, else chair if it is, else caption,
 which then runs as a dependency (its answers are used, its own result is not stored). So the model never
 answers twice. Scores are defined in `evalsuite.metrics.relevance`; the per-response score is the mean
 over sentences (`response_score` in the config), and the whole-response score is reported alongside as
@@ -19,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-from evalsuite.config import opt
+from evalsuite.config import check_fields, opt
 from evalsuite.errors import UserError
 from evalsuite.tasks.base import Plan, RunContext
 from evalsuite.tasks.metric_spec import MetricSpec, score
@@ -34,14 +33,13 @@ class RelevanceOptions:
     # does not change a score
     clip: str | None = opt(None, "a local CLIP/SigLIP checkpoint directory (required)", path="dir", identity=False,
                            alias="clip")
-    batch_size: int = opt(32, "CLIP batch size", identity=False)
+    batch_size: int = opt(32, "CLIP batch size", identity=False, ge=1)
     source: Literal["caption", "chair"] | None = opt(
         None, "the task whose answers are scored (null = caption if in the run, else chair if it is, else caption)",
         identity=False)
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise UserError(f"relevance.batch_size: must be >= 1, got {self.batch_size}")
+        check_fields(self, "relevance")
 
 
 def _image_path(ctx: RunContext, image: str) -> Path:

@@ -21,7 +21,7 @@ def test_gen_kwargs_are_typed():
     assert parse_gen_kwargs("max_new_tokens=16,temperature=0") == {"max_new_tokens": 16, "temperature": 0.0}
     assert parse_gen_kwargs({"do_sample": True, "until": "."}) == {"do_sample": True, "until": "."}
     assert parse_gen_kwargs(None) == {}
-    for bad, msg in (("max_new_tokens=0", "max_new_tokens: must be >= 1"), ("top_p=2", "top_p must be in (0, 1]"),
+    for bad, msg in (("max_new_tokens=0", "max_new_tokens: must be >= 1"), ("top_p=2", "top_p: must be in (0, 1], got 2"),
                      ("num_beams=1.5", "num_beams=1.5: expected int"), ("do_sample=3", "expected bool"),
                      ("max_new_tokens=4,", "'' is not key=value")):
         with pytest.raises(UserError, match=msg.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):

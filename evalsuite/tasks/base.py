@@ -201,7 +201,8 @@ class Plan:
 
 
 class Task(Protocol):
-    """An own task (evalsuite/tasks/registry.py): its file plus one registry line."""
+    """An own task (evalsuite/tasks/registry.py): its file plus one registry line. Optional: `density`, a
+    per-sample field whose distribution per checkpoint the report draws (relevance's score)."""
 
     name: str
     version: str

@@ -83,6 +83,7 @@ class RelevanceTask:
     version = "1"
     Options = RelevanceOptions
     metrics = METRICS
+    density = "relevance"   # the per-sample field whose distribution the report draws per checkpoint
 
     def requires(self, opts: RelevanceOptions, tasks: list[str]) -> tuple[str, ...]:
         if opts.source:

@@ -180,7 +180,7 @@ class Plan:
         from evalsuite.identity import options_identity
 
         return cls(task.name, task.version, {**options_identity(opts), **identity},
-                   {**to_plain(opts), **(resolved or {})}, state=state, specs=tuple(task.metrics))
+                   {**to_plain(opts), **(resolved or {})}, state=state, specs=tuple(getattr(task, "metrics", ())))
 
     def result(self, metrics: list, samples: list[dict], extra: dict | None = None,
                config: dict | None = None) -> TaskResult:

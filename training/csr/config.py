@@ -24,6 +24,7 @@ from evalsuite.errors import UserError
 from evalsuite.models.inputs import IMAGE_ASPECTS, MOVED_TO_INPUTS, InputConfig
 from evalsuite.run_config import EvalConfig
 
+
 def _check(cond: bool, where: str, msg: str) -> None:
     if not cond:
         raise UserError(f"{where}: {msg}")

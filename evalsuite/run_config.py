@@ -41,9 +41,9 @@ BASE_ALIASES: dict[str, tuple[str, ...]] = {
     "chat_template": ("inputs.chat_template",),
     "image_aspect": ("inputs.image_aspect",),
 }
-# lmms-eval generation kwargs evalsuite's model understands (evalsuite/lmms/backend.py), with their types
-GEN_KWARGS: dict[str, type] = {"max_new_tokens": int, "temperature": float, "top_p": float, "num_beams": int,
-                               "do_sample": bool, "seed": int, "until": str, "suppress_special_tokens": bool}
+# lmms-eval generation kwargs evalsuite's model understands (evalsuite/lmms/backend.py): gen:'s fields, with
+# their types and ranges, and these two that only lmms-eval passes
+LMMS_ONLY_GEN_KWARGS: dict[str, type] = {"seed": int, "until": str}
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
@@ -86,11 +86,14 @@ def parse_gen_kwargs(value: str | dict | None, where: str = "lmms.gen_kwargs") -
             pairs.append((key.strip(), parse_scalar(text.strip())))
     else:
         pairs = list(value.items())
+    import typing
+
+    known = {**typing.get_type_hints(GenOptions), **LMMS_ONLY_GEN_KWARGS}
     out: dict[str, Any] = {}
     for key, v in pairs:
-        want = GEN_KWARGS.get(key)
+        want = known.get(key)
         if want is None:
-            raise UserError(f"{where}: unknown key {key!r} (known: {', '.join(GEN_KWARGS)})")
+            raise UserError(f"{where}: unknown key {key!r} (known: {', '.join(known)})")
         ok = isinstance(v, want) and not (want is not bool and isinstance(v, bool))
         if want is float and isinstance(v, int) and not isinstance(v, bool):
             v, ok = float(v), True
@@ -98,9 +101,9 @@ def parse_gen_kwargs(value: str | dict | None, where: str = "lmms.gen_kwargs") -
             raise UserError(f"{where}: {key}={v!r}: expected {want.__name__}")
         out[key] = v
     ranges = {f.name: f for f in dataclasses.fields(GenOptions)}   # the ranges gen: declares
-    for key, value in out.items():
-        problem = bound_problem(ranges[key], value) if key in ranges else None
-        if problem and not (key == "temperature" and value == 0):   # lmms-eval's temperature=0 means greedy
+    for key, v in out.items():
+        problem = bound_problem(ranges[key], v) if key in ranges else None
+        if problem and not (key == "temperature" and v == 0):   # lmms-eval's temperature=0 means greedy
             raise UserError(f"{where}: {key}: {problem}")
     return out
 

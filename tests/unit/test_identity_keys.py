@@ -25,12 +25,12 @@ def test_every_own_task_keeps_the_keys_of_release_87a62b8(world_dir, tiny_clip_d
         assert got[label]["eval_key"] == want[label]["eval_key"], label
 
 
-def _plan(name: str, world, clip, **options):
+def _plan(name: str, world, clip, batch_size: int = 8, **options):
     from evalsuite.config import build
     from evalsuite.tasks.base import RunContext
     from evalsuite.tasks.registry import load_task
 
-    ctx = RunContext(ckpt="unused", data_root=Path(world), device="cpu", limit=6)
+    ctx = RunContext(ckpt="unused", data_root=Path(world), device="cpu", limit=6, batch_size=batch_size)
     task = load_task(name)
     if name == "relevance":
         options = {"clip": str(clip), **options}
@@ -60,4 +60,5 @@ def test_speed_settings_keep_the_key_a_real_setting_changes_it(name, world_dir, 
     assert set(speed) <= off
     base = _plan(name, world_dir, tiny_clip_dir)
     assert _plan(name, world_dir, tiny_clip_dir, **speed).eval_key == base.eval_key
+    assert _plan(name, world_dir, tiny_clip_dir, batch_size=3).eval_key == base.eval_key   # the run's batch
     assert _plan(name, world_dir, tiny_clip_dir, **real).eval_key != base.eval_key

@@ -392,13 +392,17 @@ def check_fields(obj: Any, section: str = "") -> None:
     """Every field of `obj` against its declaration: a `Literal`'s choices, an `opt` range. `build` calls
     it on what it builds; a class constructed in code too calls it from its __post_init__.
     section: the dotted name errors carry ("tree" -> "tree.num_beams: must be >= 1, got 0")."""
-    hints = _hints(type(obj))
+    try:
+        hints = _hints(type(obj))
+    except (NameError, TypeError):   # a library's class whose annotations do not resolve: nothing declared here
+        return
     for f in dataclasses.fields(obj):
         if f.name.startswith("_") or not f.init:
             continue
         value, name = getattr(obj, f.name), f"{section}.{f.name}" if section else f.name
-        allowed = _literal_args(hints[f.name])
-        if allowed and isinstance(value, str) and value not in allowed and str not in typing.get_args(hints[f.name]):
+        tp = hints.get(f.name)
+        allowed = _literal_args(tp)
+        if allowed and isinstance(value, str) and value not in allowed and str not in typing.get_args(tp):
             raise UserError(f"{name}: {value!r} is not one of {', '.join(repr(c) for c in allowed)}")
         problem = bound_problem(f, value)
         if problem:

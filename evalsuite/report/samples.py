@@ -1,6 +1,7 @@
 """The per-sample view: for a bounded set of images, every checkpoint's answer side by side.
 
-Records of the caption-like tasks (any task with an `answer` about an `image`: caption, chair, relevance) of one checkpoint's latest run are merged per (image, prompt), so CHAIR marks and relevance
+Records of the caption-like tasks (any task with an `answer` about an `image`: caption, chair,
+relevance) of one checkpoint's latest run are merged per (image, prompt), so CHAIR marks and relevance
 scores of one answer sit together. The view keeps the images where checkpoints differ most (most
 hallucinated-object disagreement, then relevance spread), so a bounded report still shows what changed.
 """

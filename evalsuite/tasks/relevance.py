@@ -2,10 +2,10 @@
 
     evalsuite run --ckpt CKPT --tasks caption,relevance --clip /models/clip-vit-large-patch14-336 --data-root D
 
-Options: the `relevance:` section (`RelevanceOptions`; `clip` is required). It scores the answers of its
-source task, which it declares in `requires`: `source`, else caption if it is in the run, else chair if it is, else caption,
-which then runs as a dependency (its answers are used, its own result is not stored). So the model never
-answers twice. Scores are defined in `evalsuite.metrics.relevance`; the per-response score is the mean
+Options: the `relevance:` section (`RelevanceOptions`; `clip` is required). It scores the answers of
+its source task, which it declares in `requires`: `source`, else caption if it is in the run, else chair
+if it is, else caption, which then runs as a dependency (its answers are used, its own result is not
+stored). So the model never answers twice. Scores are defined in `evalsuite.metrics.relevance`; the per-response score is the mean
 over sentences (`response_score` in the config), and the whole-response score is reported alongside as
 `relevance_whole_mean`.
 """

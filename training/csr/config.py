@@ -104,7 +104,8 @@ class TreeConfig:
     def __post_init__(self) -> None:
         w = "tree"
         check_fields(self, w)
-        _check(self.num_beams % self.num_beam_groups == 0, f"{w}.num_beam_groups", f"must divide num_beams ({self.num_beams})")
+        _check(self.num_beams % self.num_beam_groups == 0, f"{w}.num_beam_groups",
+               f"must divide num_beams ({self.num_beams})")
         _check(any(getattr(self, n) is not None for n in ("max_chars", "max_response_tokens", "max_depth")),
                f"{w}.max_chars",
                "at least one of max_chars, max_response_tokens, max_depth must be set (else a tree may never end)")

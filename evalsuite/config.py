@@ -418,11 +418,6 @@ def _literal_args(tp: Any) -> tuple:
     return ()
 
 
-def choices(cls, name: str) -> tuple:
-    """The choices of field `name` of `cls`, from its `Literal` annotation (no parallel tuple)."""
-    return _literal_args(_hints(cls)[name])
-
-
 # ------------------------------------------------------------------------------- unread fields
 def _ours(cls) -> bool:
     """A class of this project (its typed sections), not a library's (TrainingArguments and the like)."""

@@ -12,7 +12,8 @@ word `null` unsets an optional one.
 `build(cls, mapping)` checks every key against the dataclass fields (unknown keys are errors, with a
 "did you mean"), every value against the field's annotation (`int`, `float`, `str`, `bool`,
 `X | None`, `Literal[...]`, enums, `list[X]`, `dict[str, X]`, nested dataclasses), then constructs the
-object, whose `__post_init__` checks ranges. Every problem is one `UserError` line naming the source
+object and checks the ranges its fields declare (`opt(..., ge=1)`, `gt=0, le=1`: `check_fields`); a
+`__post_init__` checks what spans fields. Every problem is one `UserError` line naming the source
 (the YAML file or "command line") and the dotted key, raised before any model is loaded.
 
 A field the resulting settings never read (a class lists them in `unread()`: `lora_r` under `use_lora:

@@ -12,7 +12,8 @@ word `null` unsets an optional one.
 `build(cls, mapping)` checks every key against the dataclass fields (unknown keys are errors, with a
 "did you mean"), every value against the field's annotation (`int`, `float`, `str`, `bool`,
 `X | None`, `Literal[...]`, enums, `list[X]`, `dict[str, X]`, nested dataclasses), then constructs the
-object, whose `__post_init__` checks ranges. Every problem is one `UserError` line naming the source
+object and checks the ranges its fields declare (`opt(..., ge=1)`, `gt=0, le=1`: `check_fields`); a
+`__post_init__` checks what spans fields. Every problem is one `UserError` line naming the source
 (the YAML file or "command line") and the dotted key, raised before any model is loaded.
 
 A field the resulting settings never read (a class lists them in `unread()`: `lora_r` under `use_lora:
@@ -350,6 +351,7 @@ def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, s
         kwargs[key] = value
     try:
         obj = cls(**kwargs)
+        check_fields(obj)   # declared choices and ranges (a class may check them itself, naming its section)
     except UserError as e:  # a __post_init__ check: "field: message"; name where that field was set
         head = str(e).split(":", 1)[0].strip()
         field_name = head.split(".")[-1]
@@ -363,6 +365,58 @@ def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, s
     if report and not prefix:
         report_unread(obj, data, where, origins)
     return obj
+
+
+# ------------------------------------------------------------------------------- field checks
+_BOUNDS = {"ge": (">=", lambda v, b: v >= b), "gt": (">", lambda v, b: v > b),
+           "le": ("<=", lambda v, b: v <= b), "lt": ("<", lambda v, b: v < b)}
+
+
+def bound_problem(f: dataclasses.Field, value: Any) -> str | None:
+    """What is wrong with a number against its field's declared range (`opt(..., ge=1)`, `gt=0, le=1`),
+    or None; None and non-numbers (a field's `auto`) are not numbers to check."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    bounds = [(k, f.metadata[k]) for k in _BOUNDS if f.metadata and k in f.metadata]
+    if all(_BOUNDS[k][1](value, b) for k, b in bounds):
+        return None
+    low = next(((k, b) for k, b in bounds if k in ("ge", "gt")), None)
+    high = next(((k, b) for k, b in bounds if k in ("le", "lt")), None)
+    if low and high:
+        return (f"must be in {'[' if low[0] == 'ge' else '('}{low[1]}, {high[1]}{']' if high[0] == 'le' else ')'}"
+                f", got {value}")
+    k, b = low or high
+    return f"must be {_BOUNDS[k][0]} {b}, got {value}"
+
+
+def check_fields(obj: Any, section: str = "") -> None:
+    """Every field of `obj` against its declaration: a `Literal`'s choices, an `opt` range. `build` calls
+    it on what it builds; a class constructed in code too calls it from its __post_init__.
+    section: the dotted name errors carry ("tree" -> "tree.num_beams: must be >= 1, got 0")."""
+    try:
+        hints = _hints(type(obj))
+    except (NameError, TypeError):   # a library's class whose annotations do not resolve: nothing declared here
+        return
+    for f in dataclasses.fields(obj):
+        if f.name.startswith("_") or not f.init:
+            continue
+        value, name = getattr(obj, f.name), f"{section}.{f.name}" if section else f.name
+        tp = hints.get(f.name)
+        allowed = _literal_args(tp)
+        if allowed and isinstance(value, str) and value not in allowed and str not in typing.get_args(tp):
+            raise UserError(f"{name}: {value!r} is not one of {', '.join(repr(c) for c in allowed)}")
+        problem = bound_problem(f, value)
+        if problem:
+            raise UserError(f"{name}: {problem}")
+
+
+def _literal_args(tp: Any) -> tuple:
+    """The choices of a `Literal[...]` annotation, also inside `X | None` / `int | Literal[...]`."""
+    if typing.get_origin(tp) is typing.Literal:
+        return typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return tuple(c for a in typing.get_args(tp) for c in _literal_args(a))
+    return ()
 
 
 # ------------------------------------------------------------------------------- unread fields
@@ -380,7 +434,7 @@ def unread_fields(obj: Any, prefix: str = "") -> list[tuple[str, str, Any, Any]]
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name, None)
         if dataclasses.is_dataclass(value) and not isinstance(value, type) \
-                and _ours(type(value)):
+                and (_ours(type(value)) or f.metadata.get("section")):
             out += unread_fields(value, f"{prefix}{f.name}.")
     return out
 
@@ -449,8 +503,10 @@ def load(cls, path: str | Path | None = None, overrides: list | None = None, bas
 
 # -------------------------------------------------------------------------------------- help
 def opt(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = None, **metadata: Any) -> Any:
-    """A dataclass field with its help text (every `--help` shows it) and other metadata
-    (`path`, `identity`: see evalsuite/identity.py)."""
+    """A dataclass field with its help text (every `--help` shows it) and other metadata: `path`,
+    `identity` (False: not part of a result's identity, evalsuite/identity.py), `alias` (an eval task
+    field's convenience flag, evalsuite/run_config.py), `section` (a typed section defined outside the
+    project: an own task's Options)."""
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata={"help": help, **metadata})
     return dataclasses.field(default=default, metadata={"help": help, **metadata})
@@ -468,7 +524,7 @@ def _typed_fields(cls, prefix: str = ""):
         if f.name.startswith("_") or not f.init:
             continue
         sub = _dataclass_in(hints[f.name])
-        if sub is not None and not _ours(sub):
+        if sub is not None and not _ours(sub) and not f.metadata.get("section"):
             sub = None  # a library's own settings object (TrainingArguments.parallelism_config): one field
         yield f"{prefix}{f.name}", f, sub, hints[f.name]
         if sub is not None:
@@ -481,6 +537,15 @@ def _choices(tp: Any) -> str:
         typing.Union, types.UnionType) else [tp]
     lits = [a for a in args if typing.get_origin(a) is typing.Literal]
     return f" (one of: {_describe(lits[0])})" if len(lits) == 1 and len(typing.get_args(lits[0])) > 1 else ""
+
+
+def _range(f) -> str:
+    """' (>= 1)' / ' (in (0, 1])' for a field with a declared range, else ''."""
+    bounds = [(k, f.metadata[k]) for k in _BOUNDS if f.metadata and k in f.metadata]
+    if len(bounds) == 2:
+        (lk, lo), (hk, hi) = bounds
+        return f" (in {'[' if lk == 'ge' else '('}{lo}, {hi}{']' if hk == 'le' else ')'})"
+    return f" ({_BOUNDS[bounds[0][0]][0]} {bounds[0][1]})" if bounds else ""
 
 
 def _default_shown(f) -> str:
@@ -501,7 +566,7 @@ def help_lines(cls, skip: set[str] | frozenset[str] = frozenset()) -> list[str]:
         text = " ".join(str(f.metadata.get("help", "") if f.metadata else "").split())
         if len(text) > 160:  # a library's paragraph (TrainingArguments): its first sentence
             text = text.split(". ")[0].rstrip(".") + " ..."
-        text += _choices(tp)
+        text += _choices(tp) + _range(f)
         if sub is not None:
             lines.append(f"  {key + ':':30s} (section) {text}")
             continue

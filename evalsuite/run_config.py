@@ -5,79 +5,62 @@
 
 One mechanism (evalsuite/config.py): the dataclass defaults < the YAML preset (`--config`) < the command
 line, where `--flag value` sets a top-level field (`--batch-size 4` = batch_size) and `section.key=value`
-a nested one: `gen.*` (own tasks' decoding), `caption.*`, `chair.*`, `relevance.*` (each own task's
-Options dataclass) and `lmms.*` (lmms-eval tasks: data mapping, gen_kwargs, bootstrap_iters, split).
-Unknown keys, wrong types and out-of-range values are one line naming the key and where it was set
-(the YAML file, "command line", or the convenience flag), before any model loads.
+a nested one: `gen.*` (own tasks' decoding), one section per own task (its registry class's Options:
+`caption.*`, `chair.*`, ...; `eval_config_class` builds them from evalsuite/tasks/registry.py) and
+`lmms.*` (lmms-eval tasks: data mapping, gen_kwargs, bootstrap_iters, split). Unknown keys, wrong types
+and out-of-range values are one line naming the key and where it was set (the YAML file, "command
+line", or the convenience flag), before any model loads.
 
-Convenience flags set typed fields of the sections the run uses (`ALIASES`): --split (caption.split,
-chair.split, lmms.split), --prompt (caption.prompt, chair.prompt), --chair-images (chair.n_images),
---variant (chair.variant), --clip (relevance.clip), --max-new-tokens (gen.max_new_tokens),
---gen-kwargs (lmms.gen_kwargs), --system-prompt, --chat-template, --image-aspect (inputs.*: every
-run's prompt and image settings, `evalsuite.models.inputs.InputConfig`). A flag, or a `task.key=value`, for a task that is not in the run is an
+Convenience flags (`aliases()`: `--split`, `--prompt`, `--max-new-tokens`, ...) set typed fields of the
+sections the run uses; a task's come from its Options fields' `alias` metadata. A flag, or a
+`task.key=value`, for a task that is not in the run (nor required by one: `Task.requires`) is an
 error; a YAML section for a task the run does not include is only logged (presets cover several tasks).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from evalsuite.config import opt
+from evalsuite.config import check_fields, opt
 from evalsuite.engines.vllm_engine import VllmOptions
 from evalsuite.errors import UserError
 from evalsuite.models.inputs import MOVED_TO_INPUTS, InputConfig
-from evalsuite.tasks.caption import CaptionOptions
-from evalsuite.tasks.chair import ChairOptions
-from evalsuite.tasks.relevance import RelevanceOptions
 from evalsuite.types import GenConfig
 
 log = logging.getLogger(__name__)
 
-OWN_SECTIONS = ("caption", "chair", "relevance")
-ALIASES: dict[str, tuple[str, ...]] = {
-    "split": ("caption.split", "chair.split", "lmms.split"),
-    "prompt": ("caption.prompt", "chair.prompt"),
-    "chair_images": ("chair.n_images",),
-    "variant": ("chair.variant",),
-    "clip": ("relevance.clip",),
+# the convenience flags of the sections that are not tasks'; a task's are its Options fields' `alias`
+BASE_ALIASES: dict[str, tuple[str, ...]] = {
+    "split": ("lmms.split",),
     "max_new_tokens": ("gen.max_new_tokens",),
     "gen_kwargs": ("lmms.gen_kwargs",),
     "system_prompt": ("inputs.system_prompt",),
     "chat_template": ("inputs.chat_template",),
     "image_aspect": ("inputs.image_aspect",),
 }
-# lmms-eval generation kwargs evalsuite's model understands (evalsuite/lmms/backend.py), with their types
-GEN_KWARGS: dict[str, type] = {"max_new_tokens": int, "temperature": float, "top_p": float, "num_beams": int,
-                               "do_sample": bool, "seed": int, "until": str, "suppress_special_tokens": bool}
+# lmms-eval generation kwargs evalsuite's model understands (evalsuite/lmms/backend.py): gen:'s fields, with
+# their types and ranges, and these two that only lmms-eval passes
+LMMS_ONLY_GEN_KWARGS: dict[str, type] = {"seed": int, "until": str}
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
-
-
-def _at_least(section: str, name: str, value, low) -> None:
-    if value is not None and value < low:
-        raise UserError(f"{section}{name}: must be >= {low}, got {value}")
 
 
 @dataclass
 class GenOptions:
     """Decoding of evalsuite's own tasks (the run's `seed` seeds sampling)."""
 
-    max_new_tokens: int = opt(512, "token cap of an answer")
+    max_new_tokens: int = opt(512, "token cap of an answer", ge=1)
     do_sample: bool = opt(False, "sample instead of greedy decoding (seeded by the run's seed)")
-    temperature: float = opt(1.0, "sampling temperature (> 0; read only with do_sample)")
-    top_p: float = opt(1.0, "nucleus sampling mass in (0, 1] (read only with do_sample)")
-    num_beams: int = opt(1, "beam search width (1 = none)")
+    temperature: float = opt(1.0, "sampling temperature (read only with do_sample)", gt=0)
+    top_p: float = opt(1.0, "nucleus sampling mass (read only with do_sample)", gt=0, le=1)
+    num_beams: int = opt(1, "beam search width (1 = none)", ge=1)
     suppress_special_tokens: bool = opt(False, "true = ours: no <image>/pad/BOS in answers (false = plain "
                                               "generate, as lmms-eval's backends and the released code)")
 
     def __post_init__(self) -> None:
-        _at_least("gen.", "max_new_tokens", self.max_new_tokens, 1)
-        _at_least("gen.", "num_beams", self.num_beams, 1)
-        if self.temperature <= 0:
-            raise UserError(f"gen.temperature: must be > 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise UserError(f"gen.top_p: must be in (0, 1], got {self.top_p}")
+        check_fields(self, "gen")
 
     def unread(self) -> list[tuple[str, str, Any, Any]]:
         """Sampling settings under greedy decoding (evalsuite/types.py passes them only with do_sample)."""
@@ -90,7 +73,7 @@ class GenOptions:
 
 def parse_gen_kwargs(value: str | dict | None, where: str = "lmms.gen_kwargs") -> dict[str, Any]:
     """'max_new_tokens=16,temperature=0' (or a mapping) -> {key: typed value}; anything else is a UserError."""
-    from evalsuite.config import parse_scalar
+    from evalsuite.config import bound_problem, parse_scalar
 
     if value is None:
         return {}
@@ -103,21 +86,25 @@ def parse_gen_kwargs(value: str | dict | None, where: str = "lmms.gen_kwargs") -
             pairs.append((key.strip(), parse_scalar(text.strip())))
     else:
         pairs = list(value.items())
+    import typing
+
+    known = {**typing.get_type_hints(GenOptions), **LMMS_ONLY_GEN_KWARGS}
     out: dict[str, Any] = {}
     for key, v in pairs:
-        want = GEN_KWARGS.get(key)
+        want = known.get(key)
         if want is None:
-            raise UserError(f"{where}: unknown key {key!r} (known: {', '.join(GEN_KWARGS)})")
+            raise UserError(f"{where}: unknown key {key!r} (known: {', '.join(known)})")
         ok = isinstance(v, want) and not (want is not bool and isinstance(v, bool))
         if want is float and isinstance(v, int) and not isinstance(v, bool):
             v, ok = float(v), True
         if not ok:
             raise UserError(f"{where}: {key}={v!r}: expected {want.__name__}")
         out[key] = v
-    for key, low in (("max_new_tokens", 1), ("num_beams", 1), ("temperature", 0)):
-        _at_least(f"{where}: ", key, out.get(key), low)
-    if "top_p" in out and not 0 < out["top_p"] <= 1:
-        raise UserError(f"{where}: top_p must be in (0, 1], got {out['top_p']}")
+    ranges = {f.name: f for f in dataclasses.fields(GenOptions)}   # the ranges gen: declares
+    for key, v in out.items():
+        problem = bound_problem(ranges[key], v) if key in ranges else None
+        if problem and not (key == "temperature" and v == 0):   # lmms-eval's temperature=0 means greedy
+            raise UserError(f"{where}: {key}: {problem}")
     return out
 
 
@@ -130,12 +117,12 @@ class LmmsOptions:
     gen_kwargs: dict[str, Any] | str | None = opt(
         None, "lmms-eval generation overrides, 'k=v,k=v' or a mapping (max_new_tokens, temperature, top_p, "
               "num_beams, do_sample, seed, until)")
-    bootstrap_iters: int = opt(100, "lmms-eval's bootstrap resamples of its stderr")
+    bootstrap_iters: int = opt(100, "lmms-eval's bootstrap resamples of its stderr", ge=0)
     split: str = opt("val", "split of DATA_ROOT/questions/ (world) for evalsuite's local lmms tasks")
 
     def __post_init__(self) -> None:
         self.gen_kwargs = parse_gen_kwargs(self.gen_kwargs) or None
-        _at_least("lmms.", "bootstrap_iters", self.bootstrap_iters, 0)
+        check_fields(self, "lmms")
         for task, files in self.data.items():
             if not files:
                 raise UserError(f"lmms.data.{task}: empty list of files")
@@ -166,8 +153,9 @@ def check_device(device: str | None, where: str = "device") -> None:
 
 
 @dataclass
-class EvalConfig:
-    """One evaluation run. Saved, resolved, as `config` in OUT/run.json."""
+class EvalSettings:
+    """One evaluation run's settings besides its tasks' sections (`EvalConfig` adds those). Saved,
+    resolved, as `config` in OUT/run.json."""
 
     ckpt: str = opt("", "local HF checkpoint directory (config.json + safetensors)", path="dir")
     tasks: list[str] = opt(help="task names, e.g. caption,chair,relevance,mme,pope", factory=list)
@@ -175,8 +163,8 @@ class EvalConfig:
     world: bool = opt(False, "the built-in synthetic world instead of a data root (opt-in)")
     output: str | None = opt(None, "output directory (null = STORE/runs/RUN_ID); the same run resumes there")
     store: str = opt("results", "results store")
-    limit: int | None = opt(None, "at most N documents per task (null = all)")
-    batch_size: int = opt(8, "generation batch size")
+    limit: int | None = opt(None, "at most N documents per task (null = all)", ge=1)
+    batch_size: int = opt(8, "generation batch size", ge=1)
     device: str | None = opt(None, "cpu | cuda | cuda:N | mps (null = cuda if available)")
     dtype: Literal["float32", "float16", "bfloat16"] | None = opt(None, "null = bfloat16 on cuda, else float32")
     label: str | None = opt(None, "display name of this checkpoint in tables and reports")
@@ -186,9 +174,6 @@ class EvalConfig:
     inputs: InputConfig = opt(help="prompt and image settings of every request (part of every result's identity)",
                               factory=InputConfig)
     gen: GenOptions = opt(help="decoding of evalsuite's own tasks", factory=GenOptions)
-    caption: CaptionOptions = opt(help="task caption", factory=CaptionOptions)
-    chair: ChairOptions = opt(help="task chair", factory=ChairOptions)
-    relevance: RelevanceOptions = opt(help="task relevance", factory=RelevanceOptions)
     engine: Literal["hf", "vllm"] = opt("hf", "what generates answers: transformers, or a vLLM worker in its own "
                                          "environment (make vllm-env; docs/engines.md); part of results' identity")
     lmms: LmmsOptions = opt(help="lmms-eval tasks", factory=LmmsOptions)
@@ -205,8 +190,7 @@ class EvalConfig:
         for flag, value in (("--store", self.store), ("--output", self.output)):
             if value is not None and not str(value).strip():  # '' would silently mean the working directory
                 raise UserError(f"{flag}: empty path; give a directory")
-        _at_least("", "limit", self.limit, 1)
-        _at_least("", "batch_size", self.batch_size, 1)
+        check_fields(self)
         check_device(self.device)
         if self.data_root and self.world:
             raise UserError("data_root: pass --data-root DIR or --world, not both")
@@ -245,19 +229,63 @@ class EvalConfig:
         return self.gen.config(self.seed)
 
     def used_sections(self) -> set[str]:
-        """Option sections this run reads: its own tasks' (caption/chair may feed relevance), gen, lmms."""
-        from evalsuite.tasks.registry import is_own_task
+        """Option sections this run reads: its own tasks' and those of the tasks they require, gen, lmms."""
+        from evalsuite.tasks.registry import TASKS
 
-        return sections_for(self.tasks, is_own_task)
+        return sections_for(self.tasks, {t: getattr(self, t) for t in TASKS if hasattr(self, t)})
 
 
-def sections_for(tasks: list[str], is_own) -> set[str]:
-    used = {t for t in tasks if t in OWN_SECTIONS}
-    if "relevance" in used:
-        used |= {"caption", "chair"}
-    if used or any(is_own(t) for t in tasks):   # every own task generates with gen (one without a section too)
+def eval_config_class() -> type:
+    """The EvalConfig of the registry as it is now: EvalSettings plus one section per own task, its
+    Options dataclass (evalsuite/tasks/registry.py), so a task's settings are declared in its file alone."""
+    from evalsuite.tasks import registry
+
+    key = tuple(registry.TASKS.items())
+    if key not in _CLASSES:
+        sections = [(name, options, opt(help=f"task {name}", factory=options, section=True))
+                    for name, options in registry.options_classes().items()]
+        cls = dataclasses.make_dataclass("EvalConfig", sections, bases=(EvalSettings,))
+        cls.__module__ = __name__
+        _CLASSES[key] = cls
+    return _CLASSES[key]
+
+
+_CLASSES: dict[tuple, type] = {}
+EvalConfig = eval_config_class()
+
+
+def aliases() -> dict[str, tuple[str, ...]]:
+    """Convenience flag -> the dotted fields it sets: BASE_ALIASES plus every own task field's `alias`."""
+    from evalsuite.tasks import registry
+
+    out: dict[str, list[str]] = {}
+    for name, options in registry.options_classes().items():
+        for f in dataclasses.fields(options):
+            if f.metadata.get("alias"):
+                out.setdefault(f.metadata["alias"], []).append(f"{name}.{f.name}")
+    for flag, targets in BASE_ALIASES.items():
+        out.setdefault(flag, []).extend(targets)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def sections_for(tasks: list[str], options: dict[str, Any] | None = None) -> set[str]:
+    """The sections a run of `tasks` reads: each own task's, and transitively those of the tasks it
+    requires (asked of the task, with its options: `options`, else its defaults), gen, lmms."""
+    from evalsuite.tasks.registry import is_own_task, load_task
+
+    options = options or {}
+    used: set[str] = set()
+    todo = [t for t in tasks if is_own_task(t)]
+    while todo:
+        name = todo.pop()
+        if name in used:
+            continue
+        used.add(name)
+        task = load_task(name)
+        todo += [t for t in task.requires(options.get(name) or task.Options(), tasks) if is_own_task(t)]
+    if used:   # every own task generates with gen
         used.add("gen")
-    if any(not is_own(t) for t in tasks):
+    if any(not is_own_task(t) for t in tasks):
         used.add("lmms")
     return used
 
@@ -265,27 +293,27 @@ def sections_for(tasks: list[str], is_own) -> set[str]:
 def load_eval_config(argv: list[str]) -> tuple[EvalConfig, dict]:
     """(EvalConfig, the entry point's own flags {config, dry_run}) from `evalsuite run`'s arguments."""
     from evalsuite.config import CLI, apply_overrides, build, read_yaml, report_unread, split_args
-    from evalsuite.tasks.registry import is_own_task
 
     own, items = split_args(argv, ("config", "dry_run!"))
     path = own.get("config")
     data = read_yaml(path) if path else {}
     where = str(path) if path else CLI
     tasks = next((v for k, v in reversed(items) if k == "tasks"), data.get("tasks"))
-    used = sections_for(_names(tasks), is_own_task)
+    flags = aliases()
+    used = sections_for(_names(tasks), _given_options(data, [i for i in items if i[0] not in flags]))
     origins: dict[str, str] = {}
     for key, value in items:  # in order, so a later item wins over an earlier one
-        if key not in ALIASES:
+        if key not in flags:
             apply_overrides(data, [(key, value)], origins)
             continue
         flag = "--" + key.replace("_", "-")
-        targets = [t for t in ALIASES[key] if t.split(".")[0] in used | {"inputs"}]  # every run reads inputs
+        targets = [t for t in flags[key] if t.split(".")[0] in used | {"inputs"}]  # every run reads inputs
         if not targets:
-            raise UserError(f"{flag}: sets {', '.join(ALIASES[key])}, which no task of this run reads "
+            raise UserError(f"{flag}: sets {', '.join(flags[key])}, which no task of this run reads "
                             f"(tasks: {', '.join(_names(tasks)) or 'none'})")
         apply_overrides(data, [(t, value) for t in targets], origins)
         origins.update({t: flag for t in targets})
-    cfg = build(EvalConfig, data, where, origins, report=False)
+    cfg = build(eval_config_class(), data, where, origins, report=False)
     if not cfg.ckpt:
         raise UserError("ckpt: required (--ckpt DIR, a local checkpoint directory)")
     if not cfg.tasks:
@@ -294,6 +322,26 @@ def load_eval_config(argv: list[str]) -> tuple[EvalConfig, dict]:
     # after the section check: gen.temperature in a run without gen is about the section, not gen.do_sample
     report_unread(cfg, data, where, origins)
     return cfg, own
+
+
+def _given_options(data: dict, items: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Each own task's options as the preset and the command line's section.key items set them, for
+    asking `requires` which sections the run reads before the flags are applied; a section that does not
+    build counts as its defaults here (the full build names its error)."""
+    import copy
+
+    from evalsuite.config import apply_overrides, build
+    from evalsuite.tasks.registry import options_classes
+
+    merged = apply_overrides(copy.deepcopy(data), items, {})
+    out = {}
+    for name, options in options_classes().items():
+        if isinstance(merged.get(name), dict):
+            try:
+                out[name] = build(options, merged[name], report=False)
+            except UserError:
+                pass
+    return out
 
 
 def _names(tasks) -> list[str]:
@@ -305,7 +353,9 @@ def _names(tasks) -> list[str]:
 def _check_unused(cfg: EvalConfig, origins: dict[str, str], data: dict) -> None:
     """A section option no task of this run reads: an error from the command line, a log line from a preset."""
     used = cfg.used_sections()
-    sections = {"gen", "lmms", *OWN_SECTIONS}
+    from evalsuite.tasks.registry import TASKS
+
+    sections = {"gen", "lmms", *TASKS}
     for key, src in origins.items():
         section = key.split(".")[0]
         if section in sections and section not in used:

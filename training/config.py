@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from evalsuite.config import opt
 from evalsuite.errors import UserError
 from evalsuite.models.inputs import MOVED_TO_INPUTS, InputConfig
 from training.config_checks import (  # noqa: F401 - public names
-    METHODS,
     PAIR_DATASETS,
     REPORT_TO,
     SFT_DATASETS,
@@ -70,122 +70,96 @@ def without_earlier_meaning(mapping: dict, earlier: dict) -> dict:
 VLRLHF_LLAVA_TEMPLATE = Path(__file__).resolve().parent / "templates" / "vlrlhf_llava.jinja"
 
 
-def _f(default: Any, help: str, **kw) -> Any:
-    return field(default=default, metadata={"help": help, **kw})
-
-
 @dataclass
 class TrainConfig(HFTrainingFields):
-    """All training fields. Beyond the HF `TrainingArguments` ones (output_dir, learning_rate, ...):
+    """All training fields: the HF `TrainingArguments` ones (training/hf_fields.py) and, here, the run's,
+    the data's, the lengths' (text tokens, see module doc), DPO's, the model's and LoRA's, logging and the
+    `inputs:` section; each field's help is `train.py --help`'s line. Where a field follows VL-RLHF's code
+    rather than the seed's wording: docs/csr-fidelity.md."""
 
-    Run: `method` (sft|dpo|csr), `config` (the YAML it came from), `model_name_or_path` (a local
-    checkpoint dir; nothing is downloaded), `iteration` and `parent` (written into the merged
-    checkpoint's manifest; parent defaults to model_name_or_path), `merged_dir` (default
-    OUTPUT_DIR/merged), `save_merged`, `merge_dtype` (float32 merge, saved in the base's dtype).
-    Signals: `save_on_signal` (the first SIGTERM/SIGINT saves checkpoint-<step>, then exit 143/130:
-    training/signals.py, docs/reliability.md).
-    Schedule: `warmup_ratio` (VL-RLHF's flag, mapped onto transformers 5's warmup_steps);
-    `resume_from_checkpoint` also takes VL-RLHF's `True` (the latest OUTPUT_DIR/checkpoint-N).
-    Data: `dataset_name`, `data_path`, `image_root`, `eval_split` + `data_ratio` (VL-RLHF: a fixed
-    eval split, then the share of the rest kept), `sft_split` (vlrlhf: SFT trains on every record, the
-    eval split included, as VL-RLHF's sft.py), `dataset_num_proc`, `skip_missing_images`,
-    `score_margin` (vlfeedback_paired).
-    Lengths (text tokens, see module doc): `max_length`, `max_prompt_length`, `max_target_length`,
-    `truncation` (vlrlhf = TRL 0.8.1's rules, per_field = each field capped by its own limit).
-    DPO: `beta`, `loss_type` (sigmoid|hinge|ipo|kto_pair|ddpo), `ipo_logps`, `ddpo_mask`, `label_smoothing`,
-    `precompute_ref_log_probs` (reference pass once before training, adapter disabled).
-    Where these follow VL-RLHF's code rather than the seed's wording: docs/csr-fidelity.md.
-    Model: `freeze_vision_tower`, `use_flash_attention_2`, `use_lora`, `lora_r`, `lora_alpha`,
-    `lora_dropout`, `lora_target_modules` (comma list or `auto`), `lora_scope` (released: names matched
-    anywhere, vision tower included, as VL-RLHF/CSR; language_model: LM Linear layers only), `lora_merge`
-    (all | language_model: which LoRA layers the merged checkpoint takes), `lora_bias`, `q_lora`, `bits`, `modules_to_save`, `trust_remote_code`.
-    Logging: `project_name`, `group_name` (wandb project / group), `wandb_mode` (offline by default).
-    Inputs: the `inputs:` section (`evalsuite.models.inputs.InputConfig`, the one evaluation and CSR use):
-    `inputs.system_prompt`, `inputs.chat_template` (a Jinja file), `inputs.image_aspect` (crop | pad);
-    `chat_format` (training only: it also decides where EOS goes) may replace the chat template.
-    """
-
-    method: Literal["sft", "dpo", "csr"] = _f("dpo", "Training method (csr: the CSR loop's DPO stage).")
-    config: str | None = _f(None, "YAML preset this config came from (set by the loader).")
-    model_name_or_path: str | None = _f(None, "Local checkpoint directory (llava-hf layout).", path="dir")
-    iteration: int = _f(0, "Iteration number written into the merged checkpoint's manifest.")
-    parent: str | None = _f(None, "Parent recorded in the manifest (default: model_name_or_path).")
-    merged_dir: str | None = _f(None, "Where the merged full checkpoint goes (default OUTPUT_DIR/merged).")
-    save_merged: bool = _f(True, "Merge the adapter and write a full checkpoint at the end; false: the "
+    method: Literal["sft", "dpo", "csr"] = opt("dpo", "Training method (csr: the CSR loop's DPO stage).")
+    config: str | None = opt(None, "YAML preset this config came from (set by the loader).")
+    model_name_or_path: str | None = opt(None, "Local checkpoint directory (llava-hf layout).", path="dir")
+    iteration: int = opt(0, "Iteration number written into the merged checkpoint's manifest.")
+    parent: str | None = opt(None, "Parent recorded in the manifest (default: model_name_or_path).")
+    merged_dir: str | None = opt(None, "Where the merged full checkpoint goes (default OUTPUT_DIR/merged).")
+    save_merged: bool = opt(True, "Merge the adapter and write a full checkpoint at the end; false: the "
                              "adapter stays in OUTPUT_DIR/adapter (a full fine-tune: its weights in OUTPUT_DIR/model).")
-    merge_dtype: Literal["auto", "float32", "float16", "bfloat16"] = _f(
+    merge_dtype: Literal["auto", "float32", "float16", "bfloat16"] = opt(
         "auto", "dtype of the merged checkpoint (the LoRA merge itself runs in float32); auto = the base's own.")
-    warmup_ratio: float | None = _f(None, "Warmup as a fraction of the training steps (transformers 5 reads it "
-                                          "from warmup_steps < 1; give one of the two).")
-    resume_from_checkpoint: str | bool | None = _f(None, "A checkpoint dir, or true = the latest OUTPUT_DIR/checkpoint-N "
+    warmup_ratio: float | None = opt(None, "Warmup as a fraction of the training steps (transformers 5 reads it "
+                                          "from warmup_steps < 1, where 1.0 would mean one step; give one of the two).",
+                                     ge=0, lt=1)
+    resume_from_checkpoint: str | bool | None = opt(None, "A checkpoint dir, or true = the latest OUTPUT_DIR/checkpoint-N "
                                                          "(VL-RLHF's bool flag).")
-    dataset_name: Literal["vlquery_json", "plain_dpo", "csr_pairs", "vlfeedback_paired", "rlhfv"] | None = _f(
+    dataset_name: Literal["vlquery_json", "plain_dpo", "csr_pairs", "vlfeedback_paired", "rlhfv"] | None = opt(
         None, "vlquery_json (SFT) | plain_dpo | csr_pairs | vlfeedback_paired | rlhfv. Default: vlfeedback_paired "
         "for dpo (VL-RLHF's), vlquery_json for sft, csr_pairs for csr.")
-    data_path: str | None = _f(None, "Data file (json/jsonl/parquet) or local dataset snapshot directory.", path="any")
-    image_root: str | None = _f(None, "Directory joined with each record's image path (escapes refused).", path="dir")
-    data_ratio: float = _f(1.0, "Share of the train split kept (VL-RLHF): after the eval_split is held out, the "
+    data_path: str | None = opt(None, "Data file (json/jsonl/parquet) or local dataset snapshot directory.", path="any")
+    image_root: str | None = opt(None, "Directory joined with each record's image path (escapes refused).", path="dir")
+    data_ratio: float = opt(1.0, "Share of the train split kept (VL-RLHF): after the eval_split is held out, the "
                                 "first data_ratio of the remaining (shuffled) records train; the rest is unused. sft: "
-                                "only with sft_split held_out.")
-    eval_split: float | None = _f(None, "Fraction drawn as the eval split (seed 42, as VL-RLHF's "
+                                "only with sft_split held_out.", gt=0, le=1)
+    eval_split: float | None = opt(None, "Fraction drawn as the eval split (seed 42, as VL-RLHF's "
                                         "train_test_split): held out before data_ratio, except under sft_split "
                                         "vlrlhf (there only an evaluation reads it: eval_strategy steps/epoch "
-                                        "or eval_on_start). Default: 0.005 for sft/dpo, 0 for csr.")
-    sft_split: Literal["vlrlhf", "held_out"] = _f(
+                                        "or eval_on_start). Default: 0.005 for sft/dpo, 0 for csr.", ge=0, lt=1)
+    sft_split: Literal["vlrlhf", "held_out"] = opt(
         "vlrlhf", "How SFT splits its records (sft only): vlrlhf = every record trains in file order, the "
         "eval_split rows too (VL-RLHF's sft.py passes the whole dataset), data_ratio must stay 1 (sft.py ignores "
         "it); held_out = the eval_split rows are held out and data_ratio of the rest trains, as for dpo.")
-    dataset_num_proc: int = _f(1, "Processes for dataset preprocessing (datasets.map num_proc).")
-    skip_missing_images: bool = _f(False, "Drop (and count) records whose image file is missing.")
-    score_margin: float = _f(-1.0, "vlfeedback_paired: -1 keeps the largest-gap pair(s); else pairs with gap >= margin.")
-    max_length: int = _f(512, "Max text tokens of prompt + target (image tokens not counted).")
-    max_prompt_length: int = _f(128, "Max text tokens of the prompt, cut (keeping the end) only when prompt + "
-                                     "longer answer exceed max_length (TRL 0.8.1); truncation per_field: always.")
-    max_target_length: int = _f(128, "Unused for decoder-only models, as in VL-RLHF; with truncation per_field "
-                                     "it caps every completion / SFT answer (keeps the start).")
-    truncation: Literal["vlrlhf", "per_field"] = _f(
+    dataset_num_proc: int = opt(1, "Processes for dataset preprocessing (datasets.map num_proc).", ge=1)
+    skip_missing_images: bool = opt(False, "Drop (and count) records whose image file is missing.")
+    score_margin: float = opt(-1.0, "vlfeedback_paired: -1 keeps the largest-gap pair(s); else pairs with gap >= margin.")
+    max_length: int = opt(512, "Max text tokens of prompt + target (image tokens not counted).", gt=0)
+    max_prompt_length: int = opt(128, "Max text tokens of the prompt, cut (keeping the end) only when prompt + "
+                                     "longer answer exceed max_length (TRL 0.8.1); truncation per_field: always.", gt=0)
+    max_target_length: int = opt(128, "Unused for decoder-only models, as in VL-RLHF; with truncation per_field "
+                                     "it caps every completion / SFT answer (keeps the start).", gt=0)
+    truncation: Literal["vlrlhf", "per_field"] = opt(
         "vlrlhf", "vlrlhf: TRL 0.8.1 / VL-RLHF length rules; per_field: every field capped by its own limit.")
-    label_pad_token_id: int = _f(-100, "Label id ignored by the loss.")
-    beta: float = _f(0.1, "DPO beta.")
-    loss_type: Literal["sigmoid", "hinge", "ipo", "kto_pair", "ddpo"] = _f("sigmoid", "sigmoid | hinge | ipo | kto_pair | ddpo.")
-    ipo_logps: Literal["sum", "mean"] = _f("sum", "ipo on summed sequence log-probs (VL-RLHF) or token means (TRL).")
-    ddpo_mask: Literal["replaced", "changed"] = _f(
+    label_pad_token_id: int = opt(-100, "Label id ignored by the loss.")
+    beta: float = opt(0.1, "DPO beta.", gt=0)
+    loss_type: Literal["sigmoid", "hinge", "ipo", "kto_pair", "ddpo"] = opt("sigmoid", "sigmoid | hinge | ipo | kto_pair | ddpo.")
+    ipo_logps: Literal["sum", "mean"] = opt("sum", "ipo on summed sequence log-probs (VL-RLHF) or token means (TRL).")
+    ddpo_mask: Literal["replaced", "changed"] = opt(
         "replaced", "ddpo tokens: replaced spans of the label rows (VL-RLHF) or every token outside shared runs.")
-    label_smoothing: float = _f(0.0, "cDPO label smoothing (sigmoid/ddpo only), in [0, 0.5).")
-    rpo_alpha: float = _f(0.0, "Weight of an NLL term on the chosen response (RPO; TRL's loss_type [sigmoid, sft]).")
-    precompute_ref_log_probs: bool = _f(False, "Compute reference log-probs once before training and reuse them.")
-    freeze_vision_tower: bool = _f(True, "Freeze the vision encoder.")
-    use_flash_attention_2: bool = _f(False, "attn_implementation='flash_attention_2' (needs CUDA + flash-attn; a model "
+    label_smoothing: float = opt(0.0, "cDPO label smoothing (sigmoid/ddpo only).", ge=0, lt=0.5)
+    rpo_alpha: float = opt(0.0, "Weight of an NLL term on the chosen response (RPO; TRL's loss_type [sigmoid, sft]).",
+                           ge=0)
+    precompute_ref_log_probs: bool = opt(False, "Compute reference log-probs once before training and reuse them.")
+    freeze_vision_tower: bool = opt(True, "Freeze the vision encoder.")
+    use_flash_attention_2: bool = opt(False, "attn_implementation='flash_attention_2' (needs CUDA + flash-attn; a model "
                                             "class without it: one warning, default attention). VL-RLHF's default is "
                                             "true (docs/csr-fidelity.md); llava15_7b_dpo.yaml sets it.")
-    use_lora: bool = _f(False, "Train a LoRA adapter instead of all weights.")
-    lora_r: int = _f(64, "LoRA rank.")
-    lora_alpha: int = _f(16, "LoRA alpha.")
-    lora_dropout: float = _f(0.05, "LoRA dropout.")
-    lora_target_modules: str = _f("auto", "Comma list of module names/suffixes, or 'auto' (the suffixes of the "
+    use_lora: bool = opt(False, "Train a LoRA adapter instead of all weights.")
+    lora_r: int = opt(64, "LoRA rank.")
+    lora_alpha: int = opt(16, "LoRA alpha.")
+    lora_dropout: float = opt(0.05, "LoRA dropout.")
+    lora_target_modules: str = opt("auto", "Comma list of module names/suffixes, or 'auto' (the suffixes of the "
                                           "language model's Linear layers); where they may land: lora_scope.")
-    lora_scope: Literal["released", "language_model"] = _f(
+    lora_scope: Literal["released", "language_model"] = opt(
         "released", "released = VL-RLHF's and CSR's rule: each name (auto: every suffix of an LM Linear, lm_head "
         "excluded) matches any Linear whose name ends with it, vision tower included (LLaVA: CLIP's q/k/v_proj); "
         "language_model = ours: only Linear layers inside the language model (docs/csr-fidelity.md).")
-    lora_merge: Literal["all", "language_model"] = _f(
+    lora_merge: Literal["all", "language_model"] = opt(
         "all", "Which LoRA layers the merged checkpoint takes: all (VL-RLHF's merge_peft_model.py) or those in the "
         "language model only, the rest dropped (CSR: LLaVA's merge loads CLIP afresh, so its LoRA is lost).")
-    lora_bias: Literal["none", "all", "lora_only"] = _f("none", "none | all | lora_only.")
-    q_lora: bool = _f(False, "QLoRA: load the base quantised (needs CUDA + bitsandbytes).")
-    bits: int = _f(4, "QLoRA bits: 4 or 8.")
-    modules_to_save: str = _f("", "Comma list of extra modules trained fully and saved (e.g. multi_modal_projector).")
-    trust_remote_code: bool = _f(False, "Allow custom modelling code in the checkpoint.")
-    inputs: InputConfig = field(default_factory=InputConfig, metadata={
-        "help": "prompt and image settings, shared with evaluation and CSR (system_prompt, chat_template, image_aspect)"})
-    chat_format: Literal["template", "vlrlhf_llava"] = _f(
+    lora_bias: Literal["none", "all", "lora_only"] = opt("none", "none | all | lora_only.")
+    q_lora: bool = opt(False, "QLoRA: load the base quantised (needs CUDA + bitsandbytes).")
+    bits: int = opt(4, "QLoRA bits: 4 or 8.")
+    modules_to_save: str = opt("", "Comma list of extra modules trained fully and saved (e.g. multi_modal_projector).")
+    trust_remote_code: bool = opt(False, "Allow custom modelling code in the checkpoint.")
+    inputs: InputConfig = opt(help="prompt and image settings, shared with evaluation and CSR (system_prompt, "
+                                   "chat_template, image_aspect)", factory=InputConfig)
+    chat_format: Literal["template", "vlrlhf_llava"] = opt(
         "template", "template = the checkpoint's chat template (or inputs.chat_template), EOS after every answer; "
         "vlrlhf_llava = VL-RLHF's LLaVA conversation: 'USER: <image>\\n{q}ASSISTANT: {a}' with no separator "
         "between turns and one EOS after the last answer (training/templates/vlrlhf_llava.jinja).")
-    project_name: str | None = _f(None, "wandb project.")
-    group_name: str | None = _f(None, "wandb group.")
-    wandb_mode: str = _f("offline", "offline | online | disabled (WANDB_MODE when unset).")
-    save_on_signal: bool = _f(True, "On the first SIGTERM/SIGINT during training: finish the optimizer step, save "
+    project_name: str | None = opt(None, "wandb project.")
+    group_name: str | None = opt(None, "wandb group.")
+    wandb_mode: str = opt("offline", "offline | online | disabled (WANDB_MODE when unset).")
+    save_on_signal: bool = opt(True, "On the first SIGTERM/SIGINT during training: finish the optimizer step, save "
                               "checkpoint-<step> (as save_steps would) and exit 143/130; a second signal stops at once. "
                               "false = stop at once, keeping only the periodic checkpoints (docs/reliability.md).")
 

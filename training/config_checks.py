@@ -8,9 +8,9 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from evalsuite.config import check_fields
 from evalsuite.errors import UserError
 
-METHODS = ("sft", "dpo", "csr")   # what a TrainConfig trains (csr: the CSR loop's DPO stage)
 # Which dataset formats each method trains on (the loaders live in training/data/).
 SFT_DATASETS = ("vlquery_json",)
 PAIR_DATASETS = ("plain_dpo", "csr_pairs", "vlfeedback_paired", "rlhfv")
@@ -27,12 +27,12 @@ def has_module(module: str) -> bool:
 
 
 def validate_values(cfg):
-    """Reject bad values and combinations; no model, dataset, image or file is touched."""
-    require(cfg.method in METHODS, "method", f"{cfg.method!r} is not one of {', '.join(METHODS)}")
+    """Reject bad values and combinations; no model, dataset, image or file is touched. Choices and
+    ranges are declared on the fields (training/config.py) and checked by `check_fields`."""
+    check_fields(cfg)
     _validate_data(cfg)
     _validate_schedule(cfg)
     _validate_lengths(cfg)
-    _validate_dpo(cfg)
     _validate_model(cfg)
     _validate_logging(cfg)
     cfg.input_config()  # image_aspect value, empty system_prompt
@@ -76,8 +76,6 @@ def validate_numbers(cfg) -> None:
 
 def _validate_schedule(cfg) -> None:
     if cfg.warmup_ratio is not None:
-        require(0.0 <= cfg.warmup_ratio < 1.0, "warmup_ratio", f"must be in [0, 1) (it becomes warmup_steps, "
-                                                               f"where 1.0 would mean one step), got {cfg.warmup_ratio}")
         require(not cfg.warmup_steps, "warmup_ratio", f"give warmup_ratio or warmup_steps, not both "
                                                        f"(warmup_steps is {cfg.warmup_steps})")
 
@@ -101,15 +99,9 @@ def _validate_data(cfg) -> None:
     name = cfg.resolved_dataset
     allowed = SFT_DATASETS if cfg.method == "sft" else PAIR_DATASETS
     require(name in allowed, "dataset_name", f"{name!r} is not a {cfg.method} dataset ({', '.join(allowed)})")
-    require(0.0 < cfg.data_ratio <= 1.0, "data_ratio", f"must be in (0, 1], got {cfg.data_ratio}")
-    require(cfg.eval_split is None or 0.0 <= cfg.eval_split < 1.0, "eval_split",
-             f"must be in [0, 1) or null, got {cfg.eval_split}")
-    require(cfg.dataset_num_proc >= 1, "dataset_num_proc", f"must be >= 1, got {cfg.dataset_num_proc}")
 
 
 def _validate_lengths(cfg) -> None:
-    for name in ("max_length", "max_prompt_length", "max_target_length"):
-        require(getattr(cfg, name) > 0, name, f"must be > 0, got {getattr(cfg, name)}")
     # only where max_prompt_length is read: SFT under truncation vlrlhf never reads it (`unread`), so a short
     # max_length there must not ask for a max_prompt_length that would then be refused as unread
     if _prompt_length_read(cfg):
@@ -120,13 +112,6 @@ def _validate_lengths(cfg) -> None:
 def _prompt_length_read(cfg) -> bool:
     """SFT under truncation vlrlhf never reads max_prompt_length (training/trainers/collate.py)."""
     return not (cfg.method == "sft" and cfg.truncation != "per_field")
-
-
-def _validate_dpo(cfg) -> None:
-    # loss_type and lora_bias are Literal fields: the loader checks their choices (evalsuite/config.py)
-    require(cfg.rpo_alpha >= 0, "rpo_alpha", f"{cfg.rpo_alpha} must be >= 0")
-    require(cfg.beta > 0, "beta", f"must be > 0, got {cfg.beta}")
-    require(0.0 <= cfg.label_smoothing < 0.5, "label_smoothing", f"must be in [0, 0.5), got {cfg.label_smoothing}")
 
 
 def _validate_model(cfg) -> None:

@@ -11,17 +11,17 @@ import argparse
 def epilog() -> str:
     """--help's field list, generated from EvalConfig's fields and their help metadata (never hand-kept)."""
     from evalsuite.config import help_lines
-    from evalsuite.run_config import ALIASES, EvalConfig
+    from evalsuite.run_config import aliases, eval_config_class
 
     lines = ["fields (--flag value sets a top-level one, section.key=value a section's; values are read as YAML;",
              "a bare --flag is true for a true/false field and an error for any other):"]
-    for line in help_lines(EvalConfig):
+    for line in help_lines(eval_config_class()):
         key = line.split()[0]
         if "." not in key and not key.endswith(":"):   # a top-level field: shown as its flag
             line = line.replace(f"  {key:30s}", f"  {'--' + key.replace('_', '-'):30s}", 1)
         lines.append(line)
     lines.append("convenience flags (set the fields of the sections the run's tasks read):")
-    lines += [f"  {'--' + k.replace('_', '-'):30s} sets {', '.join(v)}" for k, v in ALIASES.items()]
+    lines += [f"  {'--' + k.replace('_', '-'):30s} sets {', '.join(v)}" for k, v in aliases().items()]
     lines += ["entry point:",
               f"  {'--config FILE':30s} a YAML eval preset (configs/eval/); flags and key=value override it",
               f"  {'--dry-run':30s} validate, print the resolved config as YAML, exit"]

@@ -40,25 +40,41 @@ def _ckpt_list(ckpts) -> list[dict]:
             for r in ckpts.itertuples()]
 
 
+def density_source() -> tuple[str, str] | None:
+    """(task, per-sample field) the density figure draws: the first own task declaring `density`
+    (evalsuite/tasks/registry.py), e.g. relevance's per-caption score."""
+    from evalsuite.tasks.registry import TASKS, task_class
+
+    for name in TASKS:
+        field = getattr(task_class(name), "density", None)
+        if field:
+            return name, field
+    return None
+
+
 def relevance_density(samples, eval_tidy, ckpts: list[dict]) -> str | None:
-    """Per-sample relevance of each checkpoint (and setup, when there are several), base first, as
-    KDE curves; the samples are those of the run the summary shows."""
+    """Per-sample scores of the declared density task of each checkpoint (and setup, when there are
+    several), base first, as KDE curves; the samples are those of the run the summary shows."""
     from evalsuite.report.plots import density_plot
 
-    if samples.empty or "relevance" not in samples.columns:
+    source = density_source()
+    if source is None:
         return None
-    rel = samples[samples["task"] == "relevance"]
-    shown = eval_tidy[eval_tidy["task"] == "relevance"].drop_duplicates(["ckpt_id", "eval_key"])
+    task, field = source
+    if samples.empty or field not in samples.columns:
+        return None
+    rel = samples[samples["task"] == task]
+    shown = eval_tidy[eval_tidy["task"] == task].drop_duplicates(["ckpt_id", "eval_key"])
     names = {c["ckpt_id"]: c["name"] for c in ckpts}
     sets = {}
     for r in shown.itertuples():
         g = rel[rel["run_id"] == r.run_id]
         if len(g) and r.ckpt_id in names:
             name = f"{names[r.ckpt_id]} [{r.setup}]" if r.setup else names[r.ckpt_id]
-            sets[name] = [v for v in g["relevance"].map(_num) if v is not None]
+            sets[name] = [v for v in g[field].map(_num) if v is not None]
     if not sets:
         return None
-    return density_plot("per-caption relevance: base vs iterations", sets)
+    return density_plot(f"per-caption {field}: base vs iterations", sets)
 
 
 def provenance(metas: list[dict], keep: set[str]) -> list[dict]:

@@ -1,7 +1,7 @@
 """The per-sample view: for a bounded set of images, every checkpoint's answer side by side.
 
-Records of the caption-like tasks (caption, chair, relevance: anything with an `answer` about an
-`image`) of one checkpoint's latest run are merged per (image, prompt), so CHAIR marks and relevance
+Records of the caption-like tasks (any task with an `answer` about an `image`: caption, chair,
+relevance) of one checkpoint's latest run are merged per (image, prompt), so CHAIR marks and relevance
 scores of one answer sit together. The view keeps the images where checkpoints differ most (most
 hallucinated-object disagreement, then relevance spread), so a bounded report still shows what changed.
 """
@@ -114,13 +114,18 @@ def thumbnail(path: str | None, roots: list[Path], cache: dict, notes: list[str]
 
 
 def _merge(records: list[dict]) -> dict:
-    """One answer's fields from the records of several tasks (chair first: it carries the marks)."""
-    order = {"chair": 0, "caption": 1, "relevance": 2}
+    """One answer's fields from the records of several tasks: the record with the most fields first (a
+    scoring task's carries its source's answer fields and its own), and the per-sample values of every
+    task's declared metrics together (`values`)."""
     merged: dict = {}
-    for r in sorted(records, key=lambda r: order.get(r.get("task"), 9)):
+    for r in sorted(records, key=lambda r: (-sum(_num(v) is not None or isinstance(v, (str, list, dict))
+                                                 for v in r.values()), str(r.get("task")))):
         for k, v in r.items():
             if k not in merged or merged[k] is None or (isinstance(merged[k], float) and math.isnan(merged[k])):
                 merged[k] = v
+    values = [r["values"] for r in records if isinstance(r.get("values"), dict)]
+    if values:
+        merged["values"] = {k: v for d in values for k, v in d.items()}
     return merged
 
 

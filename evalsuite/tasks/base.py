@@ -168,6 +168,29 @@ class Plan:
     # {result name: eval_key} of every result `run` stores; None = the one result `task` (eval_key). An
     # lmms-eval group has one per leaf (None where known only once it ran; its aggregate goes with them).
     outputs: dict[str, str | None] | None = None
+    specs: tuple = field(default=(), compare=False, repr=False)   # the task's MetricSpecs (Plan.of)
+
+    @classmethod
+    def of(cls, task: Task, opts: Any, identity: dict, resolved: dict | None = None, state: Any = None) -> Plan:
+        """A task's plan with its identity and stored config made from the same option fields: identity =
+        every option not marked `identity=False` (evalsuite.identity.options_identity) plus `identity` (the
+        data, the answers' setup, resolved values: these win); config = every option plus `resolved` (what
+        options resolved to, e.g. chair's seed, and run settings such as limit and gen)."""
+        from evalsuite.config import to_plain
+        from evalsuite.identity import options_identity
+
+        return cls(task.name, task.version, {**options_identity(opts), **identity},
+                   {**to_plain(opts), **(resolved or {})}, state=state, specs=tuple(getattr(task, "metrics", ())))
+
+    def result(self, metrics: list, samples: list[dict], extra: dict | None = None,
+               config: dict | None = None) -> TaskResult:
+        """The TaskResult of this plan: its identity and config (`config` replaces it), `extra` plus the
+        metric specs the table and report read."""
+        from evalsuite.tasks.metric_spec import specs_extra
+
+        return TaskResult(task=self.task, version=self.version, metrics=metrics, samples=samples,
+                          config=self.config if config is None else config, identity=self.identity,
+                          extra={**(extra or {}), "metric_specs": specs_extra(self.specs)})
 
     @property
     def eval_key(self) -> str:
@@ -178,12 +201,20 @@ class Plan:
 
 
 class Task(Protocol):
+    """An own task (evalsuite/tasks/registry.py): its file plus one registry line. Optional: `density`, a
+    per-sample field whose distribution per checkpoint the report draws (relevance's score)."""
+
     name: str
     version: str
-    Options: type
+    Options: type       # its section of the eval config; every field is identity unless identity=False
+    metrics: tuple      # its MetricSpecs (evalsuite/tasks/metric_spec.py): stored values, table, report
 
-    def requires(self, opts: Any, tasks: list[str]) -> tuple[str, ...]: ...
+    def requires(self, opts: Any, tasks: list[str]) -> tuple[str, ...]:
+        """The tasks whose answers it reads (run first, their sections read too)."""
 
     def plan(self, ctx: RunContext, opts: Any, sources: dict[str, Plan]) -> Plan: ...
+
+    def answers(self, ctx: RunContext, plan: Plan) -> list[dict] | None:
+        """The answer records a task that requires this one receives (None on ranks other than 0)."""
 
     def run(self, ctx: RunContext, plan: Plan, inputs: dict[str, list[dict]]) -> TaskResult | list[TaskResult] | None: ...

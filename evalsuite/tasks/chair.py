@@ -1,14 +1,9 @@
 """Task `chair`: caption sampled COCO images with the checkpoint and score object hallucination.
 
-Options (`chair:` section of the eval config, `ChairOptions`): split ("val"), prompt ("Please describe
-this image in detail."), n_images (500), seed (the image sample's; null = the run's seed), variant
-("original"), tokenizer ("nltk38": NLTK <= 3.8's word rules, as the published numbers were made;
-"nltk310": NLTK 3.9+'s, docs/chair.md), max_new_tokens (null = the run's gen.max_new_tokens; decoding is
-the run's, greedy by default), cache_dir (GT cache; null = ~/.cache/evalsuite/chair_gt), nltk_data,
-n_boot (1000).
-
-GT is built from the split's own COCO annotations (instances + reference captions) with the
-variant's GT normaliser, and cached by the annotation files' content.
+Options: the `chair:` section of the eval config (`ChairOptions`, each field's help in `evalsuite run
+--help`); decoding is the run's (`gen:`, greedy by default). GT is built from the split's own COCO
+annotations (instances + reference captions) with the variant's GT normaliser, and cached by the
+annotation files' content.
 """
 from __future__ import annotations
 
@@ -19,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from evalsuite.config import opt
+from evalsuite.config import check_fields, opt
 from evalsuite.errors import UserError
 from evalsuite.tasks.base import Plan, RunContext
-from evalsuite.tasks.caption import DEFAULT_PROMPT, check_prompt
-from evalsuite.tasks.metric_spec import MetricSpec, score, specs_extra
+from evalsuite.tasks.coco import DEFAULT_PROMPT, answer_identity, check_prompt, coco_images
+from evalsuite.tasks.metric_spec import MetricSpec, score
 from evalsuite.types import TaskResult
 
 log = logging.getLogger(__name__)
@@ -31,33 +26,29 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ChairOptions:
-    split: str = opt("val", "split of the data root (val, val2014, ...)")
-    prompt: str = opt(DEFAULT_PROMPT, "the captioning prompt")
-    n_images: int = opt(500, "images sampled from the split")
+    split: str = opt("val", "split of the data root (val, val2014, ...)", alias="split")
+    prompt: str = opt(DEFAULT_PROMPT, "the captioning prompt", alias="prompt")
+    n_images: int = opt(500, "images sampled from the split", alias="chair_images", ge=1)
     seed: int | None = opt(None, "image sample seed (null = the run's seed)")
-    variant: Literal["original", "opera", "opera_lemma"] = opt("original", "CHAIR variant (evalsuite/metrics/chair.py)")
+    variant: Literal["original", "opera", "opera_lemma"] = opt("original", "CHAIR variant (evalsuite/metrics/chair.py)",
+                                                                    alias="variant")
     tokenizer: Literal["nltk38", "nltk310"] = opt(
         "nltk38", "word tokenizer rules: NLTK <= 3.8's (the reference scripts') or 3.10's "
         "(evalsuite/metrics/chair_tokenize.py)")
     # identity False: the resolved value is in the identity already (gen.max_new_tokens), or the
     # option cannot change a number (where the GT cache lives; NLTK data enters by its checksums)
     max_new_tokens: int | None = opt(None, "token cap of a caption (null = the run's gen.max_new_tokens)",
-                                     identity=False)
+                                     identity=False, ge=1)
     cache_dir: str | None = opt(None, "GT cache dir (null = ~/.cache/evalsuite/chair_gt)", identity=False)
     nltk_data: str | None = opt(None, "an NLTK data dir searched first", path="dir", identity=False)
     # bootstrap resamples of the confidence intervals: changes a CI, never a value (not identity)
-    n_boot: int = opt(1000, "bootstrap resamples of the confidence intervals (0 = none)", identity=False)
+    n_boot: int = opt(1000, "bootstrap resamples of the confidence intervals (0 = none)", identity=False, ge=0)
 
     def __post_init__(self) -> None:
+        check_fields(self, "chair")
         check_prompt("chair", self.prompt)
-        if self.n_images < 1:
-            raise UserError(f"chair.n_images: must be >= 1, got {self.n_images}")
-        if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise UserError(f"chair.max_new_tokens: must be >= 1 or null, got {self.max_new_tokens}")
         if self.nltk_data is not None and not Path(self.nltk_data).is_dir():
             raise UserError(f"chair.nltk_data: {self.nltk_data}: no such directory")
-        if self.n_boot < 0:
-            raise UserError(f"chair.n_boot: must be >= 0, got {self.n_boot}")
         from evalsuite.metrics.chair_tokenize import get_tokenizer
 
         get_tokenizer(self.tokenizer, "chair.tokenizer")
@@ -87,6 +78,7 @@ class ChairTask:
     name = "chair"
     version = "1"
     Options = ChairOptions
+    metrics = METRICS
 
     def requires(self, opts: ChairOptions, tasks: list[str]) -> tuple[str, ...]:
         return ()
@@ -95,7 +87,6 @@ class ChairTask:
         """Scorer, GT and image sample: missing NLTK data or annotations fail before the model loads."""
         from evalsuite.metrics import chair, chair_io, nltk_resources
         from evalsuite.identity import digest, file_fingerprint
-        from evalsuite.tasks.caption import answer_identity, coco_images
         from evalsuite.world.layout import CocoLayout
 
         variant = chair.get_variant(opts.variant)
@@ -112,22 +103,18 @@ class ChairTask:
         gen = ctx.gen if opts.max_new_tokens is None else dataclasses.replace(ctx.gen, max_new_tokens=opts.max_new_tokens)
         data = file_fingerprint(files)
         resources = nltk_resources.resource_checksums(scorer.resources)
-        from evalsuite.identity import options_identity
-
         identity = {**answer_identity(ctx, data, opts.split, [im["id"] for im in images], opts.prompt, gen),
-                    **options_identity(opts), "seed": seed, "variant": variant.name,
+                    "seed": seed, "variant": variant.name,
                     # by content: where the NLTK data lies changes no number
                     "nltk": {res: r["sha256"] for res, r in resources.items()}}
-        config = {"split": opts.split, "prompt": opts.prompt, "n_images": opts.n_images, "seed": seed,
-                  "limit": ctx.limit, "variant": variant.name, "tokenizer": opts.tokenizer, "n_boot": opts.n_boot,
-                  "gen": gen.to_dict()}
         # answers are keyed by the images' own data (instances), so caption's answers serve chair too
         state = {"images": images, "gen": gen, "data_id": digest(file_fingerprint(files[:1])), "scorer": scorer, "gt": gt,
                  "extra": {"variant": variant.name, "tokenizer": opts.tokenizer, "normalizer": variant.normalizer,
                            "gt_normalizer": variant.gt,
                            "gt": gt_meta, "nltk_resources": resources},
                  "source": str(layout.captions_json)}
-        return Plan(self.name, self.version, identity, config, state)
+        return Plan.of(self, opts, identity, {"seed": seed, "variant": variant.name, "limit": ctx.limit,
+                                              "gen": gen.to_dict()}, state)
 
     def answers(self, ctx: RunContext, plan: Plan) -> list[dict] | None:
         from evalsuite.tasks.answers import generate_answers
@@ -149,9 +136,4 @@ class ChairTask:
                    for g, r in zip(generations, records)]
         metrics = score(samples, METRICS, n_boot=plan.config["n_boot"], seed=plan.config["seed"],
                         variant=variant)
-        return TaskResult(
-            task=self.name, version=self.version, metrics=metrics, samples=samples,
-            config=plan.config, identity=plan.identity,
-            extra={"counts": {k: counts[k] for k in chair.COUNT_KEYS}, **s["extra"],
-                   "metric_specs": specs_extra(METRICS)},
-        )
+        return plan.result(metrics, samples, {"counts": {k: counts[k] for k in chair.COUNT_KEYS}, **s["extra"]})

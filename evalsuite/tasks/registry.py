@@ -1,6 +1,12 @@
 """Lazy task registry: name -> "module:Class" for evalsuite's own tasks, and THE table of lmms-eval
 tasks evalsuite ships local-data yamls for. Listing tasks never imports torch.
 
+An own task is its file plus its line in `TASKS`. The class's `Options` dataclass is the task's section
+of the eval config (`name:` in a preset, `name.key=value` on the command line), its fields' `alias`
+metadata its convenience flags and their `help` its `evalsuite run --help` lines
+(evalsuite/run_config.py builds all three from here); `requires` says which other tasks' answers (and
+so sections) it reads.
+
 Names in neither table are handed to lmms-eval (see `evalsuite.lmms.task`), so `--tasks chair,mme,pope`
 mixes both kinds.
 """
@@ -54,10 +60,20 @@ def local_name(lmms_task: str) -> str | None:
     return next((name for name, t in LMMS_LOCAL_TASKS.items() if t.lmms_task == lmms_task), None)
 
 
-def load_task(name: str):
-    """Instantiate evalsuite's own task `name` (module imported only now)."""
+def task_class(name: str) -> type:
+    """The class of evalsuite's own task `name` (its module imported only now)."""
     mod_name, _, obj = TASKS[name].partition(":")
-    return getattr(importlib.import_module(mod_name), obj)()
+    return getattr(importlib.import_module(mod_name), obj)
+
+
+def load_task(name: str):
+    """Instantiate evalsuite's own task `name`."""
+    return task_class(name)()
+
+
+def options_classes() -> dict[str, type]:
+    """{own task: its Options dataclass}, in registry order: the task sections of the eval config."""
+    return {name: task_class(name).Options for name in TASKS}
 
 
 def is_own_task(name: str) -> bool:

@@ -2,11 +2,10 @@
 
     evalsuite run --ckpt CKPT --tasks caption,relevance --clip /models/clip-vit-large-patch14-336 --data-root D
 
-Options (`relevance:` section, `RelevanceOptions`): clip (a local CLIP/SigLIP dir; required), batch_size
-(CLIP batch, 32), source (caption | chair | null). It scores the answers of its source task, which it
-declares in `requires`: `source`, else caption if it is in the run, else chair if it is, else caption,
-which then runs as a dependency (its answers are used, its own result is not stored). So the model never
-answers twice. Scores are defined in `evalsuite.metrics.relevance`; the per-response score is the mean
+Options: the `relevance:` section (`RelevanceOptions`; `clip` is required). It scores the answers of
+its source task, which it declares in `requires`: `source`, else caption if it is in the run, else chair
+if it is, else caption, which then runs as a dependency (its answers are used, its own result is not
+stored). So the model never answers twice. Scores are defined in `evalsuite.metrics.relevance`; the per-response score is the mean
 over sentences (`response_score` in the config), and the whole-response score is reported alongside as
 `relevance_whole_mean`.
 """
@@ -19,10 +18,10 @@ from typing import Literal
 
 import numpy as np
 
-from evalsuite.config import opt
+from evalsuite.config import check_fields, opt
 from evalsuite.errors import UserError
 from evalsuite.tasks.base import Plan, RunContext
-from evalsuite.tasks.metric_spec import MetricSpec, score, specs_extra
+from evalsuite.tasks.metric_spec import MetricSpec, score
 from evalsuite.types import MetricValue, TaskResult
 
 log = logging.getLogger(__name__)
@@ -32,15 +31,15 @@ log = logging.getLogger(__name__)
 class RelevanceOptions:
     # identity False: the judge enters by its weights' hash, the source by its eval_key; batching
     # does not change a score
-    clip: str | None = opt(None, "a local CLIP/SigLIP checkpoint directory (required)", path="dir", identity=False)
-    batch_size: int = opt(32, "CLIP batch size", identity=False)
+    clip: str | None = opt(None, "a local CLIP/SigLIP checkpoint directory (required)", path="dir", identity=False,
+                           alias="clip")
+    batch_size: int = opt(32, "CLIP batch size", identity=False, ge=1)
     source: Literal["caption", "chair"] | None = opt(
         None, "the task whose answers are scored (null = caption if in the run, else chair if it is, else caption)",
         identity=False)
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise UserError(f"relevance.batch_size: must be >= 1, got {self.batch_size}")
+        check_fields(self, "relevance")
 
 
 def _image_path(ctx: RunContext, image: str) -> Path:
@@ -83,6 +82,8 @@ class RelevanceTask:
     name = "relevance"
     version = "1"
     Options = RelevanceOptions
+    metrics = METRICS
+    density = "relevance"   # the per-sample field whose distribution the report draws per checkpoint
 
     def requires(self, opts: RelevanceOptions, tasks: list[str]) -> tuple[str, ...]:
         if opts.source:
@@ -97,14 +98,12 @@ class RelevanceTask:
         family = clip_family(Path(opts.clip))   # a bad --clip fails now, not after minutes of generation
         (source,) = sources.values()
         clip_hash = _clip_hash(opts.clip)
-        from evalsuite.identity import options_identity
-
-        identity = {**options_identity(opts), "source": {"task": source.task, "eval_key": source.eval_key},
+        identity = {"source": {"task": source.task, "eval_key": source.eval_key},
                     "clip_hash": clip_hash, "clip_family": family, "response_score": RESPONSE_SCORE}
-        config = {"source": {"task": source.task, "split": source.config.get("split"),
-                             "prompt": source.config.get("prompt")},
-                  "limit": ctx.limit, "response_score": RESPONSE_SCORE, "batch_size": opts.batch_size}
-        return Plan(self.name, self.version, identity, config, state={"clip": opts.clip, "clip_hash": clip_hash})
+        resolved = {"source": {"task": source.task, "split": source.config.get("split"),
+                               "prompt": source.config.get("prompt")},
+                    "limit": ctx.limit, "response_score": RESPONSE_SCORE}
+        return Plan.of(self, opts, identity, resolved, state={"clip": opts.clip, "clip_hash": clip_hash})
 
     def run(self, ctx: RunContext, plan: Plan, inputs: dict[str, list[dict]]) -> TaskResult | None:
         from evalsuite.metrics.relevance import RelevanceScorer
@@ -121,9 +120,8 @@ class RelevanceTask:
             for r, s in zip(records, scored)
         ]
         metrics = relevance_metrics(samples)
-        return TaskResult(task=self.name, version=self.version, metrics=metrics, samples=samples,
-                          config={**scorer.describe(), **plan.config}, identity=plan.identity,
-                          extra={"clip_hash": plan.state["clip_hash"], "metric_specs": specs_extra(METRICS)})
+        return plan.result(metrics, samples, {"clip_hash": plan.state["clip_hash"]},
+                           config={**scorer.describe(), **plan.config})
 
 
 def _clip_hash(clip: str) -> str | None:

@@ -27,7 +27,7 @@ def arch_engine(request, vllm_spec, vllm_ckpts, tmp_path_factory):
 
 
 def _requests(world, n=4):
-    from evalsuite.tasks.caption import coco_images
+    from evalsuite.tasks.coco import coco_images
 
     return [GenRequest(str(im["id"]), im["path"], QUESTION) for im in coco_images(world, "train")[:n]]
 

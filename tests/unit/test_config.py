@@ -129,7 +129,7 @@ def test_every_preset_dry_runs(preset):
     (["--config", "configs/csr_tiny.yaml", "train.betaa=0.2"],
      "train.py: error: command line: csr.train: unknown key 'betaa' (did you mean 'beta'?)"),
     (["--config", "configs/demo_tiny.yaml", "csr.reward.lam=2"],
-     "train.py: error: command line: demo.csr: reward.lam: must be in [0, 1]"),
+     "train.py: error: command line: demo.csr: reward.lam: must be in [0, 1], got 2.0"),
     (["--config", "configs/train/tiny_cpu.yaml", "--loss_type", "dpo"],
      "train.py: error: command line: loss_type: 'dpo' is not one of 'sigmoid', 'hinge', 'ipo', 'kto_pair', 'ddpo'"),
     (["--model_name_or_path", "x"],

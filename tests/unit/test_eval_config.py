@@ -21,7 +21,7 @@ def test_gen_kwargs_are_typed():
     assert parse_gen_kwargs("max_new_tokens=16,temperature=0") == {"max_new_tokens": 16, "temperature": 0.0}
     assert parse_gen_kwargs({"do_sample": True, "until": "."}) == {"do_sample": True, "until": "."}
     assert parse_gen_kwargs(None) == {}
-    for bad, msg in (("max_new_tokens=0", "max_new_tokens: must be >= 1"), ("top_p=2", "top_p must be in (0, 1]"),
+    for bad, msg in (("max_new_tokens=0", "max_new_tokens: must be >= 1"), ("top_p=2", "top_p: must be in (0, 1], got 2"),
                      ("num_beams=1.5", "num_beams=1.5: expected int"), ("do_sample=3", "expected bool"),
                      ("max_new_tokens=4,", "'' is not key=value")):
         with pytest.raises(UserError, match=msg.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
@@ -37,9 +37,15 @@ def test_convenience_flags_set_the_sections_the_run_reads():
     assert (cfg.caption.prompt, cfg.chair.prompt) == ("Describe.", "Please describe this image in detail.")
     assert _cfg("--tasks", "chair", "chair.split=a", "--split", "b").chair.split == "b"
     assert _cfg("--tasks", "chair", "--split", "b", "chair.split=a").chair.split == "a"
-    # relevance reads the answers of caption or chair: their sections count as used
-    cfg = _cfg("--tasks", "relevance", "--clip", "C", "--chair-images", "7", "--max-new-tokens", "9")
+    # relevance reads the answers of the task its `requires` names: that task's section counts as used
+    cfg = _cfg("--tasks", "relevance", "relevance.source=chair", "--clip", "C", "--chair-images", "7",
+               "--max-new-tokens", "9", "--split", "s")
     assert (cfg.relevance.clip, cfg.chair.n_images, cfg.gen.max_new_tokens) == ("C", 7, 9)
+    assert (cfg.chair.split, cfg.caption.split) == ("s", "val")
+    cfg = _cfg("--tasks", "relevance", "--clip", "C", "--prompt", "P")   # caption by default
+    assert (cfg.caption.prompt, cfg.chair.prompt) == ("P", "Please describe this image in detail.")
+    with pytest.raises(UserError, match=r"^--chair-images: sets chair.n_images, which no task of this run reads"):
+        _cfg("--tasks", "relevance", "--clip", "C", "--chair-images", "7")
     with pytest.raises(UserError, match=r"^--max-new-tokens: sets gen.max_new_tokens, which no task"):
         _cfg("--tasks", "pope", "--max-new-tokens", "9")
 
@@ -98,14 +104,14 @@ def test_help_lists_every_field_with_its_help_and_every_flag():
     its help text, every convenience flag and the entry point's own flags."""
     from evalsuite.commands.run import epilog
     from evalsuite.config import config_fields
-    from evalsuite.run_config import ALIASES
+    from evalsuite.run_config import aliases
 
     text = epilog()
     for key, f, sub in config_fields(EvalConfig):
         shown = key if "." in key or sub is not None else "--" + key.replace("_", "-")
         assert f.metadata["help"] and any(line.split()[0].rstrip(":") == shown and f.metadata["help"] in line
                                           for line in text.splitlines()), key
-    for name in [*ALIASES, "config", "dry_run"]:
+    for name in [*aliases(), "config", "dry_run"]:
         assert f"--{name.replace('_', '-')}" in text, name
 
 

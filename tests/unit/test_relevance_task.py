@@ -12,7 +12,7 @@ PROMPT = "Please describe this image in detail."
 
 
 def _records(world_dir, n=3):
-    from evalsuite.tasks.caption import coco_images
+    from evalsuite.tasks.coco import coco_images
 
     answers = ["a red cube. a blue ball!", "", "there is a cat on the left\nsky"]
     return [{"key": str(im["id"]), "image_id": im["id"], "image": im["path"], "prompt": PROMPT, "answer": a}

@@ -52,7 +52,7 @@ def test_eval_generation_is_plain_generate_unless_switched(vlm, image_root):
 def test_eval_switch_is_in_the_identity_and_lmms_kwargs(tmp_path):
     from evalsuite.lmms.backend import gen_config
     from evalsuite.run_config import GenOptions, parse_gen_kwargs
-    from evalsuite.tasks.caption import answer_identity
+    from evalsuite.tasks.coco import answer_identity
 
     class Ctx:
         def __init__(self):

@@ -28,6 +28,7 @@ from evalsuite.config import opt
 from evalsuite.engines.vllm_engine import VllmOptions
 from evalsuite.errors import UserError
 from evalsuite.models.inputs import MOVED_TO_INPUTS, InputConfig
+from evalsuite.tasks.amber import AmberOptions
 from evalsuite.tasks.caption import CaptionOptions
 from evalsuite.tasks.chair import ChairOptions
 from evalsuite.tasks.relevance import RelevanceOptions
@@ -35,7 +36,9 @@ from evalsuite.types import GenConfig
 
 log = logging.getLogger(__name__)
 
-OWN_SECTIONS = ("caption", "chair", "relevance")
+OWN_SECTIONS = ("caption", "chair", "relevance", "amber")
+# tasks that read a section named otherwise (one section shared by several tasks)
+SECTION_OF = {"amber_g": "amber", "amber_d": "amber"}
 ALIASES: dict[str, tuple[str, ...]] = {
     "split": ("caption.split", "chair.split", "lmms.split"),
     "prompt": ("caption.prompt", "chair.prompt"),
@@ -189,6 +192,7 @@ class EvalConfig:
     caption: CaptionOptions = opt(help="task caption", factory=CaptionOptions)
     chair: ChairOptions = opt(help="task chair", factory=ChairOptions)
     relevance: RelevanceOptions = opt(help="task relevance", factory=RelevanceOptions)
+    amber: AmberOptions = opt(help="tasks amber_g, amber_d (docs/amber.md)", factory=AmberOptions)
     engine: Literal["hf", "vllm"] = opt("hf", "what generates answers: transformers, or a vLLM worker in its own "
                                          "environment (make vllm-env; docs/engines.md); part of results' identity")
     lmms: LmmsOptions = opt(help="lmms-eval tasks", factory=LmmsOptions)
@@ -227,7 +231,8 @@ class EvalConfig:
         from evalsuite.tasks.registry import LMMS_LOCAL_TASKS as LOCAL_TASKS
         from evalsuite.tasks.registry import is_own_task
 
-        return [t for t in self.tasks if is_own_task(t) or (t in LOCAL_TASKS and t not in self.lmms.data)]
+        return [t for t in self.tasks if (is_own_task(t) and t not in SECTION_OF)   # amber: amber.data_root
+                or (t in LOCAL_TASKS and t not in self.lmms.data)]
 
     def engine_spec(self):
         """None for HF generate, else the checked engine environment (evalsuite/engines/vllm_engine.py)."""
@@ -252,7 +257,7 @@ class EvalConfig:
 
 
 def sections_for(tasks: list[str], is_own) -> set[str]:
-    used = {t for t in tasks if t in OWN_SECTIONS}
+    used = {SECTION_OF.get(t, t) for t in tasks if SECTION_OF.get(t, t) in OWN_SECTIONS}
     if "relevance" in used:
         used |= {"caption", "chair"}
     if used or any(is_own(t) for t in tasks):   # every own task generates with gen (one without a section too)

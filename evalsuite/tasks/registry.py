@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 # evalsuite's own tasks
 TASKS: dict[str, str] = {
+    "amber_d": "evalsuite.tasks.amber:AmberDiscriminativeTask",
+    "amber_g": "evalsuite.tasks.amber:AmberGenerativeTask",
     "caption": "evalsuite.tasks.caption:CaptionTask",
     "chair": "evalsuite.tasks.chair:ChairTask",
     "relevance": "evalsuite.tasks.relevance:RelevanceTask",

@@ -53,8 +53,8 @@ ATTRIBUTE_TYPES = {"discriminative-attribute-state": "state", "discriminative-at
 EXISTENCE_TYPE = "discriminative-hallucination"
 DIMENSIONS = ("existence", "attribute", "state", "number", "action", "relation")
 ANSWER_RULES = ("released", "first_word")
-INSTALL_HINT = ("on a connected machine: `python -m spacy download en_core_web_lg` (or pip install its wheel "
-                "from github.com/explosion/spacy-models), or pass a local pipeline directory")
+INSTALL_HINT = ("on a connected machine: `python -m spacy download {name}` (or pip install its wheel from "
+                "github.com/explosion/spacy-models), or pass a local pipeline directory")
 
 
 def dimension_of(ann_type: str) -> str:
@@ -243,7 +243,7 @@ def load_pipeline(name: str):
         nlp = spacy.load(name)
     else:
         raise UserError(f"amber.spacy_model: {name!r} is neither an installed spaCy pipeline nor a directory; "
-                        f"{INSTALL_HINT}")
+                        f"{INSTALL_HINT.format(name=name)}")
     if nlp.vocab.vectors.n_keys == 0 or nlp.vocab.vectors.shape[0] == 0:
         raise UserError(f"amber.spacy_model: {name}: the pipeline has no word vectors; AMBER's synonym check needs "
                         "vectors (en_core_web_lg as released)")
@@ -312,25 +312,29 @@ class GenerativeScorer:
         return self.similarity(a, b) > self.threshold
 
     def score(self, response: str, entry: dict) -> dict:
-        """{mentions, hallucinated, covered, cognitive, truth, hallu} of one response to one generative entry."""
+        """{mentions, hallucinated, covered, cognitive, truth, hallu} of one response to one generative entry.
+        mentions and hallucinated are [noun, object] pairs as CHAIR's records: the object is the truth object
+        the noun covers, else the noun itself; covered / cognitive list the truth / hallu objects hit."""
         key = (response, entry["id"])
         if key not in self._memo:
             self._memo[key] = self._score(response, entry["truth"], entry["hallu"])
-        return dict(self._memo[key])
+        return json.loads(json.dumps(self._memo[key]))   # a copy the caller may change
 
     def _score(self, response: str, truth: list[str], hallu: list[str]) -> dict:
-        mentions = [n for n in extract_nouns(response) if n in self.vocabulary]
+        nouns = [n for n in extract_nouns(response) if n in self.vocabulary]
         truth_words, hallu_words = _expanded(truth, self.association), _expanded(hallu, self.association)
         covered, hit = [False] * len(truth), [False] * len(hallu)
-        hallucinated = []
-        for noun in mentions:
+        mentions, hallucinated = [], []
+        for noun in nouns:
+            mentions.append([noun, noun])
             if noun in self.safe:
                 continue
             owner = _first(truth_words, lambda w: w == noun)
             if owner is not None:
                 covered[owner] = True
+                mentions[-1][1] = truth[owner]
                 continue
-            # a hallu word is marked as hit both by equality and by similarity (two marks at most)
+            # a hallu object is marked as hit both by equality and by similarity (two marks at most)
             for pred in (lambda w: w == noun, lambda w: self.similar(noun, w)):
                 owner = _first(hallu_words, pred)
                 if owner is not None:
@@ -338,8 +342,9 @@ class GenerativeScorer:
             owner = _first(truth_words, lambda w: self.similar(noun, w))
             if owner is not None:
                 covered[owner] = True
+                mentions[-1][1] = truth[owner]
                 continue
-            hallucinated.append(noun)
+            hallucinated.append([noun, noun])
         return {"mentions": mentions, "hallucinated": hallucinated,
                 "covered": [w for w, c in zip(truth, covered) if c], "cognitive": [w for w, h in zip(hallu, hit) if h],
                 "truth": list(truth), "hallu": list(hallu)}

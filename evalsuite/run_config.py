@@ -5,8 +5,8 @@
 
 One mechanism (evalsuite/config.py): the dataclass defaults < the YAML preset (`--config`) < the command
 line, where `--flag value` sets a top-level field (`--batch-size 4` = batch_size) and `section.key=value`
-a nested one: `gen.*` (own tasks' decoding), `caption.*`, `chair.*`, `relevance.*` (each own task's
-Options dataclass) and `lmms.*` (lmms-eval tasks: data mapping, gen_kwargs, bootstrap_iters, split).
+a nested one: `gen.*` (own tasks' decoding), `caption.*`, `chair.*`, `relevance.*`, `amber.*` (each own task's
+Options dataclass; amber_g and amber_d share `amber`) and `lmms.*` (lmms-eval tasks: data mapping, gen_kwargs, bootstrap_iters, split).
 Unknown keys, wrong types and out-of-range values are one line naming the key and where it was set
 (the YAML file, "command line", or the convenience flag), before any model loads.
 

@@ -223,8 +223,9 @@ class EvalConfig:
         """The vllm: section without engine vllm (evalsuite/config.py report_unread)."""
         import dataclasses
 
-        return [] if self.engine == "vllm" else [(f"vllm.{f.name}", "engine", self.engine, "vllm")
-                                                 for f in dataclasses.fields(VllmOptions)]
+        out = [] if self.engine == "vllm" else [(f"vllm.{f.name}", "engine", self.engine, "vllm")
+                                                for f in dataclasses.fields(VllmOptions)]
+        return out + amber_unread(self.tasks)
 
     def tasks_needing_data_root(self) -> list[str]:
         """Own tasks, and evalsuite's local lmms tasks (mme, pope, ...) without an lmms.data mapping."""
@@ -254,6 +255,14 @@ class EvalConfig:
         from evalsuite.tasks.registry import is_own_task
 
         return sections_for(self.tasks, is_own_task)
+
+
+def amber_unread(tasks: list[str]) -> list[tuple[str, str, Any, Any]]:
+    """amber options one of the two AMBER tasks reads, in a run without that task."""
+    names = ",".join(tasks)
+    own = {"amber_g": ("similarity", "spacy_model", "nltk_data"), "amber_d": ("answer_rule",)}
+    return [(f"amber.{f}", "tasks", names, task) for task, fields in own.items() if task not in tasks
+            for f in fields] if any(t in tasks for t in own) else []
 
 
 def sections_for(tasks: list[str], is_own) -> set[str]:

@@ -215,3 +215,14 @@ def test_pipeline_not_installed():
     with pytest.raises(UserError, match=r"neither an installed spaCy pipeline nor a directory; on a connected "
                                         r"machine: `python -m spacy download en_core_web_xx`"):
         load_pipeline("en_core_web_xx")
+
+
+@pytest.mark.parametrize("tasks,option,reader", [("amber_d", "amber.similarity=0.7", "amber_g"),
+                                                 ("amber_g", "amber.answer_rule=first_word", "amber_d")])
+def test_option_of_the_other_task_is_refused(tmp_path, capsys, tasks, option, reader):
+    """An amber option only the task not in the run reads: one line naming it, not accepted and ignored."""
+    from evalsuite.cli import main as cli_main
+
+    rc = cli_main(["run", "--ckpt", str(tmp_path), "--tasks", tasks, "--dry-run", option])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and f"has no effect with tasks {tasks}; pass --tasks {reader}" in err[0]

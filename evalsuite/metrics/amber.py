@@ -296,8 +296,13 @@ def _expanded(objects: list[str], association: dict[str, list[str]]) -> list[tup
     return out + [(obj, i) for i, obj in enumerate(objects)]
 
 
-def _first(entries: list[tuple[str, int]], pred) -> int | None:
-    return next((owner for word, owner in entries if pred(word)), None)
+def _first(entries: list[tuple[str, int]], pred, noun: str) -> int | None:
+    """The object index of the first entry whose word w has pred(noun, w), or None."""
+    return next((owner for word, owner in entries if pred(noun, word)), None)
+
+
+def _equal(a: str, b: str) -> bool:
+    return a == b
 
 
 class GenerativeScorer:
@@ -329,17 +334,17 @@ class GenerativeScorer:
             mentions.append([noun, noun])
             if noun in self.safe:
                 continue
-            owner = _first(truth_words, lambda w: w == noun)
+            owner = _first(truth_words, _equal, noun)
             if owner is not None:
                 covered[owner] = True
                 mentions[-1][1] = truth[owner]
                 continue
             # a hallu object is marked as hit both by equality and by similarity (two marks at most)
-            for pred in (lambda w: w == noun, lambda w: self.similar(noun, w)):
-                owner = _first(hallu_words, pred)
+            for pred in (_equal, self.similar):
+                owner = _first(hallu_words, pred, noun)
                 if owner is not None:
                     hit[owner] = True
-            owner = _first(truth_words, lambda w: self.similar(noun, w))
+            owner = _first(truth_words, self.similar, noun)
             if owner is not None:
                 covered[owner] = True
                 mentions[-1][1] = truth[owner]

@@ -39,9 +39,9 @@ def test_world_in_amber_layout(amber_world):
 
 @pytest.mark.slow
 def test_evalsuite_run_amber(tiny_vlm_dir, amber_world, tmp_path, nltk_ready):  # noqa: F811
-    from tests.conftest import run_cli
-
     import nltk
+
+    from tests.conftest import run_cli
 
     store = tmp_path / "store"
     res = run_cli("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "amber_g,amber_d", "--engine", "hf",
@@ -94,7 +94,7 @@ def test_bad_amber_input_before_the_model(tiny_vlm_dir, amber_world, tmp_path, c
     else:
         (root / "data" / "annotations.json").write_bytes(b"\xff\xfe not utf-8")
         want = "annotations.json: not UTF-8"
-    import evalsuite.models.vlm as vlm
+    from evalsuite.models import vlm
 
     def no_model(*a, **k):
         raise AssertionError("the model was loaded")

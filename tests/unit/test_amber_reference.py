@@ -84,7 +84,7 @@ def test_rules_near_the_threshold_are_exercised(scored):
     assert sim("eagle", "bird") > 0.8 > sim("goose", "bird")
     assert sim("football", "ball") < 0.8 < sim("river", "lake")
     assert sim("kite", "bird") == 0.0          # a word without a vector
-    words = lambda pairs: [w for w, _ in pairs]  # noqa: E731
+    words = lambda pairs: [w for w, _ in pairs]
     # goose (0.795) marks no bird, sand (0.79) is hallucinated, river (0.81) covers lake, flower (0.81) grass
     assert "bird" not in gen[1]["cognitive"] and {"goose", "sand"} <= set(words(gen[1]["hallucinated"]))
     assert ["river", "lake"] in gen[1]["mentions"] and ["flower", "grass"] in gen[1]["mentions"]

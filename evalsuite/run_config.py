@@ -278,14 +278,7 @@ def sections_for(tasks: list[str], is_own) -> set[str]:
 
 def load_eval_config(argv: list[str]) -> tuple[EvalConfig, dict]:
     """(EvalConfig, the entry point's own flags {config, dry_run}) from `evalsuite run`'s arguments."""
-    from evalsuite.config import (
-        CLI,
-        apply_overrides,
-        build,
-        read_yaml,
-        report_unread,
-        split_args,
-    )
+    from evalsuite.config import CLI, apply_overrides, build, read_yaml, report_unread, split_args
     from evalsuite.tasks.registry import is_own_task
 
     own, items = split_args(argv, ("config", "dry_run!"))

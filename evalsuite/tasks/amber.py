@@ -81,7 +81,9 @@ def _disc_specs(suffix: str, keep) -> tuple[MetricSpec, ...]:
     def only(fn):
         return lambda s: fn(s) if keep(s) else None
 
-    tp = lambda s: s["read"] == "no" and s["truth"] == "no"
+    def tp(s):
+        return s["read"] == "no" and s["truth"] == "no"
+
     return (
         MetricSpec(f"Accuracy{suffix}", "up", only(lambda s: (100.0 * s["correct"], 1))),
         MetricSpec(f"Precision{suffix}", "up", only(lambda s: (100.0 * tp(s), s["read"] == "no"))),
@@ -283,11 +285,7 @@ class AmberDiscriminativeTask:
         return generate_query_answers(ctx, s["items"], s["gen"], s["data_id"], self.name)
 
     def run(self, ctx: RunContext, plan: Plan, inputs: dict) -> TaskResult | None:
-        from evalsuite.metrics.amber import (
-            amber_score,
-            released_table,
-            score_discriminative,
-        )
+        from evalsuite.metrics.amber import amber_score, released_table, score_discriminative
 
         generations = self.answers(ctx, plan)
         if generations is None:

@@ -22,14 +22,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from evalsuite.world.categories import (
-    BY_ID,
-    CATEGORIES,
-    COLOURS,
-    NUMBER_WORDS,
-    PARTNERS,
-    article,
-)
+from evalsuite.world.categories import BY_ID, CATEGORIES, COLOURS, NUMBER_WORDS, PARTNERS, article
 
 PROMPT = "Describe this image."
 N_HALLU = 5

@@ -5,8 +5,9 @@
 
 One mechanism (evalsuite/config.py): the dataclass defaults < the YAML preset (`--config`) < the command
 line, where `--flag value` sets a top-level field (`--batch-size 4` = batch_size) and `section.key=value`
-a nested one: `gen.*` (own tasks' decoding), `caption.*`, `chair.*`, `relevance.*`, `amber.*` (each own task's
-Options dataclass; amber_g and amber_d share `amber`) and `lmms.*` (lmms-eval tasks: data mapping, gen_kwargs, bootstrap_iters, split).
+a nested one: `gen.*` (own tasks' decoding), `caption.*`, `chair.*`, `relevance.*`, `amber.*` (each own
+task's Options dataclass; amber_g and amber_d share `amber`) and `lmms.*` (lmms-eval tasks: data mapping,
+gen_kwargs, bootstrap_iters, split).
 Unknown keys, wrong types and out-of-range values are one line naming the key and where it was set
 (the YAML file, "command line", or the convenience flag), before any model loads.
 
@@ -28,7 +29,7 @@ from evalsuite.config import opt
 from evalsuite.engines.vllm_engine import VllmOptions
 from evalsuite.errors import UserError
 from evalsuite.models.inputs import MOVED_TO_INPUTS, InputConfig
-from evalsuite.tasks.amber import AmberOptions
+from evalsuite.tasks.amber import AmberOptions, amber_unread
 from evalsuite.tasks.caption import CaptionOptions
 from evalsuite.tasks.chair import ChairOptions
 from evalsuite.tasks.relevance import RelevanceOptions
@@ -255,14 +256,6 @@ class EvalConfig:
         from evalsuite.tasks.registry import is_own_task
 
         return sections_for(self.tasks, is_own_task)
-
-
-def amber_unread(tasks: list[str]) -> list[tuple[str, str, Any, Any]]:
-    """amber options one of the two AMBER tasks reads, in a run without that task."""
-    names = ",".join(tasks)
-    own = {"amber_g": ("similarity", "spacy_model", "nltk_data"), "amber_d": ("answer_rule",)}
-    return [(f"amber.{f}", "tasks", names, task) for task, fields in own.items() if task not in tasks
-            for f in fields] if any(t in tasks for t in own) else []
 
 
 def sections_for(tasks: list[str], is_own) -> set[str]:

@@ -77,6 +77,15 @@ GEN_METRICS = (
 )
 
 
+def amber_unread(tasks: list[str]) -> list[tuple]:
+    """(field, switch, now, need) of the amber options only the AMBER task absent from `tasks` reads
+    (EvalConfig.unread: set explicitly, they are refused, not ignored)."""
+    names = ",".join(tasks)
+    own = {"amber_g": ("similarity", "spacy_model", "nltk_data"), "amber_d": ("answer_rule",)}
+    return [(f"amber.{f}", "tasks", names, task) for task, fields in own.items() if task not in tasks
+            for f in fields] if any(t in tasks for t in own) else []
+
+
 def _disc_specs(suffix: str, keep) -> tuple[MetricSpec, ...]:
     def only(fn):
         return lambda s: fn(s) if keep(s) else None

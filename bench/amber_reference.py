@@ -5,7 +5,7 @@ on them (the reference tests/unit/test_amber_reference.py compares evalsuite's n
 Run it with the Python of a scratch environment that has spaCy and NLTK (never evalsuite's):
 
     python -m venv /tmp/amber_ref_env
-    /tmp/amber_ref_env/bin/pip install spacy==3.8.18 nltk==3.10.4 tqdm
+    /tmp/amber_ref_env/bin/pip install spacy==3.8.16 nltk==3.10.4 tqdm
     NLTK_DATA=/path/to/nltk_data /tmp/amber_ref_env/bin/python bench/amber_reference.py \
         --released /path/to/AMBER --out tests/data/amber
 

@@ -28,6 +28,7 @@ from typing import Literal
 
 from evalsuite.config import opt
 from evalsuite.errors import UserError
+from evalsuite.metrics.amber import DIMENSIONS, dimensions_of
 from evalsuite.tasks.base import Plan, RunContext
 from evalsuite.tasks.metric_spec import MetricSpec, score, specs_extra
 from evalsuite.types import MetricValue, TaskResult
@@ -104,13 +105,10 @@ def _disc_specs(suffix: str, keep) -> tuple[MetricSpec, ...]:
 
 
 def _in(dim: str):
-    from evalsuite.metrics.amber import dimensions_of
-
     return lambda s: dim in dimensions_of(s["type"])
 
 
-DIMS = ("existence", "attribute", "state", "number", "action", "relation")
-DISC_METRICS = _disc_specs("", lambda s: True) + tuple(sp for d in DIMS for sp in _disc_specs(f"_{d}", _in(d)))
+DISC_METRICS = _disc_specs("", lambda s: True) + tuple(sp for d in DIMENSIONS for sp in _disc_specs(f"_{d}", _in(d)))
 AMBER_SCORE = MetricSpec("AMBER", "up", None)
 
 
@@ -133,10 +131,11 @@ def _items(opts: AmberOptions, data, query_file: str, limit: int | None) -> list
     rows = data.queries[query_file][:limit]
     if not rows:
         raise UserError(f"amber.data_root: {data.paths[query_file]}: no queries")
-    root = Path(opts.image_root)
+    from evalsuite.files import safe_join
+
     out = []
     for r in rows:
-        path = root / r["image"]
+        path = safe_join(opts.image_root, r["image"], field=f"{data.paths[query_file].name}: query id {r['id']}: image")
         if not path.is_file():
             raise UserError(f"amber.image_root: {path}: missing (image of query id {r['id']} in "
                             f"{data.paths[query_file].name})")

@@ -67,7 +67,7 @@ def test_evalsuite_run_amber(tiny_vlm_dir, amber_world, tmp_path, nltk_ready):  
     assert all(m["n"] == 3 for m in g["metrics"]) and d["metrics"][0]["n"] == 18
 
 
-@pytest.mark.parametrize("case", ["missing_file", "absent_id", "no_vectors", "not_utf8"])
+@pytest.mark.parametrize("case", ["missing_file", "absent_id", "no_vectors", "not_utf8", "missing_image"])
 def test_bad_amber_input_before_the_model(tiny_vlm_dir, amber_world, tmp_path, case, capsys, monkeypatch,
                                           nltk_ready):  # noqa: F811
     """One line, exit 2, before any model loads (loading it would fail the test)."""
@@ -91,9 +91,12 @@ def test_bad_amber_input_before_the_model(tiny_vlm_dir, amber_world, tmp_path, c
         spacy.blank("en").to_disk(tmp_path / "blank")
         model = tmp_path / "blank"
         want = "AMBER's synonym check needs vectors"
-    else:
+    elif case == "not_utf8":
         (root / "data" / "annotations.json").write_bytes(b"\xff\xfe not utf-8")
         want = "annotations.json: not UTF-8"
+    else:
+        (root / "image" / "AMBER_2.jpg").unlink()
+        want = "AMBER_2.jpg: missing (image of query id 2"
     from evalsuite.models import vlm
 
     def no_model(*a, **k):

@@ -67,7 +67,8 @@ def test_evalsuite_run_amber(tiny_vlm_dir, amber_world, tmp_path, nltk_ready):  
     assert all(m["n"] == 3 for m in g["metrics"]) and d["metrics"][0]["n"] == 18
 
 
-@pytest.mark.parametrize("case", ["missing_file", "absent_id", "no_vectors", "not_utf8", "missing_image"])
+@pytest.mark.parametrize("case", ["missing_file", "absent_id", "no_vectors", "not_utf8", "missing_image",
+                                  "not_installed"])
 def test_bad_amber_input_before_the_model(tiny_vlm_dir, amber_world, tmp_path, case, capsys, monkeypatch,
                                           nltk_ready):  # noqa: F811
     """One line, exit 2, before any model loads (loading it would fail the test)."""
@@ -94,6 +95,13 @@ def test_bad_amber_input_before_the_model(tiny_vlm_dir, amber_world, tmp_path, c
     elif case == "not_utf8":
         (root / "data" / "annotations.json").write_bytes(b"\xff\xfe not utf-8")
         want = "annotations.json: not UTF-8"
+    elif case == "not_installed":
+        import spacy
+
+        if spacy.util.is_package("en_core_web_lg"):
+            pytest.skip("en_core_web_lg is installed here")
+        model = "en_core_web_lg"   # the released default, named and never downloaded
+        want = "on a connected machine: `python -m spacy download en_core_web_lg`"
     else:
         (root / "image" / "AMBER_2.jpg").unlink()
         want = "AMBER_2.jpg: missing (image of query id 2"

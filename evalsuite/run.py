@@ -159,7 +159,9 @@ def plan_own_tasks(ctx: RunContext, cfg: EvalConfig, own: list[str]) -> list[Ste
         if name in steps:
             return
         task = load_task(name)
-        opts = getattr(cfg, name, None) or task.Options()   # a task without an EvalConfig section: its defaults
+        # a task's options section: its own name, or the section several tasks share (amber_g, amber_d: amber);
+        # a task without an EvalConfig section: its defaults
+        opts = getattr(cfg, getattr(task, "section", name), None) or task.Options()
         requires = tuple(task.requires(opts, cfg.tasks))
         for dep in requires:
             add(dep)

@@ -203,15 +203,19 @@ class EvalSettings:
         """The vllm: section without engine vllm (evalsuite/config.py report_unread)."""
         import dataclasses
 
-        return [] if self.engine == "vllm" else [(f"vllm.{f.name}", "engine", self.engine, "vllm")
-                                                 for f in dataclasses.fields(VllmOptions)]
+        out = [] if self.engine == "vllm" else [(f"vllm.{f.name}", "engine", self.engine, "vllm")
+                                                for f in dataclasses.fields(VllmOptions)]
+        from evalsuite.tasks.registry import task_unread
+
+        return out + task_unread(self.tasks)
 
     def tasks_needing_data_root(self) -> list[str]:
         """Own tasks, and evalsuite's local lmms tasks (mme, pope, ...) without an lmms.data mapping."""
         from evalsuite.tasks.registry import LMMS_LOCAL_TASKS as LOCAL_TASKS
-        from evalsuite.tasks.registry import is_own_task
+        from evalsuite.tasks.registry import is_own_task, task_class
 
-        return [t for t in self.tasks if is_own_task(t) or (t in LOCAL_TASKS and t not in self.lmms.data)]
+        return [t for t in self.tasks if (is_own_task(t) and getattr(task_class(t), "reads_data_root", True))
+                or (t in LOCAL_TASKS and t not in self.lmms.data)]
 
     def engine_spec(self):
         """None for HF generate, else the checked engine environment (evalsuite/engines/vllm_engine.py)."""
@@ -230,14 +234,15 @@ class EvalSettings:
 
     def used_sections(self) -> set[str]:
         """Option sections this run reads: its own tasks' and those of the tasks they require, gen, lmms."""
-        from evalsuite.tasks.registry import TASKS
+        from evalsuite.tasks.registry import options_classes
 
-        return sections_for(self.tasks, {t: getattr(self, t) for t in TASKS if hasattr(self, t)})
+        return sections_for(self.tasks, {s: getattr(self, s) for s in options_classes() if hasattr(self, s)})
 
 
 def eval_config_class() -> type:
     """The EvalConfig of the registry as it is now: EvalSettings plus one section per own task, its
-    Options dataclass (evalsuite/tasks/registry.py), so a task's settings are declared in its file alone."""
+    Options dataclass (evalsuite/tasks/registry.py; tasks that share a `section` share one), so a task's
+    settings are declared in its file alone."""
     from evalsuite.tasks import registry
 
     key = tuple(registry.TASKS.items())
@@ -270,19 +275,21 @@ def aliases() -> dict[str, tuple[str, ...]]:
 
 def sections_for(tasks: list[str], options: dict[str, Any] | None = None) -> set[str]:
     """The sections a run of `tasks` reads: each own task's, and transitively those of the tasks it
-    requires (asked of the task, with its options: `options`, else its defaults), gen, lmms."""
-    from evalsuite.tasks.registry import is_own_task, load_task
+    requires (asked of the task, with its section's options: `options`, else its defaults), gen, lmms."""
+    from evalsuite.tasks.registry import is_own_task, load_task, section_of
 
     options = options or {}
     used: set[str] = set()
+    seen: set[str] = set()
     todo = [t for t in tasks if is_own_task(t)]
     while todo:
         name = todo.pop()
-        if name in used:
+        if name in seen:
             continue
-        used.add(name)
+        seen.add(name)
+        used.add(section_of(name))
         task = load_task(name)
-        todo += [t for t in task.requires(options.get(name) or task.Options(), tasks) if is_own_task(t)]
+        todo += [t for t in task.requires(options.get(section_of(name)) or task.Options(), tasks) if is_own_task(t)]
     if used:   # every own task generates with gen
         used.add("gen")
     if any(not is_own_task(t) for t in tasks):
@@ -353,9 +360,9 @@ def _names(tasks) -> list[str]:
 def _check_unused(cfg: EvalConfig, origins: dict[str, str], data: dict) -> None:
     """A section option no task of this run reads: an error from the command line, a log line from a preset."""
     used = cfg.used_sections()
-    from evalsuite.tasks.registry import TASKS
+    from evalsuite.tasks.registry import options_classes
 
-    sections = {"gen", "lmms", *TASKS}
+    sections = {"gen", "lmms", *options_classes()}
     for key, src in origins.items():
         section = key.split(".")[0]
         if section in sections and section not in used:

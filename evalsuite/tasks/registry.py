@@ -5,7 +5,9 @@ An own task is its file plus its line in `TASKS`. The class's `Options` dataclas
 of the eval config (`name:` in a preset, `name.key=value` on the command line), its fields' `alias`
 metadata its convenience flags and their `help` its `evalsuite run --help` lines
 (evalsuite/run_config.py builds all three from here); `requires` says which other tasks' answers (and
-so sections) it reads.
+so sections) it reads. Optional class attributes: `section` (a section shared by several tasks, e.g.
+amber_g and amber_d read `amber`), `reads_data_root = False` (a task with its own data options needs no
+--data-root) and `unread(tasks)` (the section's fields that the tasks of this run never read).
 
 Names in neither table are handed to lmms-eval (see `evalsuite.lmms.task`), so `--tasks chair,mme,pope`
 mixes both kinds.
@@ -17,6 +19,8 @@ from dataclasses import dataclass
 
 # evalsuite's own tasks
 TASKS: dict[str, str] = {
+    "amber_d": "evalsuite.tasks.amber:AmberDiscriminativeTask",
+    "amber_g": "evalsuite.tasks.amber:AmberGenerativeTask",
     "caption": "evalsuite.tasks.caption:CaptionTask",
     "chair": "evalsuite.tasks.chair:ChairTask",
     "relevance": "evalsuite.tasks.relevance:RelevanceTask",
@@ -71,9 +75,23 @@ def load_task(name: str):
     return task_class(name)()
 
 
+def section_of(name: str) -> str:
+    """The eval config section own task `name` reads: its `section` attribute, else its name."""
+    return getattr(task_class(name), "section", name)
+
+
 def options_classes() -> dict[str, type]:
-    """{own task: its Options dataclass}, in registry order: the task sections of the eval config."""
-    return {name: task_class(name).Options for name in TASKS}
+    """{section: its Options dataclass}, in registry order: the task sections of the eval config."""
+    out: dict[str, type] = {}
+    for name in TASKS:
+        out.setdefault(section_of(name), task_class(name).Options)
+    return out
+
+
+def task_unread(tasks: list[str]) -> list[tuple]:
+    """What the own tasks' `unread(tasks)` hooks report for a run of `tasks` (each hook once)."""
+    hooks = {getattr(task_class(n), "unread") for n in TASKS if hasattr(task_class(n), "unread")}
+    return [u for hook in sorted(hooks, key=lambda h: h.__qualname__) for u in hook(tasks)]
 
 
 def is_own_task(name: str) -> bool:

@@ -8,6 +8,8 @@
   user already exported is kept.
 - lmms-eval's request cache goes to a temp dir instead of its default inside site-packages.
 - Logging: one `logging` configuration on stderr (stdout is left for each command's final output).
+  Libraries' import-time INFO chatter (numexpr's thread count, via pandas) is raised to WARNING, so a
+  one-line error stays one line.
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from pathlib import Path
 
 OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# loggers that say at INFO what nobody asked for on every start
+QUIET_LOGGERS = ("numexpr",)
 
 
 def set_offline_env() -> None:
@@ -32,3 +36,5 @@ def setup_process(verbose: bool = False) -> None:
     set_offline_env()
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT,
                         datefmt="%H:%M:%S", stream=sys.stderr)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)

@@ -79,16 +79,21 @@ def split_tasks(names: list[str]) -> tuple[list[str], list[str]]:
     return [n for n in names if is_own_task(n)], [n for n in names if not is_own_task(n)]
 
 
-def check_task_names(names: list[str]) -> None:
+def check_task_names(names: list[str], quick: bool = False) -> None:
+    """UserError for a name no task has. `quick`: only the check that needs no lmms-eval import."""
     from evalsuite.tasks.registry import LMMS_LOCAL_TASKS, TASKS
 
     if not names:
         raise UserError("--tasks: no task given")
     _, lmms = split_tasks(names)
     if lmms:
+        from evalsuite.lmms.names import refuse_unknown
         from evalsuite.lmms.task import validate_task_names
 
-        validate_task_names(lmms, known_own=list(TASKS) + list(LMMS_LOCAL_TASKS))
+        # a name in no lmms-eval yaml is refused now, before lmms-eval's import and index (10-30 s)
+        refuse_unknown(lmms, own=list(TASKS) + list(LMMS_LOCAL_TASKS))
+        if not quick:
+            validate_task_names(lmms, known_own=list(TASKS) + list(LMMS_LOCAL_TASKS))
 
 
 def run_meta(cfg: EvalConfig, run_id: str, ckpt_hash: str, data_root: Path | None) -> dict:
@@ -208,6 +213,7 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     from evalsuite.store import Store
 
     dist = dist or Dist.current()
+    check_task_names(cfg.tasks, quick=True)  # a misspelled name: refused in about a second, before torch loads
     check_before_claim(cfg)     # checkpoint, text encodings, free space: before any work (evalsuite/precheck.py)
     check_task_names(cfg.tasks)
     # a bad --store/--output must fail now, not after hours of generation

@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import subprocess
+import sys
 
-from tests.conftest import run_cli
+import pytest
+
+from evalsuite.errors import UserError
+from tests.conftest import REPO, run_cli
 from tests.report_data import demo_store
 
 
@@ -18,3 +22,44 @@ def test_bad_flag_after_pandas_is_one_stderr_line(tmp_path):
     assert res.returncode == 2
     assert res.stderr.splitlines() == [res.stderr.strip()], res.stderr
     assert res.stderr.startswith("evalsuite: error: --version 999")
+
+
+def test_misspelled_task_refused_before_lmms_eval_is_imported(tiny_vlm_dir, tmp_path):
+    # in-process, so the modules loaded when the error came can be listed (the time: bench/startup_speed.py)
+    code = ("import sys; from evalsuite.cli import main; "
+            f"rc = main(['run', '--ckpt', {str(tiny_vlm_dir)!r}, '--tasks', 'chair,chiar', "
+            f"'--data-root', {str(tmp_path)!r}, '--store', {str(tmp_path / 'store')!r}]); "
+            "print(rc, 'lmms_eval' in sys.modules, 'torch' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}, timeout=600)
+    assert res.stdout.split() == ["2", "False", "False"], res.stdout + res.stderr[-2000:]
+    assert res.stderr.strip().splitlines() == [
+        "evalsuite: error: --tasks chiar: unknown task (not an evalsuite task (caption, chair, mme, pope, pope_adv, "
+        "pope_full, pope_pop, pope_random, relevance) nor an lmms-eval task, group or tag; did you mean 'chair'?)"]
+
+
+def test_lmms_eval_task_names_still_pass_the_quick_check(tmp_path):
+    from evalsuite.lmms.names import refuse_unknown
+
+    # real lmms-eval names of each kind (task, group, tag, a task whose yaml quotes its keys) are not refused
+    refuse_unknown(["mme", "scienceqa_img", "pope_full", "mmlu_anatomy", "mmlu"], own=["chair"])
+    with pytest.raises(UserError, match="chiar"):
+        refuse_unknown(["chiar"], own=["chair"])
+
+
+def test_names_in_yaml_reads_every_form():
+    from evalsuite.lmms.names import names_in_yaml
+
+    text = ('"task": "quoted_task"\ngroup: g1\ntag:\n  - t1\n  - t2  # comment\ntask:\n- sub_a\n- task: inline_b\n'
+            '  include: x\ntag: [f1, "f2"]\ndataset_name: not_a_name\n')
+    assert names_in_yaml(text) == {"quoted_task", "g1", "t1", "t2", "sub_a", "inline_b", "f1", "f2"}
+
+
+@pytest.mark.slow
+def test_scanned_names_cover_lmms_evals_own_index(tmp_path):
+    """The quick check must never refuse a name lmms-eval knows: its scan is a superset of the real index."""
+    from evalsuite.lmms import backend as lb
+    from evalsuite.lmms.names import known_names
+
+    index = set(lb.task_manager(include_defaults=True).task_index)
+    assert len(index) > 100 and not index - known_names(cache_dir=tmp_path), sorted(index - known_names(cache_dir=tmp_path))[:20]

@@ -276,6 +276,7 @@ def load_eval_config(argv: list[str]) -> tuple[EvalConfig, dict]:
     origins: dict[str, str] = {}
     for key, value in items:  # in order, so a later item wins over an earlier one
         if key not in ALIASES:
+            _suggest_flag(key)
             apply_overrides(data, [(key, value)], origins)
             continue
         flag = "--" + key.replace("_", "-")
@@ -294,6 +295,22 @@ def load_eval_config(argv: list[str]) -> tuple[EvalConfig, dict]:
     # after the section check: gen.temperature in a run without gen is about the section, not gen.do_sample
     report_unread(cfg, data, where, origins)
     return cfg, own
+
+
+def _suggest_flag(key: str) -> None:
+    """An unknown top-level key whose nearest name is a convenience flag: say the flag (--chair-image ->
+    --chair-images, not the section `chair`); other unknown keys are left to build()'s own message."""
+    import dataclasses
+    import difflib
+
+    from evalsuite.config import CLI
+
+    fields = {f.name for f in dataclasses.fields(EvalConfig)}
+    if "." in key or key in fields or key in EvalConfig.MOVED:
+        return
+    close = difflib.get_close_matches(key, [*fields, *ALIASES], n=1)
+    if close and close[0] in ALIASES:
+        raise UserError(f"{CLI}: unknown key {key!r} (did you mean --{close[0].replace('_', '-')}?)")
 
 
 def _names(tasks) -> list[str]:

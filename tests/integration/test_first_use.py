@@ -63,3 +63,15 @@ def test_scanned_names_cover_lmms_evals_own_index(tmp_path):
 
     index = set(lb.task_manager(include_defaults=True).task_index)
     assert len(index) > 100 and not index - known_names(cache_dir=tmp_path), sorted(index - known_names(cache_dir=tmp_path))[:20]
+
+
+def test_flag_typo_suggests_the_flag():
+    from evalsuite.run_config import load_eval_config
+
+    with pytest.raises(UserError, match=r"unknown key 'chair_image' \(did you mean --chair-images\?\)"):
+        load_eval_config(["--ckpt", "x", "--tasks", "chair", "--chair-image", "10"])
+    with pytest.raises(UserError, match=r"unknown key 'max_new_token' \(did you mean --max-new-tokens\?\)"):
+        load_eval_config(["--ckpt", "x", "--tasks", "chair", "max_new_token=8"])
+    # a typo of a top-level field still names the field
+    with pytest.raises(UserError, match=r"unknown key 'chekpt' \(did you mean 'ckpt'\?\)"):
+        load_eval_config(["--chekpt", "x", "--tasks", "chair"])

@@ -75,3 +75,22 @@ def test_flag_typo_suggests_the_flag():
     # a typo of a top-level field still names the field
     with pytest.raises(UserError, match=r"unknown key 'chekpt' \(did you mean 'ckpt'\?\)"):
         load_eval_config(["--chekpt", "x", "--tasks", "chair"])
+
+
+def test_rerun_served_from_the_store_writes_no_run_folder(tiny_vlm_dir, world_dir, tmp_path, capsys):
+    from evalsuite.cli import main as cli_main
+
+    store = tmp_path / "store"
+    run = ["run", "--ckpt", str(tiny_vlm_dir), "--tasks", "caption", "--data-root", str(world_dir), "--limit", "2",
+           "--max-new-tokens", "4", "--device", "cpu", "--store", str(store)]
+    assert cli_main(run) == 0
+    (first,) = (store / "runs").iterdir()
+    assert (first / "caption" / "samples.jsonl").is_file()
+    capsys.readouterr()
+    assert cli_main(run) == 0
+    assert list((store / "runs").iterdir()) == [first]           # nothing new: every task came from the store
+    out = capsys.readouterr().out
+    assert f"already in the store: {first.name}-caption" in out and '"output_dir": null' in out
+    # an explicit --output is the user's request: that folder is written (its summary names the stored run)
+    assert cli_main([*run, "--output", str(tmp_path / "o")]) == 0
+    assert (tmp_path / "o" / "summary.json").is_file()

@@ -10,6 +10,9 @@
 - Logging: one `logging` configuration on stderr (stdout is left for each command's final output).
   Libraries' import-time INFO chatter (numexpr's thread count, via pandas) is raised to WARNING, so a
   one-line error stays one line.
+- Progress: when stderr is not a terminal (a log file, a pipe), the libraries' tqdm bars (the Trainer's,
+  model loading, lmms-eval) redraw at most every 30 s (TQDM_MININTERVAL, unless exported); evalsuite's
+  own bars print plain lines instead (evalsuite/progress.py).
 """
 from __future__ import annotations
 
@@ -34,6 +37,10 @@ def set_offline_env() -> None:
 def setup_process(verbose: bool = False) -> None:
     """Offline environment + logging on stderr; call once at the top of an entry point."""
     set_offline_env()
+    from evalsuite.progress import EVERY_S, is_terminal
+
+    if not is_terminal(sys.stderr):
+        os.environ.setdefault("TQDM_MININTERVAL", f"{EVERY_S:g}")
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT,
                         datefmt="%H:%M:%S", stream=sys.stderr)
     for name in QUIET_LOGGERS:

@@ -103,7 +103,8 @@ class VLDPOTrainer(DPOTrainer):
         so every rank holds the same columns whatever sampler order DDP picks.
         """
         from torch.utils.data import DataLoader
-        from tqdm.auto import tqdm
+
+        from evalsuite.progress import progress_bar
 
         bs = batch_size or self.args.per_device_train_batch_size
         loader = DataLoader(dataset, batch_size=bs, shuffle=False, collate_fn=self.data_collator)
@@ -111,7 +112,7 @@ class VLDPOTrainer(DPOTrainer):
         self.model.eval()  # no dropout in the reference pass, as in a frozen reference model
         chosen, rejected = [], []
         device = self.accelerator.device
-        for batch in tqdm(loader, desc="reference log-probs", disable=not self.accelerator.is_main_process):
+        for batch in progress_bar(loader, desc="reference log-probs", disable=not self.accelerator.is_main_process):
             batch = {k: v.to(device) for k, v in batch.items()}
             c, r = self.reference_logps(batch)
             chosen += c.float().cpu().tolist()

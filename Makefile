@@ -59,7 +59,7 @@ fuzz-soak: $(VENV)/.installed
 	seed=$${FUZZ_SEED:-$$(date +%s)}; echo "fuzz-soak: FUZZ_SEED=$$seed FUZZ_N=$(FUZZ_N)"; \
 	  FUZZ_SEED=$$seed FUZZ_N=$(FUZZ_N) NLTK_DATA=$(NLTK) $(BIN)/python -m pytest -q tests/fuzz
 
-# vLLM's own environment for `evalsuite run --engine vllm` (docs/engines.md): ~3-7 minutes and ~6 GB once,
+# vLLM's own environment for `evalsuite run --engine vllm` (docs/engines.md): ~2-3 minutes and 6.3 GB once,
 # in ~/.cache/evalsuite/vllm-env (VLLM_ENV=DIR elsewhere; EVALSUITE_VLLM_PYTHON points a run at another)
 VLLM_ENV ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/evalsuite/vllm-env
 vllm-env:

@@ -18,6 +18,7 @@ from typing import Any, Iterable, TextIO
 
 EVERY_S = 30.0      # the longest a non-terminal stream goes without a progress line
 EVERY_FRACTION = 0.1
+MIN_S = 5.0         # the shortest gap between two lines: a task of a few seconds says only its end
 
 
 def is_terminal(stream: TextIO | None = None) -> bool:
@@ -45,7 +46,7 @@ def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, 
 
 class Lines:
     """Progress as whole lines: `desc: 30/100 batch (30%), 12 s, about 28 s left`, at each tenth of `total`
-    (or every `every_s` seconds, whichever comes first), and once at the end."""
+    at most every MIN_S seconds, at least every `every_s` seconds, and once at the end."""
 
     def __init__(self, iterable: Iterable | None = None, *, total: int | None = None, desc: str = "",
                  unit: str = "it", disable: bool = False, stream: TextIO | None = None,
@@ -54,7 +55,7 @@ class Lines:
         self.disable, self._stream, self.every_s, self._clock = disable, stream, every_s, clock
         self.n = 0
         self._start = self._last_time = clock()
-        self._last_step = -1     # the last tenth reported
+        self._last_step = 0      # the last tenth reported
         self._closed = False
         self._said_end = False
         self._said_n = 0
@@ -78,7 +79,9 @@ class Lines:
             return
         now = self._clock()
         step = int(self.n / self.total / EVERY_FRACTION) if self.total else -1
-        if (self.total and self.n >= self.total) or step > self._last_step or now - self._last_time >= self.every_s:
+        since = now - self._last_time
+        if (self.total and self.n >= self.total) or (step > self._last_step and since >= MIN_S) \
+                or since >= self.every_s:
             self._say(now)
             self._last_step = max(step, self._last_step)
 

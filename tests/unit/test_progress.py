@@ -11,22 +11,32 @@ class Tty(io.StringIO):
 
 
 def test_non_terminal_stream_gets_a_line_per_tenth():
-    out = io.StringIO()
-    seen = list(progress_bar(range(1000), desc="generate", unit="batch", stream=out))
+    out, now = io.StringIO(), [0.0]
+    bar = Lines(range(1000), total=1000, desc="generate", unit="batch", stream=out, clock=lambda: now[0])
+    seen = []
+    for i in bar:
+        seen.append(i)
+        now[0] += 0.1            # 100 s in all: 10 s per tenth
     assert seen == list(range(1000))
     text = out.getvalue()
     lines = text.splitlines()
     assert "\r" not in text
-    # 1 (the start), each tenth 100..1000
-    assert len(lines) == 11, lines
-    assert lines[0].startswith("generate: 1/1000 batch (0%)")
-    assert lines[5].startswith("generate: 500/1000 batch (50%)")
-    assert lines[-1].startswith("generate: 1000/1000 batch (100%)") and "left" not in lines[-1]
+    assert len(lines) == 10, lines          # each tenth 100..1000
+    assert lines[0] == "generate: 100/1000 batch (10%), 10 s, about 90 s left"
+    assert lines[4].startswith("generate: 500/1000 batch (50%), 50 s")
+    assert lines[-1] == "generate: 1000/1000 batch (100%), 100 s"
+
+
+def test_a_quick_task_says_only_its_end():
+    out = io.StringIO()
+    assert list(progress_bar(range(1000), desc="GT captions", stream=out)) == list(range(1000))
+    assert out.getvalue().splitlines() == [out.getvalue().strip()] and "1000/1000 it (100%)" in out.getvalue()
 
 
 def test_a_slow_task_gets_a_line_every_30_s_between_tenths():
     out, now = io.StringIO(), [0.0]
     bar = Lines(total=1000, desc="trees", unit="tree", stream=out, clock=lambda: now[0])
+    now[0] = 10
     bar.update(100)              # 10%
     for _ in range(20):          # one item per 40 s: no tenth crossed, so the clock says each line
         now[0] += 40
@@ -34,7 +44,7 @@ def test_a_slow_task_gets_a_line_every_30_s_between_tenths():
     bar.close()
     lines = out.getvalue().splitlines()
     assert len(lines) == 1 + 20 and all(f"{100 + i + 1}/1000" in lines[1 + i] for i in range(20))
-    assert lines[-1].endswith(", 800 s, about 5867 s left")
+    assert lines[-1].endswith(", 810 s, about 5940 s left")
 
 
 def test_update_api_and_unknown_total():

@@ -85,6 +85,15 @@ class Lines:
             self._say(now)
             self._last_step = max(step, self._last_step)
 
+    def write(self, text: str) -> None:
+        """A line of its own (tqdm.write's place: the Trainer's logged losses)."""
+        stream = sys.stderr if self._stream is None else self._stream
+        try:
+            stream.write(text + "\n")
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
     def close(self) -> None:
         if self._closed:
             return

@@ -23,7 +23,7 @@ from trl import DPOConfig, DPOTrainer
 
 from training.losses import LossSpec, loss_spec, rpo_nll, sequence_logps
 from training.trainers import trl_compat
-from training.trainers.common import JsonLogCallback, finish_training, trainer_args
+from training.trainers.common import JsonLogCallback, finish_training, trainer_args, with_line_progress
 
 log = logging.getLogger(__name__)
 
@@ -139,11 +139,11 @@ def build_dpo_trainer(cfg, model, processor, train_ds, eval_ds=None) -> VLDPOTra
     collator = PreferenceCollator(processor, max_length=cfg.max_length, max_prompt_length=cfg.max_prompt_length,
                                   max_target_length=cfg.max_target_length, diff_mask=spec.diff_mask,
                                   truncation=cfg.truncation, inputs=cfg.input_config())
-    return VLDPOTrainer(
+    return with_line_progress(VLDPOTrainer(
         model=model, args=args, data_collator=collator, train_dataset=train_ds, eval_dataset=eval_ds,
         processing_class=processor, peft_config=lora_config(cfg, model), loss_spec=spec,
         label_smoothing=cfg.label_smoothing, rpo_alpha=cfg.rpo_alpha, callbacks=[JsonLogCallback(Path(cfg.output_dir) / "metrics.jsonl")],
-    )
+    ))
 
 
 def run_dpo(cfg) -> Path:

@@ -35,9 +35,11 @@ nltk-data: $(VENV)/.installed
 	  $(BIN)/python -m evalsuite.metrics.nltk_setup --out $(NLTK) --tagger-from tests/data/golden/nltk_data; \
 	else echo "note: no WordNet 3.0 in /usr/share/wordnet: skipping $(NLTK) (CHAIR opera variants need it)"; fi
 
-# the time is said before the install starts (the first `make demo` installs for ~5 minutes)
+# the time is said before the install starts (the first `make demo` installs for ~5 minutes); the demo's
+# expected time has one source, configs/demo.yaml's expected_minutes (train.py prints it too)
+DEMO_MINUTES := $(shell sed -n 's/^expected_minutes: *\([0-9.]*\).*/\1/p' configs/demo.yaml)
 demo:
-	@echo "evalsuite demo: 10 to 20 minutes on a 2-core CPU, plus about 5 minutes of install on the first run"
+	@echo "evalsuite demo: about $(DEMO_MINUTES) minutes on a 2-core CPU, plus about 5 minutes of install on the first run"
 	@$(MAKE) --no-print-directory setup
 	NLTK_DATA=$(NLTK) $(BIN)/python training/train.py
 
@@ -57,7 +59,7 @@ fuzz-soak: $(VENV)/.installed
 	seed=$${FUZZ_SEED:-$$(date +%s)}; echo "fuzz-soak: FUZZ_SEED=$$seed FUZZ_N=$(FUZZ_N)"; \
 	  FUZZ_SEED=$$seed FUZZ_N=$(FUZZ_N) NLTK_DATA=$(NLTK) $(BIN)/python -m pytest -q tests/fuzz
 
-# vLLM's own environment for `evalsuite run --engine vllm` (docs/engines.md): ~3-7 minutes and ~6 GB once,
+# vLLM's own environment for `evalsuite run --engine vllm` (docs/engines.md): ~2-3 minutes and 6.3 GB once,
 # in ~/.cache/evalsuite/vllm-env (VLLM_ENV=DIR elsewhere; EVALSUITE_VLLM_PYTHON points a run at another)
 VLLM_ENV ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/evalsuite/vllm-env
 vllm-env:

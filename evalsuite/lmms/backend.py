@@ -345,7 +345,7 @@ class EvalsuiteLMM(lmms):
         self.counts["generated"] += len(idxs)
 
     def generate_until(self, requests) -> list[str]:
-        from tqdm.auto import tqdm
+        from evalsuite.progress import progress_bar
 
         requests = list(requests)  # read twice: here and by _note_answers
         items, configs = [], []
@@ -360,7 +360,7 @@ class EvalsuiteLMM(lmms):
         for i in self._lookup(items, out):
             groups.setdefault(configs[i], []).append(i)
         todo = sum(len(g) for g in groups.values())
-        with tqdm(total=todo, desc="evalsuite generate", disable=self.rank != 0 or todo == 0) as bar:
+        with progress_bar(total=todo, desc="evalsuite generate", disable=self.rank != 0 or todo == 0) as bar:
             for (gen, until), idxs in groups.items():
                 for start in range(0, len(idxs), self.batch_size):
                     chunk = idxs[start:start + self.batch_size]

@@ -36,7 +36,8 @@ def build_gt(instances_files: Iterable[str | Path], captions_files: Iterable[str
     """GT objects per image from COCO instances + captions files (loaded with pycocotools); reference
     captions tokenized with `tokenizer`'s rules (default nltk38, as the reference caches were built)."""
     from pycocotools.coco import COCO
-    from tqdm import tqdm
+
+    from evalsuite.progress import progress_bar
 
     if normalizer not in ("pattern", "nltk_lemma"):
         raise UserError(f"normalizer: unknown {normalizer!r} (pattern or nltk_lemma)")
@@ -53,7 +54,7 @@ def build_gt(instances_files: Iterable[str | Path], captions_files: Iterable[str
         for img_id in coco.getImgIds():
             objects.setdefault(int(img_id), set())
         anns = coco.dataset.get("annotations", [])
-        for ann in tqdm(anns, desc=f"GT captions ({normalizer})", disable=not progress):
+        for ann in progress_bar(anns, desc=f"GT captions ({normalizer})", disable=not progress):
             mentions, _ = scorer.mentions(ann["caption"])
             objects.setdefault(int(ann["image_id"]), set()).update(c for _, c, _ in mentions)
     return {k: sorted(v) for k, v in sorted(objects.items())}

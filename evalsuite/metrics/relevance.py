@@ -269,10 +269,10 @@ class RelevanceScorer:
         The whole text is the split sentences re-joined with spaces, so a response is empty for both
         scores or for neither (list markers and contentless pieces are dropped from both).
         """
-        from tqdm import tqdm
+        from evalsuite.progress import progress_bar
 
         out: list[ResponseScore] = []
-        for start in tqdm(range(0, len(items), chunk), disable=not progress, desc="relevance", unit="chunk"):
+        for start in progress_bar(range(0, len(items), chunk), disable=not progress, desc="relevance", unit="chunk"):
             part = items[start:start + chunk]
             sentences = [split_sentences(text) for _, text in part]
             flat = [(ref, s) for (ref, _), sents in zip(part, sentences) for s in sents]

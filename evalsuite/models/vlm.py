@@ -197,14 +197,15 @@ def generate(vlm: VLM, requests: list[GenRequest], gen: GenConfig, batch_size: i
     """Answers to `requests`, in order, generated in batches through `vlm.inputs` (chat template or
     family format, system prompt, image_aspect; every processor tensor reaches `generate`)."""
     import torch
-    from tqdm.auto import tqdm
+
+    from evalsuite.progress import progress_bar
 
     torch.manual_seed(gen.seed)
     answers: list[str] = []
     batches = [b for start in range(0, len(requests), batch_size)
                for b in _same_modality(requests[start:start + batch_size])]
     suppress = {"suppress_tokens": suppressed_token_ids(vlm)} if gen.suppress_special_tokens else {}
-    for batch in tqdm(batches, desc="generate", unit="batch", disable=not progress or len(batches) < 2):
+    for batch in progress_bar(batches, desc="generate", unit="batch", disable=not progress or len(batches) < 2):
         inputs = encode_batch(vlm, batch)
         with torch.inference_mode():
             out = vlm.model.generate(

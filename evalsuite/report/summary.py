@@ -117,7 +117,27 @@ def headline(rows: list[dict], ckpts: list[dict]) -> dict | None:
                  "from": b["value"], "to": c["value"], "delta": c["delta"], "dci": c["dci"],
                  "method": c["method"], "n_paired": c["n_paired"], "arrow": ARROW.get(r["direction"], "")}
         out[c["cls"] if c["cls"] in out else "noci"].append(entry)
+    out["sentence"] = headline_sentence(out)
     return out
+
+
+def headline_sentence(h: dict) -> str:
+    """The headline's words: the metrics that got significantly better and those that got significantly
+    worse, named per task (a count alone reads as a verdict; which metrics moved is the trade-off)."""
+    def named(entries: list[dict]) -> str:
+        tasks: dict[str, list[str]] = {}
+        for e in entries:
+            tasks.setdefault(e["task"], []).append(e["name"])
+        return "; ".join(f"{task}: {', '.join(names)}" for task, names in tasks.items())
+
+    parts = [f"significantly better: {named(h['better'])}" if h["better"] else "nothing significantly better",
+             f"significantly worse: {named(h['worse'])}" if h["worse"] else "nothing significantly worse"]
+    if h["changed"]:
+        parts.append(f"diagnostics changed: {named(h['changed'])}")
+    rest = [f"{len(h['ns'])} changed within noise"] if h["ns"] else []
+    if h["noci"]:
+        rest.append(f"{len(h['noci'])} without a CI")
+    return " — ".join(parts) + (f" ({', '.join(rest)})" if rest else "")
 
 
 def _points(g, ckpts: list[dict]) -> list[dict]:

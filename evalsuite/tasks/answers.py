@@ -78,9 +78,8 @@ def generate_answers(ctx, images: list[dict], prompt: str, gen: GenConfig, data_
                      task: str = "answers") -> list[dict] | None:
     """Answer records {key, image_id, image, prompt, answer} for `images` ({id, path}), in their order;
     `task` names the task in the empty-answers failure (`answers_failure`)."""
-    from tqdm.auto import tqdm
-
     from evalsuite.models.cache import request_key
+    from evalsuite.progress import progress_bar
 
     mine = ctx.dist.shard(images)
     cache = _cache(ctx)
@@ -99,7 +98,7 @@ def generate_answers(ctx, images: list[dict], prompt: str, gen: GenConfig, data_
     if answers:
         log.info("answers: %d of %d taken from the resume cache, %d to generate", len(answers), len(keys), len(todo))
     batches = [todo[s:s + ctx.batch_size] for s in range(0, len(todo), ctx.batch_size)]
-    for batch in tqdm(batches, desc="generate", unit="batch", disable=len(batches) < 2):
+    for batch in progress_bar(batches, desc="generate", unit="batch", disable=len(batches) < 2):
         out = ctx.generate([GenRequest(key=str(mine[i]["id"]), image=mine[i]["path"], prompt=prompt) for i in batch], gen)
         answers.update((keys[i], a) for i, a in zip(batch, out))
         if cache is not None:  # durable after every batch: a kill loses at most the batch in progress

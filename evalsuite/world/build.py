@@ -80,14 +80,13 @@ def _write_json(path: Path, obj) -> None:
 
 def _stage(stage: Path, images: int, seed: int, val_fraction: float) -> dict:
     """Write the whole world into `stage`; returns the counts for world.json."""
-    from tqdm import tqdm
-
+    from evalsuite.progress import progress_bar
     from evalsuite.world.pope import build_pope
     from evalsuite.world.questions import MME_COLUMNS, write_parquet
 
     scenes: dict[str, list] = {s: [] for s in SPLITS}
     png: dict[str, bytes] = {}
-    for image_id in tqdm(range(1, images + 1), desc="world images", disable=images < 2000):
+    for image_id in progress_bar(range(1, images + 1), desc="world images", disable=images < 2000):
         objects = sample_scene(random.Random(f"{seed}:{image_id}"), IMAGE_SIZE)
         split = split_of(image_id, images, val_fraction)
         scenes[split].append((image_id, objects))

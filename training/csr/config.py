@@ -242,12 +242,12 @@ class CSRConfig:
         import dataclasses
 
         from evalsuite.config import unread_fields
-        from evalsuite.tasks.registry import TASKS
+        from evalsuite.tasks.registry import options_classes
 
         out = [(f, s, now, None if s in OWNED_SWITCHES else need)
                for f, s, now, need in unread_fields(self._train_checked, "train.")]
         if self.eval is not None:
-            idle = sorted({"gen", "lmms", *TASKS} - self.eval.used_sections())
+            idle = sorted({"gen", "lmms", *options_classes()} - self.eval.used_sections())
             out += [(f"eval.{s}.{f.name}", "eval.tasks", ",".join(self.eval.tasks) or "[]", None)
                     for s in idle for f in dataclasses.fields(getattr(self.eval, s))]
         return out

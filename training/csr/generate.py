@@ -168,7 +168,7 @@ class TreeGenerator:
         self.sentences_generated = 0  # candidate sentences produced (the bench's unit of work)
 
     def generate(self, records: Sequence[dict], progress: bool = True) -> list[Tree]:
-        from tqdm.auto import tqdm
+        from evalsuite.progress import progress_bar
 
         # A subclass that replaces `_expand` (scripted searches in tests) grows its trees level by level.
         if self.sampler is not None and self.cfg.expander == "group_beam" and type(self)._expand is TreeGenerator._expand:
@@ -186,7 +186,7 @@ class TreeGenerator:
         trees: list[Tree] = []
         step = self.cfg.prompt_batch
         batches = range(0, len(records), step)
-        for start in tqdm(batches, desc="csr trees", unit="batch", disable=not progress or len(batches) < 2):
+        for start in progress_bar(batches, desc="csr trees", unit="batch", disable=not progress or len(batches) < 2):
             trees.extend(self._grow([self._start(r) for r in records[start:start + step]]))
         return trees
 

@@ -315,9 +315,9 @@ class PoolEngine:
     def _advance(self, done: int, total: int) -> None:
         """The bar, made once the first prompts were prefilled (a model that falls back shows none here)."""
         if self._bar is None:
-            from tqdm.auto import tqdm
+            from evalsuite.progress import progress_bar
 
-            self._bar = tqdm(total=total, desc="csr trees", unit="tree", disable=not self._progress)
+            self._bar = progress_bar(total=total, desc="csr trees", unit="tree", disable=not self._progress)
         self._bar.update(done - self._bar.n)
 
     @torch.inference_mode()

@@ -140,8 +140,7 @@ def grow_topn(gen, records: Sequence[dict], next_topn: Callable[[list[tuple[Any,
     """The trees of `records` (in record order) that `gen` (a `generate.TreeGenerator`) grows, searched from
     top-N log-probs under the pool's continuous refill (module docstring). `next_topn` gets the distinct rows
     of one step as (prompt: generate._Prompt, node id, beam tokens)."""
-    from tqdm.auto import tqdm
-
+    from evalsuite.progress import progress_bar
     from training.csr.pool import _Tree, node_ended, node_room, prompt_room
 
     cfg = gen.cfg
@@ -150,7 +149,7 @@ def grow_topn(gen, records: Sequence[dict], next_topn: Callable[[list[tuple[Any,
     trees: dict[int, _Tree] = {}  # resident prompts (their `ctx` stays empty: vLLM holds the contexts)
     done: dict[int, Any] = {}
     ready: list[tuple[int, int, int]] = []  # (record, node, parent): kept nodes of a pruned level
-    bar = tqdm(total=len(records), desc="csr trees", unit="tree", disable=not progress)
+    bar = progress_bar(total=len(records), desc="csr trees", unit="tree", disable=not progress)
     try:
         while waiting or ready or len(beams):
             joining = [(r, nid) for r, nid, _ in ready[:node_room(cfg, len(beams))]]

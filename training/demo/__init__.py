@@ -151,7 +151,7 @@ def run_demo(cfg: DemoConfig) -> Path:
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "demo_config.json", asdict(cfg))
-    log.info("evalsuite demo: expected run time about %.0f minutes on a 2-core CPU; outputs in %s",
+    log.info("evalsuite demo: expected run time about %g minutes on a 2-core CPU; outputs in %s",
              cfg.expected_minutes, out)
     world = out / "world"
     if not (world / "world.json").exists():

@@ -92,10 +92,10 @@ def _batch_loss(model, tok, pixels, pos: list[str], neg: list[list[str]]):
 def train_judge(clip_dir: Path, world: Path, out: Path, cfg: JudgeConfig) -> Path:
     """Train the tiny CLIP at `clip_dir` on the world's train split; save to `out` with a manifest."""
     import torch
-    from tqdm.auto import tqdm
     from transformers import AutoProcessor, CLIPModel
 
     from evalsuite.manifest import write_manifest
+    from evalsuite.progress import progress_bar
     from evalsuite.world.captions import TEMPLATES, caption_for
 
     rng = random.Random(cfg.seed)
@@ -109,7 +109,7 @@ def train_judge(clip_dir: Path, world: Path, out: Path, cfg: JudgeConfig) -> Pat
     sched = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, then cosine to 0
         opt, lambda s: (s + 1) / warmup if s < warmup else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, cfg.steps - warmup))))
     batch = min(cfg.batch_size, len(scenes))
-    for step in tqdm(range(cfg.steps), desc="clip judge", unit="step"):
+    for step in progress_bar(range(cfg.steps), desc="clip judge", unit="step"):
         idx = rng.sample(range(len(scenes)), batch)
         pos, neg = [], []
         for i in idx:

@@ -59,6 +59,25 @@ class JsonLogCallback(TrainerCallback):
         write_jsonl_atomic(path, self.rows)
 
 
+def with_line_progress(trainer):
+    """The Trainer's progress bar through evalsuite/progress.py: a tqdm bar on a terminal, a line per tenth
+    of the steps (and the logged losses) in a log file, not thousands of redraws."""
+    from transformers.trainer_callback import ProgressCallback
+
+    from evalsuite.progress import progress_bar
+
+    class LineProgressCallback(ProgressCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                self.training_bar = progress_bar(total=state.max_steps, desc="train", unit="step")
+            self.current_step = 0
+
+    if any(isinstance(cb, ProgressCallback) for cb in trainer.callback_handler.callbacks):  # not with disable_tqdm
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(LineProgressCallback())
+    return trainer
+
+
 def _last_metrics(trainer) -> dict:
     for cb in trainer.callback_handler.callbacks:
         if isinstance(cb, JsonLogCallback):

@@ -23,7 +23,7 @@ from trl import DPOConfig, DPOTrainer
 
 from training.losses import LossSpec, loss_spec, rpo_nll, sequence_logps
 from training.trainers import trl_compat
-from training.trainers.common import JsonLogCallback, finish_training, trainer_args
+from training.trainers.common import JsonLogCallback, finish_training, trainer_args, with_line_progress
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,8 @@ class VLDPOTrainer(DPOTrainer):
         so every rank holds the same columns whatever sampler order DDP picks.
         """
         from torch.utils.data import DataLoader
-        from tqdm.auto import tqdm
+
+        from evalsuite.progress import progress_bar
 
         bs = batch_size or self.args.per_device_train_batch_size
         loader = DataLoader(dataset, batch_size=bs, shuffle=False, collate_fn=self.data_collator)
@@ -111,7 +112,7 @@ class VLDPOTrainer(DPOTrainer):
         self.model.eval()  # no dropout in the reference pass, as in a frozen reference model
         chosen, rejected = [], []
         device = self.accelerator.device
-        for batch in tqdm(loader, desc="reference log-probs", disable=not self.accelerator.is_main_process):
+        for batch in progress_bar(loader, desc="reference log-probs", disable=not self.accelerator.is_main_process):
             batch = {k: v.to(device) for k, v in batch.items()}
             c, r = self.reference_logps(batch)
             chosen += c.float().cpu().tolist()
@@ -138,11 +139,11 @@ def build_dpo_trainer(cfg, model, processor, train_ds, eval_ds=None) -> VLDPOTra
     collator = PreferenceCollator(processor, max_length=cfg.max_length, max_prompt_length=cfg.max_prompt_length,
                                   max_target_length=cfg.max_target_length, diff_mask=spec.diff_mask,
                                   truncation=cfg.truncation, inputs=cfg.input_config())
-    return VLDPOTrainer(
+    return with_line_progress(VLDPOTrainer(
         model=model, args=args, data_collator=collator, train_dataset=train_ds, eval_dataset=eval_ds,
         processing_class=processor, peft_config=lora_config(cfg, model), loss_spec=spec,
         label_smoothing=cfg.label_smoothing, rpo_alpha=cfg.rpo_alpha, callbacks=[JsonLogCallback(Path(cfg.output_dir) / "metrics.jsonl")],
-    )
+    ))
 
 
 def run_dpo(cfg) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from trl import SFTConfig, SFTTrainer
 
-from training.trainers.common import JsonLogCallback, finish_training, trainer_args
+from training.trainers.common import JsonLogCallback, finish_training, trainer_args, with_line_progress
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +41,10 @@ def build_sft_trainer(cfg, model, processor, train_ds, eval_ds=None) -> SFTTrain
                            max_target_length=cfg.max_target_length, label_pad_token_id=cfg.label_pad_token_id,
                            truncation=cfg.truncation, inputs=cfg.input_config(),
                            eos_every_turn=cfg.chat_format != "vlrlhf_llava")
-    return VLSFTTrainer(model=model, args=args, data_collator=collator, train_dataset=train_ds, eval_dataset=eval_ds,
-                      processing_class=processor, peft_config=lora_config(cfg, model),
-                      callbacks=[JsonLogCallback(Path(cfg.output_dir) / "metrics.jsonl")])
+    return with_line_progress(VLSFTTrainer(
+        model=model, args=args, data_collator=collator, train_dataset=train_ds, eval_dataset=eval_ds,
+        processing_class=processor, peft_config=lora_config(cfg, model),
+        callbacks=[JsonLogCallback(Path(cfg.output_dir) / "metrics.jsonl")]))
 
 
 def run_sft(cfg, hint: str | None = None) -> Path:

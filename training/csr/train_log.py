@@ -27,8 +27,11 @@ FINAL = (("final_loss", "loss", False), ("final_reward_margin", "rewards/margins
 def store_run_id(cfg, t: int, kind: str) -> str:
     """The store run id of iteration t's `kind` run ("pairs", "train"): derived from the run dir, so a
     resumed loop that already wrote it finds it and does not write it twice."""
+    from training.csr.stages import restart_count
+
     tag = hashlib.sha256(str(cfg.run_dir.resolve()).encode()).hexdigest()[:8]
-    return f"csr-{re.sub(r'[^A-Za-z0-9._-]', '-', cfg.name)[:60]}-{tag}-iter{t}-{kind}"
+    n = restart_count(cfg, t)   # an iteration recomputed by --restart-from is another run
+    return f"csr-{re.sub(r'[^A-Za-z0-9._-]', '-', cfg.name)[:60]}-{tag}-iter{t}-{kind}" + (f"-r{n}" if n else "")
 
 
 def step_rows(path: Path) -> list[dict]:

@@ -123,9 +123,14 @@ def _record(old: dict | None, mine: dict, cfg) -> dict:
     history = list(old.get("history") or []) if isinstance(old, dict) else []
     if isinstance(old, dict) and isinstance(old.get("config"), dict) and not history:
         history = [{"config": old["config"]}]    # a record written before the history existed
-    resume = cfg.resume_from_checkpoint
+    try:   # the checkpoint this start continues (true resolved to it), None for a fresh start
+        from training.config import resume_checkpoint
+
+        resumed = resume_checkpoint(cfg)
+    except UserError:
+        resumed = str(cfg.resume_from_checkpoint)
     entry = {"config": mine, "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-             "resume_from_checkpoint": None if resume in (None, False, "", "false") else str(resume)}
+             "resume_from_checkpoint": resumed}
     first = old["config"] if isinstance(old, dict) and isinstance(old.get("config"), dict) else mine
     return {"config": first, "history": [*history, entry]}
 

@@ -55,8 +55,11 @@ def load_prompts(path: str | Path, limit: int | None = None) -> list[dict]:
     out, seen = [], set()
     for i, row in enumerate(rows[:limit] if limit else rows):
         q = row.get("question", row.get("input")) if isinstance(row, dict) else None
-        if not isinstance(q, str) or not row.get("image") or row.get("id") is None:
+        if not isinstance(q, str) or row.get("image") is None or row.get("id") is None:
             raise UserError(f"{path}: record {i} needs 'id', 'image' and a 'question' string")
+        from training.data.formats import image_name
+
+        image_name(row["image"], f"{path}: record {i}")   # the trees are grown from it: checked now
         rid = str(row["id"])
         if rid in seen:
             raise UserError(f"{path}: record {i}: duplicate id {rid!r}")

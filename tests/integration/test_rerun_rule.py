@@ -152,3 +152,28 @@ def test_no_pairs_is_one_line_not_a_traceback(csr_argv, monkeypatch, capsys):
     lines = error_lines(err)
     assert rc == 1 and "Traceback" not in err, err[-2000:]
     assert len(lines) == 1 and lines[0].startswith("train.py: error: iteration 1: no preference pairs"), lines
+
+
+def test_csr_sigterm_outside_dpo_says_rerun_the_same_command(csr_argv, tmp_path, monkeypatch, capsys):
+    """Item 6: CSR stopped by SIGTERM outside its DPO stage: the line gives the command that continues it
+    (the same command; the CSR command rejects --resume_from_checkpoint), and that command does continue."""
+    import training.csr.loop as loop
+    from training.outdir import Terminated
+
+    def terminated(*a, **k):
+        raise Terminated()
+
+    monkeypatch.setattr(loop, "stage_score", terminated)
+    with pytest.raises(SystemExit) as e:
+        train_main(csr_argv)
+    assert e.value.code == 143
+    lines = error_lines(capsys.readouterr().err)
+    assert len(lines) == 1 and lines[0].startswith(
+        f"train.py: terminated (finished stages stay in {tmp_path / 'run'}; continue with the same command: "
+        "python training/train.py --config "), lines
+    assert "--resume_from_checkpoint" not in lines[0] and f"prompts={tmp_path / 'prompts.jsonl'}" in lines[0]
+    monkeypatch.undo()
+    _stop_before(monkeypatch, "pairs")
+    with pytest.raises(Killed):   # the advised command continues: generation is not redone, scoring runs
+        train_main(csr_argv)
+    assert (tmp_path / "run" / "iter_1" / "score.done").is_file()

@@ -182,7 +182,13 @@ def continue_hint(cfg, argv: list[str]) -> str:
     --resume_from_checkpoint true (added to the same command unless it is there)."""
     import shlex
 
-    command = "python training/train.py " + " ".join(shlex.quote(a) for a in argv)
+    kept, skip = [], False
+    for a in argv:   # --restart-from discards again on every run: continuing is the command without it
+        if skip or a.startswith(("--restart-from", "--restart_from")):
+            skip = a in ("--restart-from", "--restart_from") and not skip
+            continue
+        kept.append(a)
+    command = "python training/train.py " + " ".join(shlex.quote(a) for a in kept)
     if cfg.method == "csr":
         return f" (finished stages stay in {cfg.run_dir}; continue with the same command: {command})"
     out = getattr(cfg, "output_dir", None)

@@ -37,6 +37,7 @@ from typing import Any
 from evalsuite.dist import Dist
 from evalsuite.errors import UserError
 from evalsuite.files import sha256_file, write_json_atomic
+from training.csr import stages
 from training.csr.config import CSRConfig, load_config
 
 log = logging.getLogger(__name__)
@@ -291,8 +292,6 @@ def run_iteration(cfg: CSRConfig, models: _Models, records: list[dict], ckpt: st
     d.mkdir(parents=True, exist_ok=True)
     dist = models.dist
     rank = dist.rank
-    from training.csr import stages
-
     if not _done(d, "generate"):
         if dist.is_main:   # what the stage runs under, before it starts (training/csr/stages.py)
             stages.record(cfg, d.name, "generate")
@@ -327,8 +326,6 @@ def run_csr(cfg: CSRConfig | dict | str | Path, dist: Dist | None = None, restar
     group initialised: training/train.py); None is a single process. A rerun whose settings differ from
     a stage that ran is refused, or with `restart_from` ("iter_T/STAGE", "base_eval") that stage and what
     depends on it are discarded and recomputed (training/csr/stages.py)."""
-    from training.csr import stages
-
     dist = dist or Dist()
     if isinstance(cfg, (str, Path)):
         cfg = load_config(cfg)

@@ -143,6 +143,23 @@ def options_identity(opts: Any) -> dict[str, Any]:
     return out
 
 
+def scheduling_keys(cls: Any, prefix: str = "") -> set[str]:
+    """Dotted keys of the fields of options class `cls` (sections recursed) marked identity=False: settings
+    that give the same results, so a rerun or resume that changes only them is the same run."""
+    import typing
+
+    out: set[str] = set()
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if not f.metadata.get("identity", True):
+            out.add(prefix + f.name)
+            continue
+        sub = next((a for a in (hints[f.name], *typing.get_args(hints[f.name])) if dataclasses.is_dataclass(a)), None)
+        if sub is not None:
+            out |= scheduling_keys(sub, f"{prefix}{f.name}.")
+    return out
+
+
 def gen_identity(gen: Any) -> dict[str, Any] | None:
     """Generation settings as a typed dict (a GenConfig / dataclass, or a mapping already typed, e.g. by
     evalsuite.run_config.parse_gen_kwargs), never the text the user typed; None or {} is None."""

@@ -22,6 +22,10 @@ from pathlib import Path
 from evalsuite.errors import UserError
 
 LOCK = ".lock"
+# settings of an evaluation that change its speed only (identity=False fields of EvalConfig, checked by a
+# test): a rerun that changes them resumes the same run
+EVAL_SPEED_KEYS = ("batch_size", "relevance.batch_size", "vllm.data_parallel_size", "vllm.gpu_memory_utilization",
+                   "vllm.kv_cache_gib", "vllm.prefix_caching", "vllm.start_timeout_s")
 
 
 def differences(old, new, prefix: str = "") -> list[str]:
@@ -80,7 +84,7 @@ class OutputDir:
             raise UserError(f"{flag} {p}: run.json unreadable ({e}); pass a new or empty directory") from None
         if not isinstance(old, dict) or not old.get("run_id"):
             raise UserError(f"{flag} {p}: run.json names no run; pass a new or empty directory")
-        diff = differences(upgraded_config(old.get("config")), config)
+        diff = [d for d in differences(upgraded_config(old.get("config")), config) if d not in EVAL_SPEED_KEYS]
         if old.get("ckpt_hash") != ckpt_hash:
             diff.insert(0, "the checkpoint's weights")
         elif model_id is not None and old.get("model_id") not in (None, model_id):

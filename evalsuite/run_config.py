@@ -164,7 +164,7 @@ class EvalSettings:
     output: str | None = opt(None, "output directory (null = STORE/runs/RUN_ID); the same run resumes there")
     store: str = opt("results", "results store")
     limit: int | None = opt(None, "at most N documents per task (null = all)", ge=1)
-    batch_size: int = opt(8, "generation batch size", ge=1)
+    batch_size: int = opt(8, "generation batch size", ge=1, identity=False)
     device: str | None = opt(None, "cpu | cuda | cuda:N | mps (null = cuda if available)")
     dtype: Literal["float32", "float16", "bfloat16"] | None = opt(None, "null = bfloat16 on cuda, else float32")
     label: str | None = opt(None, "display name of this checkpoint in tables and reports")

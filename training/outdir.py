@@ -30,11 +30,21 @@ LOCK = ".lock"
 MARKER = "train_run.json"
 # settings that may change between a run and its continuation without making it another run
 _RESUME_FREE = {"resume_from_checkpoint", "logging_dir", "overwrite_output_dir", "local_rank", "save_on_signal"}
+# settings that change when checkpoints are written or where logs go, not the trained weights or the logged
+# curve: a resume (and a CSR rerun, training/csr/stages.py) may change them
+TRAIN_SCHEDULING = frozenset(_RESUME_FREE | {"save_steps", "save_strategy", "save_total_limit", "dataloader_num_workers",
+                                             "dataset_num_proc", "report_to", "project_name", "group_name",
+                                             "wandb_mode", "disable_tqdm"})
 
 
 # LoRA settings that do nothing without LoRA: not part of a run's configuration then (a full fine-tune is the
 # same run whatever a preset says of LoRA targets)
 _LORA_ONLY = ("lora_scope", "lora_merge")
+
+
+# a resume may train longer than the first start planned (its steps are the same up to the checkpoint; the
+# history in train_run.json keeps both lengths); every other setting of the weights must be the recorded one
+RESUME_EXTENDS = ("max_steps", "num_train_epochs")
 
 
 def _without_idle_lora(plain: dict) -> dict:
@@ -55,7 +65,8 @@ def _unread_differences(old, cfg) -> list[str]:
     from evalsuite.outdir import differences
 
     idle = {f for f, *_ in cfg.unread()} if hasattr(cfg, "unread") else set()
-    return [d for d in differences(_upgraded(old), _fingerprint(cfg)) if d.split(".")[0] not in idle]
+    return [d for d in differences(_upgraded(old), _fingerprint(cfg))
+            if d.split(".")[0] not in idle and d.split(".")[0] not in TRAIN_SCHEDULING]
 
 
 def _upgraded(old: dict) -> dict:
@@ -87,6 +98,41 @@ def same_run_config(out: Path, cfg) -> tuple[bool, str]:
     if diff:
         return False, f"a run of another configuration: {shown_differences(diff)} differ"
     return True, ""
+
+
+def _shown(diff: list[str], old: dict, mine: dict) -> str:
+    """The differing fields with their recorded and new values (the first four)."""
+    old = _upgraded(old["config"])
+
+    def value(d, key):
+        for k in key.split("."):
+            d = d.get(k) if isinstance(d, dict) else None
+        return d
+
+    parts = [f"{k}: {json.dumps(value(old, k), default=str)} -> {json.dumps(value(mine, k), default=str)}"
+             for k in diff[:4]]
+    return ", ".join(parts) + (", ..." if len(diff) > 4 else "") + " differ"
+
+
+def _record(old: dict | None, mine: dict, cfg) -> dict:
+    """train_run.json: `config`, the settings of the run's first start (what its steps were trained under),
+    and `history`, one entry per start (its settings, when, what it resumed from): a resume adds an entry,
+    it never rewrites what the first half ran under."""
+    import datetime as dt
+
+    history = list(old.get("history") or []) if isinstance(old, dict) else []
+    if isinstance(old, dict) and isinstance(old.get("config"), dict) and not history:
+        history = [{"config": old["config"]}]    # a record written before the history existed
+    try:   # the checkpoint this start continues (true resolved to it), None for a fresh start
+        from training.config import resume_checkpoint
+
+        resumed = resume_checkpoint(cfg)
+    except UserError:
+        resumed = str(cfg.resume_from_checkpoint)
+    entry = {"config": mine, "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+             "resume_from_checkpoint": resumed}
+    first = old["config"] if isinstance(old, dict) and isinstance(old.get("config"), dict) else mine
+    return {"config": first, "history": [*history, entry]}
 
 
 def training_artefacts(out: Path) -> list[str]:
@@ -141,19 +187,29 @@ def owned_output_dir(cfg):
                 old = None
         artefacts = training_artefacts(out)
         resuming = bool(cfg.resume_from_checkpoint)
-        if not resuming and (artefacts or old is not None):
+        if artefacts or old is not None:
             if not isinstance(old, dict) or not isinstance(old.get("config"), dict):
-                raise UserError(f"output_dir {out}: holds a training run's files ({', '.join(artefacts[:3])}) "
-                                "of unknown configuration; pass another directory, or --resume_from_checkpoint "
-                                "true to continue it")
-            diff = _unread_differences(old["config"], cfg)
-            if diff:
-                shown = shown_differences(diff)
-                raise UserError(f"output_dir {out}: holds a training run of another configuration ({shown} "
-                                "differ); pass another directory, or --resume_from_checkpoint true to continue it")
+                if not resuming:
+                    raise UserError(f"output_dir {out}: holds a training run's files ({', '.join(artefacts[:3])}) "
+                                    "of unknown configuration; pass another directory, or --resume_from_checkpoint "
+                                    "true to continue it")
+                old = None   # a folder of an earlier release without a record: resumed as asked
+            else:
+                diff = _unread_differences(old["config"], cfg)
+                if diff and resuming:
+                    diff = [d for d in diff if d not in RESUME_EXTENDS]
+                if diff and resuming:
+                    # the checkpoint's steps were taken under the recorded settings: continuing them under
+                    # others would give weights no single configuration describes
+                    raise UserError(f"output_dir {out}: resuming a run of other settings ({_shown(diff, old, mine)}); "
+                                    "resume with the recorded settings, or train afresh in another directory")
+                if diff:
+                    raise UserError(f"output_dir {out}: holds a training run of another configuration "
+                                    f"({shown_differences(diff)} differ); pass another directory, or its settings "
+                                    "with --resume_from_checkpoint true to continue it")
         from evalsuite.files import write_json_atomic
 
-        write_json_atomic(marker, {"config": mine})
+        write_json_atomic(marker, _record(old, mine, cfg))
         yield
     except BaseException:
         # a run that failed before writing anything (bad data, a bad flag) leaves no folder it made
@@ -177,13 +233,24 @@ def apply_umask(root: Path) -> None:
                 os.chmod(p, 0o666 & ~mask)
 
 
+def _text(hint) -> str:
+    if not callable(hint):
+        return hint
+    try:
+        return hint()
+    except Exception:   # the line must come out whatever the hint's reading finds
+        return ""
+
+
 class Terminated(BaseException):
     """SIGTERM as an exception (like KeyboardInterrupt for SIGINT), so the entry point prints one line."""
 
 
 @contextlib.contextmanager
-def interrupt_exit(prog: str, out_hint: str = ""):
-    """Within: SIGTERM raises Terminated. On KeyboardInterrupt/Terminated: one stderr line, SystemExit(130/143)."""
+def interrupt_exit(prog: str, out_hint=""):
+    """Within: SIGTERM raises Terminated. On KeyboardInterrupt/Terminated: one stderr line, SystemExit(130/143).
+    `out_hint`: text appended to the line, or a function giving it then (what continues the run depends on
+    what it saved)."""
     import signal
     import threading
 
@@ -199,10 +266,10 @@ def interrupt_exit(prog: str, out_hint: str = ""):
     try:
         yield
     except KeyboardInterrupt:
-        say(f"{prog}: interrupted{out_hint}")
+        say(f"{prog}: interrupted{_text(out_hint)}")
         raise SystemExit(130) from None
     except Terminated:
-        say(f"{prog}: terminated{out_hint}")
+        say(f"{prog}: terminated{_text(out_hint)}")
         raise SystemExit(143) from None
     finally:
         if installed:

@@ -6,11 +6,17 @@ A checkpoint is complete when it holds trainer_state.json (the Trainer writes it
 weights, and the optimizer + LR scheduler state. transformers resumes a folder without the optimizer or
 scheduler file (what `save_only_model` writes) with a fresh optimizer and a restarted LR schedule and
 says nothing, so such a folder is not resumable here. A folder without trainer_state.json or weights is
-a save cut short (a kill during the save): the latest complete one before it is used instead.
+a save cut short (a kill during the save): the latest complete one before it is used instead. So is a
+folder one of whose files does not load (`damaged_file`: a safetensors header or a torch zip archive cut
+short, a JSON file that does not parse), with one warning naming the file; when no folder loads, the
+refusal names the file and the choices.
 """
 from __future__ import annotations
 
+import json
 import logging
+import struct
+import zipfile
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -52,6 +58,71 @@ def checkpoint_problem(path: str | Path) -> str | None:
     scheduler = deepspeed or "scheduler.pt" in files
     if not (optimizer and scheduler):
         return WEIGHTS_ONLY
+    bad = damaged_file(path)
+    return f"damaged: {bad}" if bad else None
+
+
+def _safetensors_problem(p: Path) -> str | None:
+    """Why a safetensors file would not load, from its header alone (length, JSON, tensor extents)."""
+    size = p.stat().st_size
+    with open(p, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            return f"{size} bytes, shorter than a safetensors header"
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            return f"header length {n} beyond the file's {size} bytes (cut short?)"
+        try:
+            header = json.loads(fh.read(n))
+        except ValueError:
+            return "header is not JSON"
+    ends = [v["data_offsets"][1] for k, v in header.items()
+            if k != "__metadata__" and isinstance(v, dict) and isinstance(v.get("data_offsets"), list)
+            and len(v["data_offsets"]) == 2]
+    if ends and 8 + n + max(ends) > size:
+        return f"tensor data ends at byte {8 + n + max(ends)} of a {size}-byte file (cut short?)"
+    return None
+
+
+def _torch_file_problem(p: Path) -> str | None:
+    """Why a torch.save file would not load: a zip archive (torch's format) whose directory does not read.
+    A file of torch's legacy (pickle) format is not checked."""
+    with open(p, "rb") as fh:
+        magic = fh.read(2)
+    if magic != b"PK":
+        return "empty" if not magic else None
+    try:
+        with zipfile.ZipFile(p) as z:
+            z.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        return f"not a readable archive ({e})"
+    return None
+
+
+def damaged_file(path: str | Path) -> str | None:
+    """'NAME (why)' of the first file of checkpoint folder `path` that would not load, None when all read:
+    safetensors headers, torch archives (optimizer, scheduler, RNG state) and JSON files, checked without
+    reading the tensors."""
+    for p in sorted(Path(path).iterdir()):
+        if not p.is_file():
+            continue
+        try:
+            if p.name.endswith(".safetensors"):
+                why = _safetensors_problem(p)
+            elif p.suffix in (".pt", ".pth", ".bin"):
+                why = _torch_file_problem(p)
+            elif p.suffix == ".json":
+                try:
+                    json.loads(p.read_bytes())
+                    why = None
+                except ValueError:
+                    why = "not JSON (cut short?)"
+            else:
+                why = None
+        except OSError as e:
+            why = f"unreadable ({e.strerror or e})"
+        if why:
+            return f"{p.name} ({why})"
     return None
 
 
@@ -71,8 +142,16 @@ def latest_checkpoint(out: str | Path) -> tuple[Path | None, str]:
         if why == WEIGHTS_ONLY:
             return None, f"{p}: {why} (no optimizer/scheduler state)"
         if p is found[-1]:
+            if any((checkpoint_problem(q) or "").startswith("damaged") for q in found):
+                shown = f"{p}/{why.removeprefix('damaged: ')} is damaged" if why.startswith("damaged") else f"{p}: {why}"
+                return None, (f"{shown}; no checkpoint-N in {out} loads: remove the damaged ones and resume "
+                              "from an earlier save, or train afresh in another output_dir")
             return None, f"{p}: {why}; no complete checkpoint-N in {out}"
         if f"{p}: {why}" not in _told:
             _told.add(f"{p}: {why}")
-            log.warning("%s: %s; skipped", p, why)
+            if why.startswith("damaged"):
+                log.warning("%s/%s: skipped, continuing from the latest checkpoint whose files all load",
+                            p, why.removeprefix("damaged: "))
+            else:
+                log.warning("%s: %s; skipped", p, why)
     return None, ""  # not reached

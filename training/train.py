@@ -37,6 +37,8 @@ With no arguments: the demo (configs/demo.yaml).
   --config F      a YAML preset (configs/); it names its method
   --method M      sft | dpo | csr | demo (overrides the preset's)
   --dry-run       validate everything, print the resolved config as YAML, warn about missing paths, exit
+  --restart-from S  csr: discard stage S (iter_T/STAGE, STAGE one of generate, score, pairs, train, eval; or
+                  base_eval) and what depends on it, and recompute them under this command's settings
   --help          this text; with --method/--config also the method's fields
 
 OVERRIDES (later wins over the preset): --key value, --key=value, --flag (= true; a true/false field only), key=value,
@@ -77,8 +79,13 @@ def load(method: str | None, path: str | None, items: list, dry_run: bool = Fals
     return build(cls, data, where, origins)
 
 
-def run(cfg) -> object:
+def run(cfg, restart_from: str | None = None) -> object:
     """Start the method's workflow on a validated config (paths are checked first)."""
+    from evalsuite.errors import UserError
+
+    if restart_from and cfg.method != "csr":
+        raise UserError(f"--restart-from: only the CSR loop has stages to restart (method {cfg.method}); "
+                        "pass another output_dir to train afresh")
     cfg.check_ready()
     if cfg.method == "sft":
         from training.trainers.sft import run_sft
@@ -91,7 +98,7 @@ def run(cfg) -> object:
     if cfg.method == "csr":
         from training.csr.loop import run_csr
 
-        return run_csr(cfg, _join_group(cfg.device))[-1]
+        return run_csr(cfg, _join_group(cfg.device), restart_from=restart_from)[-1]
     from training.demo import run_demo
 
     return run_demo(cfg)
@@ -135,7 +142,7 @@ def help_text(method: str | None, path: str | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from evalsuite.config import split_args
-    from evalsuite.errors import UserError, say
+    from evalsuite.errors import RunFailure, UserError, say
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:  # no arguments: the built-in demo, the first thing a new user runs
@@ -145,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_process()  # offline env (checkpoints and data are local paths) + logging, as the evalsuite CLI
     try:
         argv = ["--help" if a == "-h" else a for a in argv]
-        own, items = split_args(argv, ("config", "method", "dry_run!", "help!"))
+        own, items = split_args(argv, ("config", "method", "dry_run!", "help!", "restart_from"))
         if own.get("help"):
             print(help_text(own.get("method"), own.get("config")))
             return 0
@@ -154,10 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             return dry_run(cfg)
         from training.outdir import interrupt_exit
 
-        out = getattr(cfg, "output_dir", None)
-        hint = f" (checkpoints saved so far stay in {out}; continue with --resume_from_checkpoint true)" if out else ""
-        with interrupt_exit("train.py", hint):   # SIGINT/SIGTERM: one line, exit 130/143
-            result = run(cfg)
+        with interrupt_exit("train.py", lambda: continue_hint(cfg, argv)):   # SIGINT/SIGTERM: one line, exit 130/143
+            result = run(cfg, own.get("restart_from"))
         # one write: every torchrun rank prints it to the shared (unbuffered: `python -u`) stdout, where
         # print's two writes (text, newline) let two ranks' lines run together (evalsuite.errors.say)
         sys.stdout.write(f"{result}\n")
@@ -166,6 +171,37 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         say(f"train.py: error: {e}")
         return UserError.exit_code
+    except RunFailure as e:   # a run that started and failed: its message, one line, no traceback
+        say(f"train.py: error: {' '.join(str(e).split())}")
+        return RunFailure.exit_code
+
+
+def continue_hint(cfg, argv: list[str]) -> str:
+    """What the SIGINT/SIGTERM line says continues the run: the CSR loop and the demo resume their finished
+    stages when the same command runs again; sft/dpo continue from their last checkpoint with
+    --resume_from_checkpoint true (added to the same command unless it is there)."""
+    import shlex
+
+    kept, skip = [], False
+    for a in argv:   # --restart-from discards again on every run: continuing is the command without it
+        if skip or a.startswith(("--restart-from", "--restart_from")):
+            skip = a in ("--restart-from", "--restart_from") and not skip
+            continue
+        kept.append(a)
+    command = "python training/train.py " + " ".join(shlex.quote(a) for a in kept)
+    if cfg.method == "csr":
+        return f" (finished stages stay in {cfg.run_dir}; continue with the same command: {command})"
+    out = getattr(cfg, "output_dir", None)
+    if cfg.method not in ("sft", "dpo") or not out:
+        return f" (continue with the same command: {command})"
+    from training.resume import latest_checkpoint
+
+    if latest_checkpoint(out)[0] is None:   # nothing to resume: the same command starts the run again
+        return f" (no checkpoint saved in {out}; start again with the same command: {command})"
+    if not any(a.replace("-", "_").startswith("--resume_from_checkpoint") or a.startswith("resume_from_checkpoint=")
+               for a in argv):
+        command += " --resume_from_checkpoint true"
+    return f" (checkpoints saved so far stay in {out}; continue with: {command})"
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ only routes here and prints --help.
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 
 def epilog() -> str:
@@ -56,7 +57,8 @@ def main(args) -> int:
 
     started = init_process_group(cfg.device)  # under torchrun / accelerate launch (docs/multi-gpu.md)
     try:
-        summary = run_eval(cfg)
+        with _stopped_says_how_to_continue(args.raw):
+            summary = run_eval(cfg)
         main_rank = Dist.current().is_main
     except RunFailure as exc:
         if not (started and exc.collective):
@@ -78,6 +80,40 @@ def main(args) -> int:
         print(f"{task:12s} {metrics or '(already in the store: ' + str(res.get('reused')) + ')'}")
     print(json.dumps({"run_id": summary["run_id"], "output_dir": summary["output_dir"]}))
     return 0
+
+
+class _Terminated(BaseException):
+    pass
+
+
+@contextlib.contextmanager
+def _stopped_says_how_to_continue(raw: list[str]):
+    """SIGINT / SIGTERM during a run: one line giving the command that continues it (finished tasks are in
+    the store and answers in the resume cache, so the same command picks up where this one stopped), exit
+    130 / 143."""
+    import shlex
+    import signal
+    import threading
+
+    from evalsuite.errors import say
+
+    def on_term(signum, frame):
+        raise _Terminated()
+
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, on_term) if main else None
+    command = "evalsuite run " + " ".join(shlex.quote(a) for a in raw)
+    try:
+        yield
+    except KeyboardInterrupt:
+        say(f"evalsuite: interrupted (finished tasks are stored; continue with the same command: {command})")
+        raise SystemExit(130) from None
+    except _Terminated:
+        say(f"evalsuite: terminated (finished tasks are stored; continue with the same command: {command})")
+        raise SystemExit(143) from None
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, old)
 
 
 def dry_run(cfg) -> int:

@@ -201,6 +201,29 @@ def pairs(rng: random.Random) -> bytes:
     return mutate(rng, json.dumps(rows).encode(), _json_structural)
 
 
+# image fields as files carry them wrong or crafted: other types, empty, NUL and other control characters,
+# escapes, huge names, a parquet-like struct with bad members; null is the valid text-only row
+IMAGE_VALUES = [123, -1, 1.5, True, [], ["a.png"], {}, {"path": 5}, {"bytes": "x"}, {"path": None, "bytes": None},
+                "", " ", "a\x00b.png", "a\x1b[31m.png", "a\rb.png", "a\nb.png", "\x7f.png", "\u0085.png", "../../etc/passwd",
+                "/abs/x.png", "x" * 5000, "ok.png", None, "caf\u00e9.png", "\u202e.png"]
+
+
+def training_rows(rng: random.Random) -> bytes:
+    """Rows of every training format (plain_dpo, vlquery_json, csr_pairs) and of CSR prompts in one list, their
+    image fields replaced by IMAGE_VALUES, sometimes mutated further."""
+    human = {"from": "human", "value": "<image>\nDescribe."}
+    rows = []
+    for i in range(rng.randint(1, 4)):
+        image = rng.choice(IMAGE_VALUES)
+        rows.append({"id": i, "image": image, "question": "Describe.", "prompt": "Describe.", "chosen": "a dog",
+                     "rejected": "a cat", "conversations": [human, {"from": "gpt", "value": "a dog"}],
+                     "rejected_conversations": [human, {"from": "gpt", "value": "a cat"}]})
+        if rng.random() < 0.3:
+            del rows[-1]["image"]
+    data = json.dumps(rows).encode()
+    return mutate(rng, data, _json_structural) if rng.random() < 0.2 else data
+
+
 def resume_cache(rng: random.Random) -> bytes:
     lines = [json.dumps({"key": f"k{i}", "doc_id": i, "type": "generate_until", "response": "a dog"})
              for i in range(rng.randint(1, 6))]
@@ -229,4 +252,4 @@ def chat_template(rng: random.Random) -> bytes:
 
 GENERATORS = {"eval_yaml": eval_yaml, "train_yaml": train_yaml, "config_json": config_json,
               "safetensors": safetensors_file, "chat_template": chat_template, "captions": captions, "pairs": pairs,
-              "store_footer": footer, "resume_cache": resume_cache}
+              "store_footer": footer, "resume_cache": resume_cache, "training_rows": training_rows}

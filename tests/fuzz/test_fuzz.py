@@ -2,7 +2,7 @@
 return (exit 0) or one `UserError` line (exit 2), within 20 s and with the process' peak memory growing
 by less than 2 GB over a kind's whole batch, leaving no file behind but the input itself.
 
-Variants come from tests/fuzz/hostile.py. In CI: FUZZ_N (default 120) variants per kind x 9 kinds, in
+Variants come from tests/fuzz/hostile.py. In CI: FUZZ_N (default 120) variants per kind x 10 kinds, in
 process, calling the same readers the CLI calls. `make fuzz-soak` runs many more with a fresh seed
 (FUZZ_SEED), and a few subprocess cases below check the real exit code under an address-space limit.
 """
@@ -124,6 +124,32 @@ def test_fuzz_captions_and_pairs(tmp_path):
     (tmp_path / "p").mkdir()
     _fuzz("captions", tmp_path / "c", lambda p: list(read_captions(p)), "captions.jsonl")
     _fuzz("pairs", tmp_path / "p", read_pairs, "pairs.json")
+
+
+def _image_ok(value) -> None:
+    """What a reader may hand on: None (a text-only row) or a non-empty path without control characters."""
+    if value is not None:
+        assert isinstance(value, str) and value.strip(), repr(value)
+        assert not any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value), repr(value)
+
+
+def test_fuzz_training_data_image_fields(tmp_path):
+    """Issue 37 item 5: the training readers (plain_dpo, vlquery_json, csr_pairs) and the CSR prompt reader
+    check image fields when the data is read: a variant is accepted with only valid images, or refused in
+    one line."""
+    from training.csr.loop import load_prompts
+    from training.data import read_examples
+
+    def consume(path):
+        for name in ("plain_dpo", "vlquery_json", "csr_pairs"):
+            examples, _ = read_examples(name, path, str(tmp_path))
+            for ex in examples:
+                _image_ok(ex["image"])
+        for rec in load_prompts(path):
+            assert rec["image"] is not None
+            _image_ok(rec["image"])
+
+    _fuzz("training_rows", tmp_path, consume, "rows.json")
 
 
 def test_fuzz_resume_cache(tmp_path):

@@ -123,7 +123,9 @@ def test_generation_sharded_over_two_ranks(csr_inputs, monkeypatch):
     assert json.loads((d / "pairs.done").read_text()) == json.loads((single / "pairs.done").read_text())
 
     # one set of outputs: one run dir layout, one merged checkpoint, one store run
-    assert sorted(p.name for p in ddp_run.iterdir()) == ["config.json", "iter_1"]
+    assert sorted(p.name for p in ddp_run.iterdir()) == ["config.json", "iter_1", "stages.json"]
+    # rank 0 recorded what each stage ran under (training/csr/stages.py), once
+    assert sorted(json.loads((ddp_run / "stages.json").read_text())["iter_1"]) == ["generate", "pairs", "score", "train"]
     assert sorted(p.name for p in d.glob("*.jsonl")) == ["scores.jsonl", "trees.jsonl",
                                                          "trees.rank0.jsonl", "trees.rank1.jsonl"]
     assert sorted(p.name for p in d.glob("*.done")) == ["generate.done", "generate.rank0.done", "generate.rank1.done",

@@ -90,12 +90,13 @@ class TreeConfig:
         "released", "what junk is: the released rules on the cut, whitelisted text, or ours (broad) on the sentence")
     suppress_special_tokens: bool = opt(
         False, "ban pad and BOS in the search too (released: only the image placeholder, which cannot be fed back)")
-    batch_nodes: int = opt(32, "nodes expanded in one batched forward (1 = one at a time)")
-    prompt_batch: int = opt(16, "prompts whose trees grow together")
+    batch_nodes: int = opt(32, "nodes expanded in one batched forward (1 = one at a time)", identity=False)
+    prompt_batch: int = opt(16, "prompts whose trees grow together", identity=False)
     engine: Literal["pool", "reference", "vllm"] = opt(
         "pool", "pool = continuously refilled rows with prefix reuse (same trees); reference = level lockstep; "
-        "vllm = either expander on a vLLM worker (docs/engines.md)")
-    kv_budget: int | str = opt("auto", "pool: cached tokens the pool may hold, or auto (half the free CUDA memory)")
+        "vllm = either expander on a vLLM worker (docs/engines.md)", identity=False)  # tree_identity: vllm counts
+    kv_budget: int | str = opt("auto", "pool: cached tokens the pool may hold, or auto (half the free CUDA memory)",
+                               identity=False)
     seed: int = opt(0, "search seed")
     image_aspect: Literal["crop", "pad"] | None = opt(
         None, "image preparation of generation and LM scoring: crop (the released sampler's), pad, or null = "
@@ -151,8 +152,8 @@ class RewardConfig:
                 "mean token log-prob of a penalty-free forward pass")
     clip_text: Literal["released", "sentence"] = opt(
         "released", "what CLIP scores: the released cut text (len(parent)+3, whitelist) or the sentence")
-    lm_batch: int = opt(32, "teacher_forced: rows per scoring forward pass", ge=1)
-    clip_batch: int = opt(64, "CLIP scoring batch", ge=1)
+    lm_batch: int = opt(32, "teacher_forced: rows per scoring forward pass", ge=1, identity=False)
+    clip_batch: int = opt(64, "CLIP scoring batch", ge=1, identity=False)
 
     def __post_init__(self) -> None:
         check_fields(self, "reward")

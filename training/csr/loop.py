@@ -37,6 +37,7 @@ from typing import Any
 from evalsuite.dist import Dist
 from evalsuite.errors import UserError
 from evalsuite.files import sha256_file, write_json_atomic
+from training.csr import stages
 from training.csr.config import CSRConfig, load_config
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,11 @@ def load_prompts(path: str | Path, limit: int | None = None) -> list[dict]:
     out, seen = [], set()
     for i, row in enumerate(rows[:limit] if limit else rows):
         q = row.get("question", row.get("input")) if isinstance(row, dict) else None
-        if not isinstance(q, str) or not row.get("image") or row.get("id") is None:
+        if not isinstance(q, str) or row.get("image") is None or row.get("id") is None:
             raise UserError(f"{path}: record {i} needs 'id', 'image' and a 'question' string")
+        from training.data.formats import image_name
+
+        image_name(row["image"], f"{path}: record {i}")   # the trees are grown from it: checked now
         rid = str(row["id"])
         if rid in seen:
             raise UserError(f"{path}: record {i}: duplicate id {rid!r}")
@@ -190,17 +194,19 @@ def stage_pairs(cfg: CSRConfig, models: _Models, ckpt: str, t: int, d: Path) -> 
 
 def pairs_identity(cfg: CSRConfig) -> dict:
     """What makes two iterations' pair statistics comparable: the prompts (by content), the images, the
-    search, reward and pair settings and the judge (by its weights)."""
+    search, reward and pair settings (evalsuite/identity.py options_identity: settings that give the same
+    trees and scores, marked identity=False, left out) and the judge (by its weights)."""
+    from evalsuite.identity import options_identity
     from evalsuite.manifest import checkpoint_hash
     from training.config import without_earlier_meaning
-    from training.csr.config import EARLIER_PAIRS, EARLIER_TREE
+    from training.csr.config import EARLIER_PAIRS
+    from training.csr.stages import tree_identity
 
-    full = cfg.to_dict()
     prompts = Path(cfg.prompts)
     return {"prompts": sha256_file(prompts) if prompts.is_file() else str(prompts),
-            "image_root": str(cfg.image_root), "limit": cfg.limit,
-            "tree": without_earlier_meaning(full["tree"], EARLIER_TREE),
-            "reward": full["reward"], "pairs": without_earlier_meaning(full["pairs"], EARLIER_PAIRS),
+            "image_root": str(cfg.image_root), "limit": cfg.limit, "tree": tree_identity(cfg.tree),
+            "reward": options_identity(cfg.reward),
+            "pairs": without_earlier_meaning(options_identity(cfg.pairs), EARLIER_PAIRS),
             "judge": checkpoint_hash(cfg.clip)}
 
 
@@ -287,30 +293,39 @@ def run_iteration(cfg: CSRConfig, models: _Models, records: list[dict], ckpt: st
     dist = models.dist
     rank = dist.rank
     if not _done(d, "generate"):
+        if dist.is_main:   # what the stage runs under, before it starts (training/csr/stages.py)
+            stages.record(cfg, d.name, "generate")
+        dist.barrier()
         stage_generate(cfg, models, ckpt, records, d)
     for stage, fn in (("score", lambda: stage_score(cfg, models, ckpt, d)),
                       ("pairs", lambda: stage_pairs(cfg, models, ckpt, t, d))):
         if rank == 0 and not _done(d, stage):
+            stages.record(cfg, d.name, stage)
             fn()
         dist.barrier()  # unconditional: a rank that saw the marker late must not skip a barrier rank 0 waits in
     done = _done(d, "train")
+    if not done and dist.is_main:
+        stages.record(cfg, d.name, "train")
     merged = done["merged"] if done else stage_train(cfg, models, ckpt, t, d)
     if rank == 0:   # the training curves, for the report (also on a resumed run that predates them)
         from training.csr.train_log import write_train_log
 
         write_train_log(cfg, ckpt, merged, t, d)
     if cfg.evaluates and not _done(d, "eval") and rank == 0:
+        stages.record(cfg, d.name, "eval")
         stage_eval(cfg, merged, f"{cfg.name}/iter_{t}", d / "eval")
         _mark(d, "eval", tasks=list(cfg.eval.tasks))
     dist.barrier()
     return merged
 
 
-def run_csr(cfg: CSRConfig | dict | str | Path, dist: Dist | None = None) -> list[str]:
+def run_csr(cfg: CSRConfig | dict | str | Path, dist: Dist | None = None, restart_from: str | None = None) -> list[str]:
     """Run (or resume) the loop; returns the merged checkpoint dirs [M_1, ..., M_T].
 
     `dist`: where this process sits, resolved by the entry point (`Dist.current()`, with the process
-    group initialised: training/train.py); None is a single process."""
+    group initialised: training/train.py); None is a single process. A rerun whose settings differ from
+    a stage that ran is refused, or with `restart_from` ("iter_T/STAGE", "base_eval") that stage and what
+    depends on it are discarded and recomputed (training/csr/stages.py)."""
     dist = dist or Dist()
     if isinstance(cfg, (str, Path)):
         cfg = load_config(cfg)
@@ -319,11 +334,13 @@ def run_csr(cfg: CSRConfig | dict | str | Path, dist: Dist | None = None) -> lis
     _check_dist(dist)
     run_dir = cfg.run_dir
     records = load_prompts(cfg.prompts, cfg.limit)
+    stages.check_rerun(cfg, restart_from, discard=dist.is_main)   # every rank refuses alike
     if dist.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         if not (run_dir / "config.json").exists():
             write_json_atomic(run_dir / "config.json", cfg.to_dict())
         if cfg.evaluates and not (run_dir / "base_eval.done").exists():
+            stages.record(cfg, stages.BASE)
             stage_eval(cfg, cfg.model, f"{cfg.name}/base", run_dir / "base_eval")
             _mark(run_dir, "base_eval", tasks=list(cfg.eval.tasks))
     dist.barrier()

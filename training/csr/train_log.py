@@ -27,8 +27,11 @@ FINAL = (("final_loss", "loss", False), ("final_reward_margin", "rewards/margins
 def store_run_id(cfg, t: int, kind: str) -> str:
     """The store run id of iteration t's `kind` run ("pairs", "train"): derived from the run dir, so a
     resumed loop that already wrote it finds it and does not write it twice."""
+    from training.csr.stages import restart_count
+
     tag = hashlib.sha256(str(cfg.run_dir.resolve()).encode()).hexdigest()[:8]
-    return f"csr-{re.sub(r'[^A-Za-z0-9._-]', '-', cfg.name)[:60]}-{tag}-iter{t}-{kind}"
+    n = restart_count(cfg, t)   # an iteration recomputed by --restart-from is another run
+    return f"csr-{re.sub(r'[^A-Za-z0-9._-]', '-', cfg.name)[:60]}-{tag}-iter{t}-{kind}" + (f"-r{n}" if n else "")
 
 
 def step_rows(path: Path) -> list[dict]:
@@ -47,6 +50,7 @@ def train_result(rows: list[dict], t: int, train_cfg: dict):
     """The `csr_train` TaskResult of one iteration's step rows (module doc)."""
     from evalsuite.types import MetricValue, TaskResult
     from training.config import EARLIER_MEANING, without_earlier_meaning
+    from training.outdir import TRAIN_SCHEDULING
 
     tail = rows[-max(1, len(rows) // 10):]
     metrics = []
@@ -58,7 +62,9 @@ def train_result(rows: list[dict], t: int, train_cfg: dict):
                 **{k: r[k] for k in r if k not in ("step", "epoch")}} for i, r in enumerate(rows)]
     return TaskResult(task=TASK, version=VERSION, metrics=metrics, samples=samples,
                       config={"iteration": t, "final": "mean over the last tenth of the logged steps"},
-                      identity={"train": without_earlier_meaning(train_cfg, EARLIER_MEANING)})
+                      # settings of when checkpoints and logs are written give the same training: not part of it
+                      identity={"train": without_earlier_meaning(
+                          {k: v for k, v in train_cfg.items() if k not in TRAIN_SCHEDULING}, EARLIER_MEANING)})
 
 
 def train_settings(cfg, parent: str, t: int, d: Path) -> dict:

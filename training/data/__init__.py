@@ -114,7 +114,9 @@ def load_examples(cfg) -> tuple[Any, Any, dict]:
     train, held = split_train_eval(examples, eval_split, cfg.data_ratio, eval_in_train=eval_in_train)
     info = {"dataset_name": cfg.resolved_dataset, "examples": len(examples), "train": len(train),
             "eval": len(held), "eval_split": eval_split, "eval_in_train": eval_in_train and bool(held),
-            "missing_images": missing, "data_hash": data_hash(files)}
+            "missing_images": missing, "text_only": sum(ex["image"] is None and ex["image_bytes"] is None
+                                                        for ex in examples),
+            "data_hash": data_hash(files)}
     log.info("data: %s", info)
     to_ds = lambda rows: Dataset.from_list([{k: v for k, v in r.items() if k != "source"} for r in rows])  # noqa: E731
     return to_ds(train), (to_ds(held) if held else None), info

@@ -30,15 +30,38 @@ def _bare(question: str) -> str:
     return question.replace(IMAGE_TOKEN, "").strip()
 
 
+def image_name(value: Any, where: str, key: str = "image") -> str:
+    """An image field's value checked when the data is read: a non-empty string without NUL or other
+    control characters (a path under the image root); anything else is one line naming the row and field."""
+    if not isinstance(value, str):
+        raise UserError(f"{where}: field {key!r} must be an image path string, got {type(value).__name__} "
+                        f"{str(value)[:40]!r}")
+    if not value.strip():
+        raise UserError(f"{where}: field {key!r} is an empty string (null marks a text-only row)")
+    bad = next((c for c in value if ord(c) < 32 or 127 <= ord(c) < 160), None)
+    if bad is not None:
+        raise UserError(f"{where}: field {key!r} holds a control character ({bad!r}); an image path cannot")
+    return value
+
+
 def _image(row: dict, where: str, key: str = "image") -> dict[str, Any]:
+    """{"image", "image_bytes"} of a row: a path string, a parquet Image struct, or null / no field = a
+    text-only row (counted in the data summary); an empty string, another type or a control character in
+    the name is an error naming the row and field."""
     value = row.get(key)
-    if value is None or value == "":
+    if value is None:
         return {"image": None, "image_bytes": None}
-    if isinstance(value, str):
-        return {"image": value, "image_bytes": None}
     if isinstance(value, dict) and (value.get("bytes") or value.get("path")):  # parquet Image feature
-        return {"image": value.get("path") if not value.get("bytes") else None, "image_bytes": value.get("bytes")}
-    raise UserError(f"{where}: field {key!r} must be a path string or an image struct")
+        if value.get("bytes"):
+            if not isinstance(value["bytes"], (bytes, bytearray)):
+                raise UserError(f"{where}: field {key!r}.bytes must be bytes, got {type(value['bytes']).__name__}")
+            return {"image": None, "image_bytes": value["bytes"]}
+        return {"image": image_name(value["path"], where, f"{key}.path"), "image_bytes": None}
+    if isinstance(value, dict):
+        if value.get("bytes") is None and value.get("path") is None:   # a null cell of an Image column
+            return {"image": None, "image_bytes": None}
+        raise UserError(f"{where}: field {key!r} must be a path string or an image struct with bytes or a path")
+    return {"image": image_name(value, where, key), "image_bytes": None}
 
 
 def plain_dpo(row: dict, where: str, **_) -> list[dict]:

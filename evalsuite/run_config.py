@@ -13,7 +13,8 @@ Unknown keys, wrong types and out-of-range values are one line naming the key an
 Convenience flags set typed fields of the sections the run uses (`ALIASES`): --split (caption.split,
 chair.split, lmms.split), --prompt (caption.prompt, chair.prompt), --chair-images (chair.n_images),
 --variant (chair.variant), --clip (relevance.clip), --max-new-tokens (gen.max_new_tokens),
---gen-kwargs (lmms.gen_kwargs), --system-prompt, --chat-template, --image-aspect (inputs.*: every
+--gen-kwargs (lmms.gen_kwargs), --judge DIR|URL and --judge-model NAME (judge.model / judge.url, the
+judge of judged tasks: docs/judge.md), --system-prompt, --chat-template, --image-aspect (inputs.*: every
 run's prompt and image settings, `evalsuite.models.inputs.InputConfig`). A flag, or a `task.key=value`, for a task that is not in the run is an
 error; a YAML section for a task the run does not include is only logged (presets cover several tasks).
 """
@@ -27,15 +28,20 @@ from typing import Any, Literal
 from evalsuite.config import opt
 from evalsuite.engines.vllm_engine import VllmOptions
 from evalsuite.errors import UserError
+from evalsuite.judge.config import JudgeConfig, is_url
 from evalsuite.models.inputs import MOVED_TO_INPUTS, InputConfig
 from evalsuite.tasks.caption import CaptionOptions
 from evalsuite.tasks.chair import ChairOptions
+from evalsuite.tasks.mmhal import MmhalOptions
 from evalsuite.tasks.relevance import RelevanceOptions
 from evalsuite.types import GenConfig
 
 log = logging.getLogger(__name__)
 
-OWN_SECTIONS = ("caption", "chair", "relevance")
+OWN_SECTIONS = ("caption", "chair", "relevance", "mmhal")
+# tasks scored by an LLM judge (the judge: section, --judge/--judge-model) and own tasks with data of their own
+JUDGED_TASKS = ("mmhal",)
+NO_DATA_ROOT = ("mmhal",)
 ALIASES: dict[str, tuple[str, ...]] = {
     "split": ("caption.split", "chair.split", "lmms.split"),
     "prompt": ("caption.prompt", "chair.prompt"),
@@ -189,6 +195,9 @@ class EvalConfig:
     caption: CaptionOptions = opt(help="task caption", factory=CaptionOptions)
     chair: ChairOptions = opt(help="task chair", factory=ChairOptions)
     relevance: RelevanceOptions = opt(help="task relevance", factory=RelevanceOptions)
+    mmhal: MmhalOptions = opt(help="task mmhal (MMHal-Bench, judged; docs/judge.md)", factory=MmhalOptions)
+    judge: JudgeConfig = opt(help="the LLM judge of judged tasks (mmhal): --judge MODEL_DIR, or --judge URL "
+                                  "--judge-model NAME (docs/judge.md)", factory=JudgeConfig)
     engine: Literal["hf", "vllm"] = opt("hf", "what generates answers: transformers, or a vLLM worker in its own "
                                          "environment (make vllm-env; docs/engines.md); part of results' identity")
     lmms: LmmsOptions = opt(help="lmms-eval tasks", factory=LmmsOptions)
@@ -227,7 +236,8 @@ class EvalConfig:
         from evalsuite.tasks.registry import LMMS_LOCAL_TASKS as LOCAL_TASKS
         from evalsuite.tasks.registry import is_own_task
 
-        return [t for t in self.tasks if is_own_task(t) or (t in LOCAL_TASKS and t not in self.lmms.data)]
+        return [t for t in self.tasks if (is_own_task(t) and t not in NO_DATA_ROOT)
+                or (t in LOCAL_TASKS and t not in self.lmms.data)]
 
     def engine_spec(self):
         """None for HF generate, else the checked engine environment (evalsuite/engines/vllm_engine.py)."""
@@ -259,6 +269,8 @@ def sections_for(tasks: list[str], is_own) -> set[str]:
         used.add("gen")
     if any(not is_own(t) for t in tasks):
         used.add("lmms")
+    if any(t in JUDGED_TASKS for t in tasks):
+        used.add("judge")
     return used
 
 
@@ -275,6 +287,9 @@ def load_eval_config(argv: list[str]) -> tuple[EvalConfig, dict]:
     used = sections_for(_names(tasks), is_own_task)
     origins: dict[str, str] = {}
     for key, value in items:  # in order, so a later item wins over an earlier one
+        if key in ("judge", "judge_model"):
+            _judge_flag(data, origins, key, value)
+            continue
         if key not in ALIASES:
             apply_overrides(data, [(key, value)], origins)
             continue
@@ -296,6 +311,21 @@ def load_eval_config(argv: list[str]) -> tuple[EvalConfig, dict]:
     return cfg, own
 
 
+def _judge_flag(data: dict, origins: dict[str, str], key: str, value) -> None:
+    """--judge MODEL_DIR sets judge.model, --judge URL judge.url, --judge-model NAME judge.model (URL only)."""
+    from evalsuite.config import BARE_ERROR, Bare, apply_overrides
+
+    flag = "--" + key.replace("_", "-")
+    if isinstance(value, Bare) or not str(value).strip():
+        raise UserError(f"{flag}: {BARE_ERROR}" if isinstance(value, Bare) else f"{flag}: empty")
+    target = "judge.url" if key == "judge" and is_url(str(value)) else "judge.model"
+    clash = {"--judge": "--judge-model", "--judge-model": "--judge"}[flag]
+    if target == "judge.model" and origins.get("judge.model") == clash:
+        raise UserError("--judge-model: only with --judge URL (a local judge is its model directory, --judge DIR)")
+    apply_overrides(data, [(target, str(value))], origins)
+    origins[target] = flag
+
+
 def _names(tasks) -> list[str]:
     if isinstance(tasks, str):
         return [t.strip() for t in tasks.split(",") if t.strip()]
@@ -305,7 +335,7 @@ def _names(tasks) -> list[str]:
 def _check_unused(cfg: EvalConfig, origins: dict[str, str], data: dict) -> None:
     """A section option no task of this run reads: an error from the command line, a log line from a preset."""
     used = cfg.used_sections()
-    sections = {"gen", "lmms", *OWN_SECTIONS}
+    sections = {"gen", "lmms", "judge", *OWN_SECTIONS}
     for key, src in origins.items():
         section = key.split(".")[0]
         if section in sections and section not in used:

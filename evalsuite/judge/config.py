@@ -35,8 +35,6 @@ class JudgeConfig:
     def __post_init__(self) -> None:
         if self.url is not None and not is_url(self.url):
             raise UserError(f"judge.url: {self.url!r} is not an http:// or https:// URL")
-        if self.url is not None and self.serve_args:
-            raise UserError("judge.serve_args: only for a local judge (judge.model without judge.url)")
         for name, low in (("max_concurrency", 1), ("max_tokens", 1), ("retries", 0)):
             if getattr(self, name) < low:
                 raise UserError(f"judge.{name}: must be >= {low}, got {getattr(self, name)}")
@@ -45,6 +43,10 @@ class JudgeConfig:
         for name in ("timeout_s", "start_timeout_s"):
             if getattr(self, name) <= 0:
                 raise UserError(f"judge.{name}: must be > 0, got {getattr(self, name)}")
+
+    def unread(self) -> list[tuple[str, str, object, object]]:
+        """The local server's settings with a server URL (evalsuite/config.py report_unread)."""
+        return [(f, "url", self.url, None) for f in ("serve_args", "start_timeout_s")] if self.url else []
 
     @property
     def given(self) -> bool:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 TASKS: dict[str, str] = {
     "caption": "evalsuite.tasks.caption:CaptionTask",
     "chair": "evalsuite.tasks.chair:ChairTask",
+    "mmhal": "evalsuite.tasks.mmhal:MmhalTask",
     "relevance": "evalsuite.tasks.relevance:RelevanceTask",
 }
 

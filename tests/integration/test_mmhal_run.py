@@ -1,0 +1,125 @@
+"""`evalsuite run --tasks mmhal` end to end (in process): the tiny kit VLM answers, a fake OpenAI-compatible
+judge (tests/judge_fake.py) judges. Stored with the judge in the identity; a second run is served from the
+store; another judge model recomputes (the answers from the resume cache); a run stopped mid-judging
+stores nothing and resumes with the judgments it had; a judge that ignores the format fails in one line."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evalsuite.cli import main as cli_main
+from tests.judge_fake import FakeJudge
+
+TYPES = ["attribute", "adversarial", "comparison", "counting"]
+
+
+@pytest.fixture
+def mmhal_data(world_dir, tmp_path) -> tuple[Path, Path]:
+    """A 4-record response_template.json over the world's val images (the released fields)."""
+    coco = json.loads(next((world_dir / "annotations").glob("instances_val*.json")).read_text())
+    images = sorted(coco["images"], key=lambda im: im["id"])[:4]
+    root = next(p.parent for p in world_dir.rglob(images[0]["file_name"]))
+    records = [{"question_type": t, "question_topic": "outdoor", "image_id": f"{im['id']:016x}",
+                "image_src": f"https://example.org/x/{im['file_name']}", "image_content": ["Cat", "Table"],
+                "question": f"What is in image {i}?", "gt_answer": "A cat on a table.", "model_answer": ""}
+               for i, (t, im) in enumerate(zip(TYPES, images))]
+    data = tmp_path / "response_template.json"
+    data.write_text(json.dumps(records))
+    return data, root
+
+
+def _summary(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+def _stored(store: Path) -> int:
+    return len(list((store / "metrics").glob("*.parquet"))) if (store / "metrics").is_dir() else 0
+
+
+def test_mmhal_run_store_reuse_other_judge_resume(tiny_vlm_dir, mmhal_data, tmp_path, capsys):
+    data, root = mmhal_data
+    store = tmp_path / "store"
+
+    def run(out: str, model: str, *extra: str) -> int:
+        return cli_main(["run", "--ckpt", str(tiny_vlm_dir), "--tasks", "mmhal", f"mmhal.data={data}",
+                         f"mmhal.image_root={root}", "mmhal.n_boot=0", "--judge", fake.url, "--judge-model", model,
+                         "judge.max_concurrency=1", "judge.retries=0", "--max-new-tokens", "3", "--device", "cpu",
+                         "--store", str(store), "--output", str(tmp_path / out), *extra])
+
+    with FakeJudge(models=("judge-a", "judge-b", "judge-c", "judge-d")) as fake:
+        assert run("a1", "judge-a") == 0
+        a1 = _summary(tmp_path / "a1")["mmhal"]
+        assert len(fake.requests) == 4 and _stored(store) == 1
+        assert a1["identity"]["judge"]["model"] == "judge-a" and a1["identity"]["judge"]["prompt"]
+        assert a1["extra"]["judge"]["model"] == "judge-a" and a1["extra"]["unparsable"] == 0
+        metrics = {(m["metric"], m["variant"]): m["value"] for m in a1["metrics"]}
+        # the fake rates by the answer's word count mod 7 (tests/judge_fake.py)
+        sent = [r["messages"][0]["content"] for r in fake.requests]
+        assert all("### Standard Human-Generated Answer\nA cat on a table.\n" in s for s in sent)
+        ratings = [len(s.rsplit("### LMM Response to Evaluate", 1)[1].split()) % 7 for s in sent]
+        assert metrics[("score", None)] == pytest.approx(sum(ratings) / 4)
+        assert {v for (m, v) in metrics if m == "score"} == {None, *TYPES}
+        assert metrics[("hallucination_rate", None)] == pytest.approx(sum(r < 3 for r in ratings) / 4)
+
+        assert run("a2", "judge-a") == 0     # served from the store: the judge is not asked
+        assert _summary(tmp_path / "a2")["mmhal"]["reused"] and len(fake.requests) == 4 and _stored(store) == 1
+
+        assert run("b", "judge-b") == 0      # another judge: another identity, judged again
+        b = _summary(tmp_path / "b")["mmhal"]
+        assert b["eval_key"] != a1["eval_key"] and len(fake.requests) == 8 and _stored(store) == 2
+
+        # judge-c fails after two replies: nothing stored; the rerun asks only for the other two
+        fake.fail_first = 0
+        real = fake.reply
+        calls = {"n": 0}
+
+        def flaky(messages):
+            calls["n"] += 1
+            if calls["n"] > 2:
+                raise RuntimeError("judge crashed")
+            return real(messages)
+
+        fake.reply = flaky
+        assert run("c1", "judge-c") == 1
+        assert _stored(store) == 2 and "mmhal" not in (_summary(tmp_path / "c1") if (tmp_path / "c1" / "summary.json").exists() else {})
+        fake.reply = real
+        before = len(fake.requests)
+        assert run("c2", "judge-c") == 0
+        assert len(fake.requests) - before == 2 and _stored(store) == 3
+        c2 = _summary(tmp_path / "c2")["mmhal"]
+        assert c2["extra"]["judge_requests"] == {"asked": 2, "cached": 2}
+
+        # a judge that never gives a rating: more than half unparsable, one line, nothing stored
+        fake.reply = lambda messages: "I cannot rate this."
+        capsys.readouterr()
+        assert run("d", "judge-d") == 1
+        err = capsys.readouterr().err
+        assert "mmhal: 4 of 4 judge replies have no single 'rating: N'" in err and "nothing stored" in err
+        assert _stored(store) == 3
+
+
+def test_mmhal_refusals_before_generation(tiny_vlm_dir, mmhal_data, tmp_path, capsys):
+    data, root = mmhal_data
+    from evalsuite.judge.server import free_port
+
+    base = ["run", "--ckpt", str(tiny_vlm_dir), "--tasks", "mmhal", f"mmhal.data={data}", f"mmhal.image_root={root}",
+            "--device", "cpu", "--store", str(tmp_path / "store")]
+    cases = [
+        ([], "mmhal: needs a judge: --judge MODEL_DIR"),
+        (["--judge", f"http://127.0.0.1:{free_port()}/v1", "--judge-model", "x", "judge.retries=0"],
+         "server unreachable"),
+        (["--judge", str(tmp_path)], "no config.json; not a servable model directory"),
+        (["--judge", str(tiny_vlm_dir / "nope")], "no such directory"),
+    ]
+    for extra, msg in cases:
+        capsys.readouterr()
+        assert cli_main([*base, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert any(msg in line for line in err), (msg, err)
+    (tmp_path / "bad.json").write_text(json.dumps([{"question": "q"}]))
+    assert cli_main([*base[:5], f"mmhal.data={tmp_path / 'bad.json'}", f"mmhal.image_root={root}", "--judge",
+                     "http://127.0.0.1:9/v1", "--judge-model", "x"]) == 2
+    assert "record 0: field 'question_type' missing" in capsys.readouterr().err
+    assert not (tmp_path / "store" / "metrics").exists()

@@ -142,3 +142,52 @@ def test_start_timeout_names_the_log(tmp_path):
     with pytest.raises(RunFailure, match=r"not healthy after 1 s \(judge.start_timeout_s; log: "):
         JudgeServer(_model_dir(tmp_path), py, log, start_timeout_s=1, poll_s=0.05).start()
     assert time.monotonic() - t0 < 20
+
+
+SERVING = """
+import json, os, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+port = int(sys.argv[sys.argv.index("--port") + 1])
+name = sys.argv[sys.argv.index("--served-model-name") + 1]
+class H(BaseHTTPRequestHandler):
+    def _send(self, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        self._send({"data": [{"id": name}]})
+    def do_POST(self):
+        req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self._send({"model": req["model"], "choices": [{"message": {"content": "ok. Rating: 4"}}]})
+    def log_message(self, *a): pass
+HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def test_local_judge_identity_and_serving(tmp_path, monkeypatch):
+    """Judge.resolve on a model directory: the weights' digest in the identity; ask() starts the server
+    (a stand-in `vllm serve`), judges, caches, and stops it; a second ask starts nothing."""
+    from evalsuite.engines import vllm_engine
+    from evalsuite.identity import checkpoint_hash
+    from evalsuite.judge import judge as judge_mod
+    from evalsuite.judge.config import JudgeConfig
+
+    py = _fake_env(tmp_path, SERVING)
+    monkeypatch.setattr(judge_mod, "_vllm_python", lambda: py)
+    monkeypatch.setattr(vllm_engine, "engine_versions", lambda python, where="": {"package": "vllm-test"})
+    d = _model_dir(tmp_path)
+    j = judge_mod.Judge.resolve(JudgeConfig(model=str(d), serve_args=["--max-model-len", "64"]), "mmhal")
+    assert j.identity == {"kind": "local", "weights": checkpoint_hash(d), "prompt_files": j.identity["prompt_files"],
+                          "server": "vllm-test", "serve_args": ["--max-model-len", "64"], "temperature": 0.0,
+                          "max_tokens": 1024}
+    reqs = [[{"role": "user", "content": f"q{i}"}] for i in range(3)]
+    got = j.ask(reqs, tmp_path / "resume", "mmhal", "v1", tmp_path / "out")
+    assert [r["content"] for r in got] == ["ok. Rating: 4"] * 3
+    assert (tmp_path / "out" / "judge_server.log").is_file()
+    (tmp_path / "out" / "judge_server.log").unlink()
+    assert j.ask(reqs, tmp_path / "resume", "mmhal", "v1", tmp_path / "out") == got
+    assert not (tmp_path / "out" / "judge_server.log").exists()   # all cached: no server started
+    # another seed's weights: another judge
+    (d / "model.safetensors").write_bytes(b"y")
+    other = judge_mod.Judge.resolve(JudgeConfig(model=str(d), serve_args=["--max-model-len", "64"]), "mmhal")
+    assert other.key("v1") != j.key("v1")

@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from typing import Callable, Sequence
+from collections.abc import Callable
 
 from evalsuite.errors import RunFailure
 
@@ -112,13 +112,13 @@ class ChatClient:
 
 def map_chat(fn: Callable[[int], dict], n: int, max_concurrency: int, on_done: Callable[[int, dict], None],
              desc: str = "judge") -> None:
-    """fn(0..n-1) on at most `max_concurrency` threads, on_done(i, result) as each finishes (under one lock).
+    """fn(0..n-1) on at most `max_concurrency` threads, on_done(i, result) in the calling thread as each finishes.
     The first failure stops what has not started and is raised once the running requests have returned."""
     from tqdm.auto import tqdm
 
     if n == 0:
         return
-    lock, stop = threading.Lock(), threading.Event()
+    stop = threading.Event()
 
     def guarded(i: int):
         if stop.is_set():   # a request failed for good: ask nothing more
@@ -134,22 +134,27 @@ def map_chat(fn: Callable[[int], dict], n: int, max_concurrency: int, on_done: C
         futures = {pool.submit(guarded, i): i for i in range(n)}
         pending = set(futures)
         failed: BaseException | None = None
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
-            for f in done:
-                if f.cancelled():
-                    continue
-                err = f.exception()
-                if err is not None:
-                    failed = failed or err
-                    continue
-                if f.result() is _SKIPPED:
-                    continue
-                with lock:
-                    on_done(futures[f], f.result())
-                bar.update(1)
-            if failed is not None:
-                for f in pending:
-                    f.cancel()
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                for f in done:
+                    if f.cancelled():
+                        continue
+                    err = f.exception()
+                    if err is not None:
+                        failed = failed or err
+                        continue
+                    if f.result() is _SKIPPED:
+                        continue
+                    on_done(futures[f], f.result())   # here, in this thread: one writer
+                    bar.update(1)
+                if failed is not None:
+                    for f in pending:
+                        f.cancel()
+        except BaseException:   # Ctrl-C, SIGTERM's SystemExit, a failed write: start nothing more
+            stop.set()
+            for f in futures:
+                f.cancel()
+            raise
         if failed is not None:
             raise failed

@@ -23,8 +23,8 @@ CHAT_TEMPLATE = (
     "{%- endfor -%}"
     "{%- if add_generation_prompt %}ASSISTANT:{% endif -%}"
 )
-JUDGE_WORDS = ["Rating : 0 1 2 3 4 5 6 , very somewhat not informative with no hallucination analysis reasoning "
-               "good response image question answer yes the a is of in and"]
+JUDGE_WORDS = [("Rating : 0 1 2 3 4 5 6 , very somewhat not informative with no hallucination analysis reasoning "
+                "good response image question answer yes the a is of in and")]
 
 
 def build_tiny_llama_text(out: str | Path, seed: int = 0, hidden: int = 128, layers: int = 2,

@@ -145,3 +145,24 @@ def test_config_fields_have_help():
     import dataclasses
 
     assert all(f.metadata.get("help") for f in dataclasses.fields(JudgeConfig))
+
+
+def test_interrupt_starts_nothing_more():
+    """Ctrl-C (or SIGTERM's SystemExit) while judging: the queued requests are not sent."""
+    import time
+
+    from evalsuite.judge.client import map_chat
+
+    calls = []
+
+    def fn(i):
+        calls.append(i)
+        time.sleep(0.05)
+        return {"content": "x"}
+
+    def done(i, reply):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        map_chat(fn, 50, 2, done)
+    assert len(calls) <= 4

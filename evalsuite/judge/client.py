@@ -15,7 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from collections.abc import Callable
 
 from evalsuite.errors import RunFailure
@@ -136,7 +136,7 @@ def map_chat(fn: Callable[[int], dict], n: int, max_concurrency: int, on_done: C
         failed: BaseException | None = None
         try:
             while pending:
-                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for f in done:
                     if f.cancelled():
                         continue

@@ -123,3 +123,41 @@ def test_mmhal_refusals_before_generation(tiny_vlm_dir, mmhal_data, tmp_path, ca
                      "http://127.0.0.1:9/v1", "--judge-model", "x"]) == 2
     assert "record 0: field 'question_type' missing" in capsys.readouterr().err
     assert not (tmp_path / "store" / "metrics").exists()
+
+
+def test_mmhal_killed_while_judging_resumes(tiny_vlm_dir, mmhal_data, tmp_path):
+    """kill -9 of `evalsuite run` after two judgments: nothing stored; the same command asks only the rest."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    data, root = mmhal_data
+    store = tmp_path / "store"
+    argv = [sys.executable, "-m", "evalsuite.cli", "run", "--ckpt", str(tiny_vlm_dir), "--tasks", "mmhal",
+            f"mmhal.data={data}", f"mmhal.image_root={root}", "mmhal.n_boot=0", "judge.max_concurrency=1",
+            "--max-new-tokens", "3", "--device", "cpu", "--store", str(store), "--output", str(tmp_path / "out")]
+
+    def cached() -> int:
+        return sum(len(f.read_text().splitlines()) for f in (store / ".resume" / "judge").rglob("mmhal.rank0.jsonl")) \
+            if (store / ".resume" / "judge").is_dir() else 0
+
+    with FakeJudge(delay_s=1.5) as fake:
+        argv += ["--judge", fake.url, "--judge-model", "judge-a"]
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        t0 = time.monotonic()
+        while cached() < 2 and proc.poll() is None and time.monotonic() - t0 < 300:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
+        done = cached()
+        assert 2 <= done < 4 and _stored(store) == 0
+        fake.delay_s = 0
+        asked = len(fake.requests)
+        res = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert len(fake.requests) - asked == 4 - done and _stored(store) == 1
+        assert _summary(tmp_path / "out")["mmhal"]["extra"]["judge_requests"] == {"asked": 4 - done, "cached": done}

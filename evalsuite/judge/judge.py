@@ -89,8 +89,14 @@ class Judge:
 
     def describe(self) -> dict:
         """What a result shows of its judge (never the key, never the URL's credentials)."""
+        from urllib.parse import urlsplit, urlunsplit
+
         shown = dict(self.identity)
-        shown["source"] = self.config.url or str(self.config.model)
+        if self.config.url:
+            u = urlsplit(self.config.url)
+            shown["source"] = urlunsplit(u._replace(netloc=u.hostname + (f":{u.port}" if u.port else ""), query=""))
+        else:
+            shown["source"] = str(self.config.model)
         return shown
 
     def ask(self, requests: list[list[dict]], cache_root: Path | None, task: str, prompt_version: str,

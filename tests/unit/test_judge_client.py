@@ -166,3 +166,12 @@ def test_interrupt_starts_nothing_more():
     with pytest.raises(KeyboardInterrupt):
         map_chat(fn, 50, 2, done)
     assert len(calls) <= 4
+
+
+def test_describe_drops_credentials_from_the_url():
+    with FakeJudge() as fake:
+        url = fake.url.replace("http://", "http://user:pw@") + "?key=sk-1"
+        j = Judge.resolve(JudgeConfig(model="judge-a", url=fake.url), "t")
+        j.config.url = url
+        shown = json.dumps(j.describe())
+        assert "pw" not in shown and "sk-1" not in shown and f"127.0.0.1:{fake.port}/v1" in shown

@@ -317,7 +317,7 @@ def _judge_flag(data: dict, origins: dict[str, str], key: str, value) -> None:
 
     flag = "--" + key.replace("_", "-")
     if isinstance(value, Bare) or not str(value).strip():
-        raise UserError(f"{flag}: {BARE_ERROR}" if isinstance(value, Bare) else f"{flag}: empty")
+        raise UserError(f"{flag}: {BARE_ERROR}" if isinstance(value, Bare) else f"{flag}: empty value")
     target = "judge.url" if key == "judge" and is_url(str(value)) else "judge.model"
     clash = {"--judge": "--judge-model", "--judge-model": "--judge"}[flag]
     if target == "judge.model" and origins.get("judge.model") == clash:

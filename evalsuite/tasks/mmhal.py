@@ -247,9 +247,21 @@ class MmhalTask:
         return records
 
     def run(self, ctx: RunContext, plan: Plan, inputs: dict) -> TaskResult | None:
+        from evalsuite.tasks.answers import fail_together
+
         answers = self.answers(ctx, plan)
-        if answers is None:   # a data-parallel rank other than 0
-            return None
+        result, failure = None, None
+        if answers is not None:   # rank 0 judges; the other ranks' answers went to it
+            try:
+                result = self.judged(ctx, plan, answers)
+            except RunFailure as e:
+                failure = str(e)
+        # every rank raises rank 0's judging failure here, or none does: a failure on rank 0 alone would
+        # leave the others waiting at the next collective
+        fail_together(ctx.dist, failure)
+        return result
+
+    def judged(self, ctx: RunContext, plan: Plan, answers: list[dict]) -> TaskResult:
         items, judge = plan.state["items"], plan.state["judge"]
         requests = [[{"role": "user", "content": render_judge_prompt(it, a["answer"])}] for it, a in zip(items, answers)]
         replies = judge.ask(requests, ctx.resume_root, self.name, PROMPT_VERSION, ctx.output_dir)

@@ -161,3 +161,38 @@ def test_mmhal_killed_while_judging_resumes(tiny_vlm_dir, mmhal_data, tmp_path):
         assert res.returncode == 0, res.stderr[-2000:]
         assert len(fake.requests) - asked == 4 - done and _stored(store) == 1
         assert _summary(tmp_path / "out")["mmhal"]["extra"]["judge_requests"] == {"asked": 4 - done, "cached": done}
+
+
+@pytest.mark.slow
+def test_mmhal_two_ranks(tiny_vlm_dir, mmhal_data, tmp_path):
+    """torchrun --nproc_per_node 2 (CPU, gloo): the ranks share the answering, rank 0 alone asks the judge
+    (4 requests, not 8) and stores once; a judge that ignores the format fails on both ranks with one line."""
+    import os
+    import re
+    import sys
+
+    from tests.conftest import REPO, launch
+
+    data, root = mmhal_data
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+    def run(fake, model, out):
+        def cmd(port):
+            return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+                    "-m", "evalsuite", "run", "--ckpt", str(tiny_vlm_dir), "--tasks", "mmhal", f"mmhal.data={data}",
+                    f"mmhal.image_root={root}", "mmhal.n_boot=0", "--judge", fake.url, "--judge-model", model,
+                    "--batch-size", "1", "--max-new-tokens", "3", "--device", "cpu", "--store", str(tmp_path / "s"),
+                    "--output", str(tmp_path / out)]
+        return launch(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
+
+    with FakeJudge(models=("judge-a", "judge-b")) as fake:
+        ok = run(fake, "judge-a", "a")
+        assert ok.returncode == 0, ok.stderr[-3000:]
+        assert len(fake.requests) == 4 and _stored(tmp_path / "s") == 1
+        assert _summary(tmp_path / "a")["mmhal"]["extra"]["judged"] == 4
+        fake.reply = lambda messages: "no score"
+        bad = run(fake, "judge-b", "b")
+        assert bad.returncode == 1, bad.stderr[-3000:]
+        lines = re.findall(r"evalsuite: failed: [^\n\r]*", bad.stderr)
+        assert len(lines) == 2 and lines[0] == lines[1] and "mmhal: 4 of 4 judge replies" in lines[0], bad.stderr[-3000:]
+        assert _stored(tmp_path / "s") == 1

@@ -56,19 +56,19 @@ def test_mmhal_run_with_a_local_judge(judges, world_dir, tiny_vlm_dir, tmp_path)
                        "--max-new-tokens", "4", "--device", "cpu", "--store", str(store),
                        "--output", str(tmp_path / out), timeout=900)
 
-    def cached(judge_dirs) -> int:
+    def cached() -> int:
         return sum(len(f.read_text().splitlines()) for f in (store / ".resume" / "judge").rglob("mmhal.rank0.jsonl"))
 
     first = run("a", judges[0])
     out = first.stdout + first.stderr
     assert (tmp_path / "a" / "judge_server.log").is_file(), out
-    assert cached(store) == 4, out
+    assert cached() == 4, out
     if first.returncode == 0:   # a random judge happened to follow the format
         assert json.loads((tmp_path / "a" / "summary.json").read_text())["mmhal"]["identity"]["judge"]["kind"] == "local"
     else:
         assert first.returncode == 1 and "judge replies have no single 'rating: N'" in out, out
     second = run("b", judges[0])
-    assert not (tmp_path / "b" / "judge_server.log").exists() and cached(store) == 4   # nothing asked again
+    assert not (tmp_path / "b" / "judge_server.log").exists() and cached() == 4   # nothing asked again
     assert second.returncode == first.returncode
     other = run("c", judges[1])
-    assert (tmp_path / "c" / "judge_server.log").is_file() and cached(store) == 8, other.stdout + other.stderr
+    assert (tmp_path / "c" / "judge_server.log").is_file() and cached() == 8, other.stdout + other.stderr

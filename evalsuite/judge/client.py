@@ -86,7 +86,8 @@ class ChatClient:
             except _Retryable as e:
                 last = str(e)
                 log.debug("judge %s%s: %s (attempt %d of %d)", self.url, path, last, attempt + 1, self.retries + 1)
-        raise JudgeError(f"judge {self.url}{path}: {last} ({self.retries + 1} attempts); is the judge server "
+        n = self.retries + 1
+        raise JudgeError(f"judge {self.url}{path}: {last} ({n} attempt{'s' if n > 1 else ''}); is the judge server "
                          "running and reachable?")
 
     def models(self) -> list[dict]:

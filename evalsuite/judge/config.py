@@ -24,7 +24,8 @@ class JudgeConfig:
     max_concurrency: int = opt(8, "judge requests in flight at once", identity=False)
     temperature: float = opt(0.0, "the judge's sampling temperature (0 = greedy, as the released scripts)")
     max_tokens: int = opt(1024, "token cap of a judge reply")
-    timeout_s: float = opt(120.0, "seconds a request may wait for the server (to connect, or for its next bytes) before it is retried", identity=False)
+    timeout_s: float = opt(120.0, "seconds a request may wait for the server (to connect, or for its next bytes) "
+                                  "before it is retried", identity=False)
     retries: int = opt(3, "retries of a request after a timeout, a connection error or an HTTP 5xx/429",
                        identity=False)
     serve_args: list[str] = opt(help="extra arguments of `vllm serve` for a local judge, e.g. "

@@ -377,16 +377,10 @@ def peak_held(s: Schedule) -> int:
     return max(f.held for f in s.forwards)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--prompts", type=int, default=64, help="prompts per recorded schedule of the real tree shape")
-    ap.add_argument("--json", help="write every figure here")
-    args = ap.parse_args(argv)
-    out: dict = {"assumptions": {"sentence_tokens": SENTENCE_TOKENS, "depth": DEPTH, "host_bw": HOST_BW,
-                                 "vllm_a_per_layer_s": VLLM_A_PER_LAYER, "vllm_per_request_s": VLLM_PER_REQUEST,
-                                 "image_tokens": FULL_IMAGE_TOKENS, "memory_margin": MEMORY_MARGIN}}
-    root = Path(tempfile.mkdtemp(prefix="csr_cost_"))
-    shapes = {a: full_shape(a) for a in ("llava", "qwen2_vl")}
+def calibrate(root: Path, shapes: dict, quiet: bool = False) -> tuple[Params, dict, dict]:
+    """(fitted Params, {figure: relative error}, per-arch calibration state): `a` from LLaVA's eval figure,
+    `r` and `e` (the reference's CPU search) from both CSR figures; Qwen2-VL's eval figure is held out."""
+    say = (lambda *a, **k: None) if quiet else print
     cal: dict = {}
     for arch in ("llava", "qwen2_vl"):
         vlm = tiny_vlm(arch)
@@ -398,8 +392,8 @@ def main(argv=None) -> int:
         prompt_tokens = first.new // first.rows  # each row of the first level prefills its prompt
         cal[arch] = {"csr": s, "eval": eval_schedule(prompt_tokens, 8, 128, 2), "vlm": vlm, "hook": h,
                      "img_tiny": img_tiny, "fig": recorded_figures(arch)}
-        print(f"{arch}: calibration schedule {len(s.forwards)} forwards, {s.sentences} sentences, {s.tokens} tokens"
-              f" (the H200 run: {cal[arch]['fig']['csr_nodes']} sentences), prompt {prompt_tokens} tokens at 7B")
+        say(f"{arch}: calibration schedule {len(s.forwards)} forwards, {s.sentences} sentences, {s.tokens} tokens"
+            f" (the H200 run: {cal[arch]['fig']['csr_nodes']} sentences), prompt {prompt_tokens} tokens at 7B")
     # a from LLaVA's eval figure; r and e (the reference's CPU search) from both CSR figures
     gpu = GPUS["H200"]
     zero = Params(0.0, 0.0, 0.0)
@@ -415,10 +409,10 @@ def main(argv=None) -> int:
     r = (rest[0] * elems[1] - rest[1] * elems[0]) / det
     e = (rows[0] * rest[1] - rows[1] * rest[0]) / det
     params = Params(a, r, e)
-    print(f"\nfitted on the H200 figures: a = {a * 1e3:.3f} ms per layer and forward (LLaVA eval); the reference's"
+    say(f"\nfitted on the H200 figures: a = {a * 1e3:.3f} ms per layer and forward (LLaVA eval); the reference's"
           f" CPU search r = {r * 1e3:.3f} ms per row and step, e = {e * 1e9:.2f} ns per row x vocabulary element"
           f" (both CSR figures)")
-    print(f"{'figure (H200)':<44} {'recorded s':>10} {'predicted':>10} {'error':>8}")
+    say(f"{'figure (H200)':<44} {'recorded s':>10} {'predicted':>10} {'error':>8}")
     errors = {}
     for arch in ("llava", "qwen2_vl"):
         C, shp = cal[arch], shapes[arch]
@@ -426,15 +420,30 @@ def main(argv=None) -> int:
                                        ("csr reference", C["csr"], C["fig"]["csr_seconds"], "fitted r, e")):
             pred = seconds(sched, shp, gpu, params)
             errors[f"{arch} {what}"] = pred / rec - 1
-            print(f"{arch + ' ' + what + ' (' + role + ')':<44} {rec:>10.2f} {pred:>10.2f} {pred / rec - 1:>+8.1%}")
+            say(f"{arch + ' ' + what + ' (' + role + ')':<44} {rec:>10.2f} {pred:>10.2f} {pred / rec - 1:>+8.1%}")
     # how much the host rule matters: one constant instead of two, fitted on LLaVA's CSR figure alone
     for label, only in (("per row only", "r"), ("per vocabulary element only", "e")):
         L0 = rest[0] / (rows[0] if only == "r" else elems[0])
         p1 = Params(a, L0, 0.0) if only == "r" else Params(a, 0.0, L0)
         q = seconds(cal["qwen2_vl"]["csr"], shapes["qwen2_vl"], gpu, p1)
         errors[f"qwen2_vl csr reference, {label} host rule"] = q / cal["qwen2_vl"]["fig"]["csr_seconds"] - 1
-        print(f"  a host rule {label}, fitted on LLaVA: Qwen2-VL CSR predicted {q:.2f} s "
+        say(f"  a host rule {label}, fitted on LLaVA: Qwen2-VL CSR predicted {q:.2f} s "
               f"({q / cal['qwen2_vl']['fig']['csr_seconds'] - 1:+.1%}): the reference's CPU search is the uncertain term")
+    return Params(a, r, e), errors, cal
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prompts", type=int, default=64, help="prompts per recorded schedule of the real tree shape")
+    ap.add_argument("--json", help="write every figure here")
+    args = ap.parse_args(argv)
+    out: dict = {"assumptions": {"sentence_tokens": SENTENCE_TOKENS, "depth": DEPTH, "host_bw": HOST_BW,
+                                 "vllm_a_per_layer_s": VLLM_A_PER_LAYER, "vllm_per_request_s": VLLM_PER_REQUEST,
+                                 "image_tokens": FULL_IMAGE_TOKENS, "memory_margin": MEMORY_MARGIN}}
+    root = Path(tempfile.mkdtemp(prefix="csr_cost_"))
+    shapes = {a: full_shape(a) for a in ("llava", "qwen2_vl")}
+    params, errors, cal = calibrate(root, shapes)
+    a, r, e = params.a, params.r, params.e
     out["params"] = {"a_per_layer_s": a, "r_s": r, "e_s": e}
     out["errors"] = errors
 

@@ -232,7 +232,8 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     ctx = RunContext(
         ckpt=cfg.ckpt, data_root=data_root, output_dir=None, dist=dist, device=dist.device(cfg.device), dtype=cfg.dtype,
         limit=cfg.limit, batch_size=cfg.batch_size, gen=cfg.gen_config(), trust_remote_code=cfg.trust_remote_code,
-        inputs=cfg.inputs, resume_root=Path(cfg.store) / ".resume", engine=engine)
+        inputs=cfg.inputs, resume_root=Path(cfg.store) / ".resume", engine=engine,
+        judge=cfg.judge)
     model = model_identity(ctx)
     ckpt_hash = model.weights
     run_id, outdir = None, None

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from evalsuite.config import check_fields, opt
 from evalsuite.engines.vllm_engine import VllmOptions
 from evalsuite.errors import UserError
+from evalsuite.judge.config import JudgeConfig, is_url
 from evalsuite.models.inputs import MOVED_TO_INPUTS, InputConfig
 from evalsuite.types import GenConfig
 
@@ -174,6 +175,8 @@ class EvalSettings:
     inputs: InputConfig = opt(help="prompt and image settings of every request (part of every result's identity)",
                               factory=InputConfig)
     gen: GenOptions = opt(help="decoding of evalsuite's own tasks", factory=GenOptions)
+    judge: JudgeConfig = opt(help="the LLM judge of judged tasks (mmhal): --judge MODEL_DIR, or --judge URL "
+                                  "--judge-model NAME (docs/judge.md)", factory=JudgeConfig)
     engine: Literal["hf", "vllm"] = opt("hf", "what generates answers: transformers, or a vLLM worker in its own "
                                          "environment (make vllm-env; docs/engines.md); part of results' identity")
     lmms: LmmsOptions = opt(help="lmms-eval tasks", factory=LmmsOptions)
@@ -276,7 +279,7 @@ def aliases() -> dict[str, tuple[str, ...]]:
 def sections_for(tasks: list[str], options: dict[str, Any] | None = None) -> set[str]:
     """The sections a run of `tasks` reads: each own task's, and transitively those of the tasks it
     requires (asked of the task, with its section's options: `options`, else its defaults), gen, lmms."""
-    from evalsuite.tasks.registry import is_own_task, load_task, section_of
+    from evalsuite.tasks.registry import is_own_task, load_task, section_of, task_class
 
     options = options or {}
     used: set[str] = set()
@@ -294,6 +297,8 @@ def sections_for(tasks: list[str], options: dict[str, Any] | None = None) -> set
         used.add("gen")
     if any(not is_own_task(t) for t in tasks):
         used.add("lmms")
+    if any(getattr(task_class(t), "judged", False) for t in seen):
+        used.add("judge")
     return used
 
 
@@ -307,9 +312,13 @@ def load_eval_config(argv: list[str]) -> tuple[EvalConfig, dict]:
     where = str(path) if path else CLI
     tasks = next((v for k, v in reversed(items) if k == "tasks"), data.get("tasks"))
     flags = aliases()
-    used = sections_for(_names(tasks), _given_options(data, [i for i in items if i[0] not in flags]))
+    used = sections_for(_names(tasks), _given_options(data, [i for i in items if i[0] not in flags
+                                                             and i[0] not in ("judge", "judge_model")]))
     origins: dict[str, str] = {}
     for key, value in items:  # in order, so a later item wins over an earlier one
+        if key in ("judge", "judge_model"):
+            _judge_flag(data, origins, key, value)
+            continue
         if key not in flags:
             _suggest_flag(key, flags)
             apply_overrides(data, [(key, value)], origins)
@@ -369,6 +378,21 @@ def _suggest_flag(key: str, flags: dict) -> None:
         raise UserError(f"{CLI}: unknown key {key!r} (did you mean --{close[0].replace('_', '-')}?)")
 
 
+def _judge_flag(data: dict, origins: dict[str, str], key: str, value) -> None:
+    """--judge MODEL_DIR sets judge.model, --judge URL judge.url, --judge-model NAME judge.model (URL only)."""
+    from evalsuite.config import BARE_ERROR, Bare, apply_overrides
+
+    flag = "--" + key.replace("_", "-")
+    if isinstance(value, Bare) or not str(value).strip():
+        raise UserError(f"{flag}: {BARE_ERROR}" if isinstance(value, Bare) else f"{flag}: empty value")
+    target = "judge.url" if key == "judge" and is_url(str(value)) else "judge.model"
+    clash = {"--judge": "--judge-model", "--judge-model": "--judge"}[flag]
+    if target == "judge.model" and origins.get("judge.model") == clash:
+        raise UserError("--judge-model: only with --judge URL (a local judge is its model directory, --judge DIR)")
+    apply_overrides(data, [(target, str(value))], origins)
+    origins[target] = flag
+
+
 def _names(tasks) -> list[str]:
     if isinstance(tasks, str):
         return [t.strip() for t in tasks.split(",") if t.strip()]
@@ -380,7 +404,7 @@ def _check_unused(cfg: EvalConfig, origins: dict[str, str], data: dict) -> None:
     used = cfg.used_sections()
     from evalsuite.tasks.registry import options_classes
 
-    sections = {"gen", "lmms", *options_classes()}
+    sections = {"gen", "lmms", "judge", *options_classes()}
     for key, src in origins.items():
         section = key.split(".")[0]
         if section in sections and section not in used:

@@ -23,6 +23,8 @@ def epilog() -> str:
         lines.append(line)
     lines.append("convenience flags (set the fields of the sections the run's tasks read):")
     lines += [f"  {'--' + k.replace('_', '-'):30s} sets {', '.join(v)}" for k, v in aliases().items()]
+    lines += [f"  {'--judge DIR|URL':30s} sets judge.model (a local model directory) or judge.url (a server)",
+              f"  {'--judge-model NAME':30s} sets judge.model (the served model's name, with --judge URL)"]
     lines += ["entry point:",
               f"  {'--config FILE':30s} a YAML eval preset (configs/eval/); flags and key=value override it",
               f"  {'--dry-run':30s} validate, print the resolved config as YAML, exit"]

@@ -10,8 +10,9 @@ def register(sub) -> None:
                                    "safetensors) that loads with from_pretrained from the directory alone.")
     p.add_argument("--out", required=True, help="output directory (new or empty)")
     p.add_argument("--kind", choices=["vlm", "clip"], default="vlm", help="a VLM (default) or CLIP")
-    p.add_argument("--arch", choices=ARCHS, default="llava",
-                   help="VLM family (default llava = LLaVA-1.5; --kind vlm only)")
+    p.add_argument("--arch", choices=(*ARCHS, "llama_text"), default="llava",
+                   help="VLM family (default llava = LLaVA-1.5; --kind vlm only), or llama_text: a text-only Llama "
+                        "vLLM serves (a tiny judge, docs/judge.md)")
     p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     p.add_argument("--vllm-compatible", action="store_true",
                    help="a VLM that vLLM also runs (text heads of 32, llava-hf weight names; docs/engines.md)")
@@ -31,6 +32,10 @@ def main(args) -> int:
         if args.vllm_compatible:
             raise UserError("--vllm-compatible: only for --kind vlm")
         out = build_tiny_clip(args.out, seed=args.seed)
+    elif args.arch == "llama_text":
+        from evalsuite.kit.text_llm import build_tiny_llama_text
+
+        out = build_tiny_llama_text(args.out, seed=args.seed)
     else:
         out = build_tiny_family(args.arch, args.out, seed=args.seed, vllm_compatible=args.vllm_compatible)
     print(out)

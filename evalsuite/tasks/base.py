@@ -96,6 +96,7 @@ class RunContext:
     resume_root: Path | None = None     # per-sample answer cache root (STORE/.resume); None = no resume
     ckpt_id: str = ""                   # ModelId.key() (evalsuite/identity.py): what the model's answers depend on
     engine: Any = None                  # None = HF generate; an evalsuite.engines EngineSpec (docs/engines.md)
+    judge: Any = None                   # the run's judge: section (evalsuite/judge/config.py), read by judged tasks
     loader: ModelLoader | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -1,0 +1,198 @@
+"""`evalsuite run --tasks mmhal` end to end (in process): the tiny kit VLM answers, a fake OpenAI-compatible
+judge (tests/judge_fake.py) judges. Stored with the judge in the identity; a second run is served from the
+store; another judge model recomputes (the answers from the resume cache); a run stopped mid-judging
+stores nothing and resumes with the judgments it had; a judge that ignores the format fails in one line."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evalsuite.cli import main as cli_main
+from tests.judge_fake import FakeJudge
+
+TYPES = ["attribute", "adversarial", "comparison", "counting"]
+
+
+@pytest.fixture
+def mmhal_data(world_dir, tmp_path) -> tuple[Path, Path]:
+    """A 4-record response_template.json over the world's val images (the released fields)."""
+    coco = json.loads(next((world_dir / "annotations").glob("instances_val*.json")).read_text())
+    images = sorted(coco["images"], key=lambda im: im["id"])[:4]
+    root = next(p.parent for p in world_dir.rglob(images[0]["file_name"]))
+    records = [{"question_type": t, "question_topic": "outdoor", "image_id": f"{im['id']:016x}",
+                "image_src": f"https://example.org/x/{im['file_name']}", "image_content": ["Cat", "Table"],
+                "question": f"What is in image {i}?", "gt_answer": "A cat on a table.", "model_answer": ""}
+               for i, (t, im) in enumerate(zip(TYPES, images))]
+    data = tmp_path / "response_template.json"
+    data.write_text(json.dumps(records))
+    return data, root
+
+
+def _summary(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+def _stored(store: Path) -> int:
+    return len(list((store / "metrics").glob("*.parquet"))) if (store / "metrics").is_dir() else 0
+
+
+def test_mmhal_run_store_reuse_other_judge_resume(tiny_vlm_dir, mmhal_data, tmp_path, capsys):
+    data, root = mmhal_data
+    store = tmp_path / "store"
+
+    def run(out: str, model: str, *extra: str) -> int:
+        return cli_main(["run", "--ckpt", str(tiny_vlm_dir), "--tasks", "mmhal", f"mmhal.data={data}",
+                         f"mmhal.image_root={root}", "mmhal.n_boot=0", "--judge", fake.url, "--judge-model", model,
+                         "judge.max_concurrency=1", "judge.retries=0", "--max-new-tokens", "3", "--device", "cpu",
+                         "--store", str(store), "--output", str(tmp_path / out), *extra])
+
+    with FakeJudge(models=("judge-a", "judge-b", "judge-c", "judge-d")) as fake:
+        assert run("a1", "judge-a") == 0
+        a1 = _summary(tmp_path / "a1")["mmhal"]
+        assert len(fake.requests) == 4 and _stored(store) == 1
+        assert a1["identity"]["judge"]["model"] == "judge-a" and a1["identity"]["judge"]["prompt"]
+        assert a1["extra"]["judge"]["model"] == "judge-a" and a1["extra"]["unparsable"] == 0
+        metrics = {(m["metric"], m["variant"]): m["value"] for m in a1["metrics"]}
+        # the fake rates by the answer's word count mod 7 (tests/judge_fake.py)
+        sent = [r["messages"][0]["content"] for r in fake.requests]
+        assert all("### Standard Human-Generated Answer\nA cat on a table.\n" in s for s in sent)
+        ratings = [len(s.rsplit("### LMM Response to Evaluate", 1)[1].split()) % 7 for s in sent]
+        assert metrics[("score", None)] == pytest.approx(sum(ratings) / 4)
+        assert {v for (m, v) in metrics if m == "score"} == {None, *TYPES}
+        assert metrics[("hallucination_rate", None)] == pytest.approx(sum(r < 3 for r in ratings) / 4)
+
+        assert run("a2", "judge-a") == 0     # served from the store: the judge is not asked
+        assert _summary(tmp_path / "a2")["mmhal"]["reused"] and len(fake.requests) == 4 and _stored(store) == 1
+
+        assert run("b", "judge-b") == 0      # another judge: another identity, judged again
+        b = _summary(tmp_path / "b")["mmhal"]
+        assert b["eval_key"] != a1["eval_key"] and len(fake.requests) == 8 and _stored(store) == 2
+
+        # judge-c fails after two replies: nothing stored; the rerun asks only for the other two
+        fake.fail_first = 0
+        real = fake.reply
+        calls = {"n": 0}
+
+        def flaky(messages):
+            calls["n"] += 1
+            if calls["n"] > 2:
+                raise RuntimeError("judge crashed")
+            return real(messages)
+
+        fake.reply = flaky
+        assert run("c1", "judge-c") == 1
+        assert _stored(store) == 2 and "mmhal" not in (_summary(tmp_path / "c1") if (tmp_path / "c1" / "summary.json").exists() else {})
+        fake.reply = real
+        before = len(fake.requests)
+        assert run("c2", "judge-c") == 0
+        assert len(fake.requests) - before == 2 and _stored(store) == 3
+        c2 = _summary(tmp_path / "c2")["mmhal"]
+        assert c2["extra"]["judge_requests"] == {"asked": 2, "cached": 2}
+
+        # a judge that never gives a rating: more than half unparsable, one line, nothing stored
+        fake.reply = lambda messages: "I cannot rate this."
+        capsys.readouterr()
+        assert run("d", "judge-d") == 1
+        err = capsys.readouterr().err
+        assert "mmhal: 4 of 4 judge replies have no single 'rating: N'" in err and "nothing stored" in err
+        assert _stored(store) == 3
+
+
+def test_mmhal_refusals_before_generation(tiny_vlm_dir, mmhal_data, tmp_path, capsys):
+    data, root = mmhal_data
+    from evalsuite.judge.server import free_port
+
+    base = ["run", "--ckpt", str(tiny_vlm_dir), "--tasks", "mmhal", f"mmhal.data={data}", f"mmhal.image_root={root}",
+            "--device", "cpu", "--store", str(tmp_path / "store")]
+    cases = [
+        ([], "mmhal: needs a judge: --judge MODEL_DIR"),
+        (["--judge", f"http://127.0.0.1:{free_port()}/v1", "--judge-model", "x", "judge.retries=0"],
+         "server unreachable"),
+        (["--judge", str(tmp_path)], "no config.json; not a servable model directory"),
+        (["--judge", str(tiny_vlm_dir / "nope")], "no such directory"),
+    ]
+    for extra, msg in cases:
+        capsys.readouterr()
+        assert cli_main([*base, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert any(msg in line for line in err), (msg, err)
+    (tmp_path / "bad.json").write_text(json.dumps([{"question": "q"}]))
+    assert cli_main([*base[:5], f"mmhal.data={tmp_path / 'bad.json'}", f"mmhal.image_root={root}", "--judge",
+                     "http://127.0.0.1:9/v1", "--judge-model", "x"]) == 2
+    assert "record 0: field 'question_type' missing" in capsys.readouterr().err
+    assert not (tmp_path / "store" / "metrics").exists()
+
+
+def test_mmhal_killed_while_judging_resumes(tiny_vlm_dir, mmhal_data, tmp_path):
+    """kill -9 of `evalsuite run` after two judgments: nothing stored; the same command asks only the rest."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    data, root = mmhal_data
+    store = tmp_path / "store"
+    argv = [sys.executable, "-m", "evalsuite.cli", "run", "--ckpt", str(tiny_vlm_dir), "--tasks", "mmhal",
+            f"mmhal.data={data}", f"mmhal.image_root={root}", "mmhal.n_boot=0", "judge.max_concurrency=1",
+            "--max-new-tokens", "3", "--device", "cpu", "--store", str(store), "--output", str(tmp_path / "out")]
+
+    def cached() -> int:
+        return sum(len(f.read_text().splitlines()) for f in (store / ".resume" / "judge").rglob("mmhal.rank0.jsonl")) \
+            if (store / ".resume" / "judge").is_dir() else 0
+
+    with FakeJudge(delay_s=1.5) as fake:
+        argv += ["--judge", fake.url, "--judge-model", "judge-a"]
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        t0 = time.monotonic()
+        while cached() < 2 and proc.poll() is None and time.monotonic() - t0 < 300:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
+        done = cached()
+        assert 2 <= done < 4 and _stored(store) == 0
+        fake.delay_s = 0
+        asked = len(fake.requests)
+        res = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert len(fake.requests) - asked == 4 - done and _stored(store) == 1
+        assert _summary(tmp_path / "out")["mmhal"]["extra"]["judge_requests"] == {"asked": 4 - done, "cached": done}
+
+
+@pytest.mark.slow
+def test_mmhal_two_ranks(tiny_vlm_dir, mmhal_data, tmp_path):
+    """torchrun --nproc_per_node 2 (CPU, gloo): the ranks share the answering, rank 0 alone asks the judge
+    (4 requests, not 8) and stores once; a judge that ignores the format fails on both ranks with one line."""
+    import os
+    import re
+    import sys
+
+    from tests.conftest import REPO, launch
+
+    data, root = mmhal_data
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+    def run(fake, model, out):
+        def cmd(port):
+            return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+                    "-m", "evalsuite", "run", "--ckpt", str(tiny_vlm_dir), "--tasks", "mmhal", f"mmhal.data={data}",
+                    f"mmhal.image_root={root}", "mmhal.n_boot=0", "--judge", fake.url, "--judge-model", model,
+                    "--batch-size", "1", "--max-new-tokens", "3", "--device", "cpu", "--store", str(tmp_path / "s"),
+                    "--output", str(tmp_path / out)]
+        return launch(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
+
+    with FakeJudge(models=("judge-a", "judge-b")) as fake:
+        ok = run(fake, "judge-a", "a")
+        assert ok.returncode == 0, ok.stderr[-3000:]
+        assert len(fake.requests) == 4 and _stored(tmp_path / "s") == 1
+        assert _summary(tmp_path / "a")["mmhal"]["extra"]["judged"] == 4
+        fake.reply = lambda messages: "no score"
+        bad = run(fake, "judge-b", "b")
+        assert bad.returncode == 1, bad.stderr[-3000:]
+        lines = re.findall(r"evalsuite: failed: [^\n\r]*", bad.stderr)
+        assert len(lines) == 2 and lines[0] == lines[1] and "mmhal: 4 of 4 judge replies" in lines[0], bad.stderr[-3000:]
+        assert _stored(tmp_path / "s") == 1

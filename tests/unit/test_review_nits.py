@@ -104,7 +104,7 @@ def test_lmms_empty_answers_are_counted_per_request_without_rank_padding():
 
 
 class _FakeProc:
-    """A vLLM worker process as VllmEngine sees it (poll, stdin, stdout): each next_logprobs request is
+    """A vLLM worker process as VllmWorker sees it (poll, stdin, stdout): each next_logprobs request is
     answered with one row per prompt naming the replica and the prompt's first id; `log` records sends and
     reads across replicas."""
 

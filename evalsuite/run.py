@@ -232,8 +232,13 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     ctx = RunContext(
         ckpt=cfg.ckpt, data_root=data_root, output_dir=None, dist=dist, device=dist.device(cfg.device), dtype=cfg.dtype,
         limit=cfg.limit, batch_size=cfg.batch_size, gen=cfg.gen_config(), trust_remote_code=cfg.trust_remote_code,
-        inputs=cfg.inputs, resume_root=Path(cfg.store) / ".resume", engine=engine,
-        judge=cfg.judge)
+        inputs=cfg.inputs, resume_root=Path(cfg.store) / ".resume", judge=cfg.judge)
+    if engine is not None:  # the checkpoint is checked against what vLLM loads now (evalsuite/engines/vllm_check.py)
+        from evalsuite.engines.base import make_engine
+        from evalsuite.models.vlm import resolve_dtype
+
+        ctx = dataclasses.replace(ctx, engine=make_engine(engine, ctx.loader, ctx.device_type, resolve_dtype(
+            ctx.device_type, ctx.dtype), ctx.batch_size, dist.world_size))
     model = model_identity(ctx)
     ckpt_hash = model.weights
     run_id, outdir = None, None
@@ -242,7 +247,7 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
         run_id = (outdir.existing_run(config, ckpt_hash, model.key()) if outdir else None) or new_run_id()
     run_id = dist.broadcast(run_id)
     out = Path(cfg.output) if cfg.output else Path(cfg.store) / "runs" / run_id
-    ctx = dataclasses.replace(ctx, output_dir=out, ckpt_id=model.key(), loader=ctx.loader)
+    ctx = dataclasses.replace(ctx, output_dir=out, ckpt_id=model.key(), engine=ctx.engine.writing_to(out))
     # the prompt format now: a checkpoint without one fails before any generation (docs/inputs.md)
     prompt_record = ctx.loader.prompts().describe()
     own, lmms = split_tasks(cfg.tasks)
@@ -273,7 +278,7 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     try:
         _run_tasks(ctx, cfg, steps, store, meta, summary, ckpt_hash, reused)
     finally:
-        ctx.loader.close()  # the engine worker, if one started
+        ctx.engine.close()  # the engine worker, if one started
         if outdir is not None:
             outdir.release()
     if dist.is_main:  # one line per run, not one per rank (the other ranks wrote nothing)

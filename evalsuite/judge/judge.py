@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 
 def _vllm_python() -> str:
-    from evalsuite.engines.vllm_engine import VllmOptions, resolve_python
+    from evalsuite.engines.vllm_process import VllmOptions, resolve_python
 
     return resolve_python(VllmOptions())[0]
 
@@ -53,7 +53,7 @@ class Judge:
 
         d = check_servable(cfg.model, "--judge")
         python = _vllm_python()
-        from evalsuite.engines.vllm_engine import engine_versions
+        from evalsuite.engines.vllm_process import engine_versions
 
         versions = engine_versions(python, "judge")
         identity = {"kind": "local", "weights": checkpoint_hash(d), "prompt_files": prompt_files_id(d),

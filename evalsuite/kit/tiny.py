@@ -86,8 +86,10 @@ def build_tiny_vlm(
 ) -> Path:
     """Write a tiny LLaVA checkpoint to `out`; the same seed gives bit-identical weights.
 
-    `vllm_compatible`: weights under llava-hf's `vision_tower.vision_model.*` names, which vLLM loads
-    (transformers loads both); the head size is the caller's (`build_tiny_family` raises it to 32).
+    The weights are saved under llava-hf's names (`vision_tower.vision_model.*`), as real LLaVA checkpoints
+    are: vLLM's loader reads only those, transformers reads both into identical weights (and writes them
+    back under the names it read). `vllm_compatible` only marks the manifest; the head size is the
+    caller's (`build_tiny_family` raises it to 32, which vLLM's CPU kernels need).
 
     The default 32 px input with 16 px patches gives 4 image tokens, one per cell of the world's
     2x2 scene grid: measured here, that is what lets a tiny model ground objects at all.
@@ -150,8 +152,7 @@ def build_tiny_vlm(
     gc = model.generation_config
     gc.pad_token_id, gc.eos_token_id, gc.bos_token_id = tok.pad_token_id, tok.eos_token_id, tok.bos_token_id
     model.save_pretrained(out, safe_serialization=True)
-    if vllm_compatible:
-        llava_hf_layout(out)
+    llava_hf_layout(out)
     processor.save_pretrained(out)
     extra = {"vllm_compatible": True} if vllm_compatible else {}  # the default's manifest is unchanged
     _write_kit_manifest(out, kind="tiny-vlm", seed=seed, config={

@@ -20,22 +20,16 @@ class VLMBackend:
         """fingerprint: the run's ModelId (evalsuite/identity.py: weights, prompt files, prompt settings,
         device type, dtype), whose key keys every cached answer; or a plain string (stub answerers),
         to which the prompt settings, device type and dtype are added here."""
-        from evalsuite.identity import ModelId
-
         self.vlm = vlm
         # answers generated under other prompt settings (system prompt, template, image_aspect) must not be
         # served from the cache: their identity joins the fingerprint (nothing for the defaults)
-        self.inputs_identity = vlm.inputs.config.identity() if getattr(vlm, "inputs", None) else {}
+        inputs = vlm.inputs.config if getattr(vlm, "inputs", None) else None
+        self.inputs_identity = inputs.identity() if inputs is not None else {}
         self.name = name or str(vlm.path)
         self.device = str(vlm.device)
         model = getattr(vlm, "model", None)   # the dtype answers are computed in: part of results' identity
         self.dtype = str(model.dtype).removeprefix("torch.") if getattr(model, "dtype", None) is not None else None
-        if isinstance(fingerprint, ModelId):
-            self.fingerprint = fingerprint.key()
-            return
-        # answers computed on another device type or in another dtype differ: other cache entries
-        self.fingerprint = (fingerprint + (vlm.inputs.config.cache_suffix() if self.inputs_identity else "")
-                            + f"+{self.device.split(':')[0]}-{self.dtype}")
+        self.fingerprint = cache_fingerprint(fingerprint, inputs, self.device, self.dtype)
 
     @classmethod
     def from_checkpoint(cls, path, device=None, dtype=None, trust_remote_code: bool = False,
@@ -66,3 +60,18 @@ class VLMBackend:
         from evalsuite.models.loglik import loglikelihood
 
         return loglikelihood(self.vlm, pairs)
+
+
+def cache_fingerprint(fingerprint, inputs=None, device: str = "cpu", dtype: str | None = None,
+                      engine: dict | None = None) -> str:
+    """The key every cached answer of a backend is filed under: a ModelId's key (evalsuite/identity.py: it
+    holds the prompt settings, device type, dtype and engine already), or, for a plain string (stub
+    answerers, lmms-eval's own CLI), the string with what changes answers added: prompt settings other than
+    the defaults, device type and dtype, and an engine other than HF (with its versions)."""
+    from evalsuite.identity import ModelId, digest
+
+    if isinstance(fingerprint, ModelId):
+        return fingerprint.key()
+    suffix = inputs.cache_suffix() if inputs is not None and inputs.identity() else ""
+    key = f"{fingerprint}{suffix}+{str(device).split(':')[0]}-{dtype}"
+    return key + (f"+{engine['engine']['name']}-{digest(engine)}" if engine else "")

@@ -110,10 +110,13 @@ def _pick_device(device: str | None) -> str:
 
 def load_vlm(
     path: str | Path, trust_remote_code: bool = False, device: str | None = None, dtype: str | None = None,
-    inputs: InputConfig | None = None,
+    inputs: InputConfig | None = None, weights: bool = True,
 ) -> VLM:
     """Load model + processor from `path`; raise UserError for a dir that is not a local VLM, or whose
-    processor has no prompt format for `inputs` (no chat template and none given, ...)."""
+    processor has no prompt format for `inputs` (no chat template and none given, ...).
+
+    weights=False: the model class built on torch's meta device (configs, generation config, module
+    structure; no weight memory): for a caller whose forwards run elsewhere (CSR trees on a vLLM worker)."""
     import torch
     from transformers import AutoModelForImageTextToText
 
@@ -122,6 +125,17 @@ def load_vlm(
     model_inputs = load_inputs(path, inputs, trust_remote_code)  # a missing prompt format fails before the weights
     device = _pick_device(device)
     torch_dtype = getattr(torch, resolve_dtype(device, dtype))
+    if not weights:
+        from transformers import GenerationConfig
+
+        with torch.device("meta"):
+            model = AutoModelForImageTextToText.from_config(config, trust_remote_code=trust_remote_code,
+                                                            dtype=torch_dtype)
+        try:
+            model.generation_config = GenerationConfig.from_pretrained(path, local_files_only=True)
+        except OSError:  # no generation_config.json: the one from_pretrained would derive
+            model.generation_config = GenerationConfig.from_model_config(config)
+        return VLM(model=model.eval(), processor=model_inputs.processor, path=path, device=device, inputs=model_inputs)
     try:
         model = AutoModelForImageTextToText.from_pretrained(
             path, local_files_only=True, trust_remote_code=trust_remote_code, use_safetensors=True, dtype=torch_dtype,
@@ -163,23 +177,61 @@ def build_prompt(vlm: VLM, question: str, with_image: bool = True) -> str:
     return vlm.inputs.prompt(question, with_image)
 
 
-def placeholder_token_ids(vlm: VLM) -> list[int]:
-    """The image / video placeholder tokens: text that holds one cannot be fed back to the model (its
-    count must equal the features'), so a context that is re-encoded (the CSR tree) never contains one."""
-    cfg, proc = vlm.model.config, vlm.processor
-    ids = {getattr(cfg, "image_token_id", None), getattr(cfg, "image_token_index", None),
-           getattr(cfg, "video_token_id", None), getattr(proc, "image_token_id", None),
-           getattr(proc, "video_token_id", None)}
+def placeholder_token_ids(processor, config) -> list[int]:
+    """The image / video placeholder tokens of a checkpoint (its processor and model config): text that
+    holds one cannot be fed back to the model (its count must equal the features'), so a context that is
+    re-encoded (the CSR tree) never contains one."""
+    ids = {getattr(config, "image_token_id", None), getattr(config, "image_token_index", None),
+           getattr(config, "video_token_id", None), getattr(processor, "image_token_id", None),
+           getattr(processor, "video_token_id", None)}
     return sorted(i for i in ids if isinstance(i, int))
 
 
-def suppressed_token_ids(vlm: VLM) -> list[int]:
-    """Tokens a generated answer must never contain: the image placeholder, pad and bos (never an EOS)."""
-    tok = vlm.tokenizer
-    ids = set(placeholder_token_ids(vlm)) | {tok.pad_token_id, tok.bos_token_id}
-    eos = getattr(vlm.model.generation_config, "eos_token_id", None)
+def suppressed_token_ids(processor, config, generation_config=None) -> list[int]:
+    """Tokens a generated answer must never contain: the image placeholder, pad and bos (never an EOS).
+    Needs only the checkpoint's processor and configs, so an engine without the HF weights asks the same."""
+    tok = getattr(processor, "tokenizer", processor)
+    ids = set(placeholder_token_ids(processor, config)) | {tok.pad_token_id, tok.bos_token_id}
+    eos = getattr(generation_config, "eos_token_id", None)
     eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) | {tok.eos_token_id}
     return sorted(i for i in ids if i is not None and i not in eos)
+
+
+# the keys vLLM reads a text model's context from (the smallest present wins): the one limit both engines
+# stop at (vllm/transformers_utils/model_arch_config_convertor.py derive_max_model_len_and_key)
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+
+
+def context_limit(config) -> int | None:
+    """Tokens per sequence (prompt, image tokens and answer) the model is made for: a config.json dict or a
+    transformers config; None when it names none."""
+    if isinstance(config, dict):
+        text = config.get("text_config") or config
+        values = [text.get(k) for k in CONTEXT_KEYS]
+    else:
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        values = [getattr(text, k, None) for k in CONTEXT_KEYS]
+    values = [int(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
+    return min(values) if values else None
+
+
+def context_stop(attention_mask, limit: int | None):
+    """A transformers StoppingCriteria that ends each row once its prompt (unpadded) plus answer reaches
+    `limit` tokens: where vLLM's max_model_len ends it (finish "length"), so both engines stop at one place.
+    None when the model names no context."""
+    if limit is None or attention_mask is None:
+        return None
+    from transformers import StoppingCriteria
+
+    lengths = attention_mask.sum(dim=1)
+    width = attention_mask.shape[1]
+
+    class ContextStop(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return (lengths.to(input_ids.device) + (input_ids.shape[1] - width)) >= limit
+
+    return ContextStop()
 
 
 def encode_batch(vlm: VLM, requests: list[GenRequest]):
@@ -204,12 +256,16 @@ def generate(vlm: VLM, requests: list[GenRequest], gen: GenConfig, batch_size: i
     answers: list[str] = []
     batches = [b for start in range(0, len(requests), batch_size)
                for b in _same_modality(requests[start:start + batch_size])]
-    suppress = {"suppress_tokens": suppressed_token_ids(vlm)} if gen.suppress_special_tokens else {}
+    banned = suppressed_token_ids(vlm.processor, vlm.model.config, vlm.model.generation_config)
+    suppress = {"suppress_tokens": banned} if gen.suppress_special_tokens else {}
+    limit = context_limit(vlm.model.config)
     for batch in progress_bar(batches, desc="generate", unit="batch", disable=not progress or len(batches) < 2):
         inputs = encode_batch(vlm, batch)
+        stop = context_stop(inputs.get("attention_mask"), limit)
         with torch.inference_mode():
             out = vlm.model.generate(
                 **inputs, **gen.as_kwargs(), **suppress, pad_token_id=vlm.tokenizer.pad_token_id,
+                **({"stopping_criteria": [stop]} if stop is not None else {}),
             )
         new = out[:, inputs["input_ids"].shape[1]:]
         answers.extend(t.strip() for t in vlm.tokenizer.batch_decode(new, skip_special_tokens=True))

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from evalsuite.dist import Dist
-from evalsuite.errors import UserError
 from evalsuite.models.inputs import InputConfig
 from evalsuite.types import GenConfig, GenRequest, TaskResult, eval_key
 
@@ -29,15 +28,11 @@ class ModelLoader:
     """Loads the checkpoint on first use, once: a run whose answers are all cached never loads it."""
 
     def __init__(self, ckpt: str, device: str | None = None, trust_remote_code: bool = False,
-                 inputs: InputConfig | None = None, dtype: str | None = None, engine: Any = None, log_dir: Path | None = None):
+                 inputs: InputConfig | None = None, dtype: str | None = None):
         self.ckpt, self.device, self.trust_remote_code, self.dtype = ckpt, device, trust_remote_code, dtype
         self.inputs = inputs or InputConfig()
         self._vlm: Any = None
         self._prompts: Any = None
-        # engine: None = HF generate in this process; else an evalsuite.engines EngineSpec, whose worker
-        # starts on the first generation and stops in close() (run_eval's finally)
-        self.engine, self.log_dir = engine, log_dir
-        self._generator: Any = None
 
     @property
     def loaded(self) -> bool:
@@ -62,21 +57,6 @@ class ModelLoader:
             self._prompts = load_inputs(self.ckpt, self.inputs, self.trust_remote_code)
         return self._prompts
 
-    def generator(self, device_type: str, dtype: str):
-        """The engine's generator (evalsuite/engines/vllm_engine.py), its worker started on first use."""
-        if self._generator is None:
-            from evalsuite.engines.vllm_engine import VllmGenerator, make_engine
-
-            log_path = Path(self.log_dir) / "vllm_worker.log" if self.log_dir else None
-            engine = make_engine(self.engine, self.ckpt, dtype=dtype, device=device_type, log_path=log_path)
-            self._generator = VllmGenerator(engine, self.prompts(), self.ckpt)
-        return self._generator
-
-    def close(self) -> None:
-        """Stop the engine worker, if one was started."""
-        if self._generator is not None:
-            self._generator.engine.close()
-
 
 @dataclass(frozen=True)
 class RunContext:
@@ -95,14 +75,20 @@ class RunContext:
     inputs: InputConfig = field(default_factory=InputConfig)   # the run's `inputs:` section, as is
     resume_root: Path | None = None     # per-sample answer cache root (STORE/.resume); None = no resume
     ckpt_id: str = ""                   # ModelId.key() (evalsuite/identity.py): what the model's answers depend on
-    engine: Any = None                  # None = HF generate; an evalsuite.engines EngineSpec (docs/engines.md)
+    # what answers (evalsuite/engines/base.py Engine; run_eval's make_engine): None = HF generate on `loader`
+    engine: Any = field(default=None, compare=False, repr=False)
     judge: Any = None                   # the run's judge: section (evalsuite/judge/config.py), read by judged tasks
     loader: ModelLoader | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.loader is None:  # a frozen dataclass sets its derived fields through object.__setattr__
+        # a frozen dataclass sets its derived fields through object.__setattr__
+        if self.loader is None:
             object.__setattr__(self, "loader", ModelLoader(self.ckpt, self.device, self.trust_remote_code, self.inputs,
-                                                           self.dtype, engine=self.engine, log_dir=self.output_dir))
+                                                           self.dtype))
+        if self.engine is None:
+            from evalsuite.engines.base import HFEngine
+
+            object.__setattr__(self, "engine", HFEngine(self.loader, self.batch_size))
 
     @property
     def device_type(self) -> str:
@@ -123,38 +109,18 @@ class RunContext:
 
     def engine_identity(self) -> dict:
         """{} for HF generate (keys written before engines existed stay valid), else {"engine": {...}}."""
-        return self.engine.identity() if self.engine is not None else {}
+        return self.engine.identity()
 
     @property
     def vlm(self):
         return self.loader.get()
 
     def generate(self, requests: list[GenRequest], gen: GenConfig) -> list[str]:
-        if self.engine is not None:
-            return self.generator().generate(requests, gen)
-        from evalsuite.models.vlm import generate
+        return self.engine.generate(requests, gen)
 
-        return generate(self.vlm, requests, gen, batch_size=self.batch_size, progress=False)
-
-    def generator(self):
-        from evalsuite.models.vlm import resolve_dtype
-
-        if self.dist.world_size > 1:
-            raise UserError("--engine vllm: one process runs the engine; use vllm.data_parallel_size / "
-                            "vllm.tensor_parallel_size instead of a multi-process launch (docs/multi-gpu.md)")
-        return self.loader.generator(self.device_type, resolve_dtype(self.device_type, self.dtype))
-
-    def backend(self, fingerprint: str):
-        """The model behind lmms-eval's adapter: this run's engine, or the loaded HF model."""
-        if self.engine is not None:
-            from evalsuite.engines.vllm_engine import VllmBackend
-
-            setup = self.model_setup()
-            return VllmBackend(self.generator(), fingerprint, self.engine_identity(), setup["dtype"],
-                               self.device_type, name=str(self.ckpt))
-        from evalsuite.models.backend import VLMBackend
-
-        return VLMBackend(self.vlm, fingerprint, name=str(self.ckpt))
+    def backend(self, fingerprint):
+        """The model behind lmms-eval's adapter: this run's engine."""
+        return self.engine.backend(fingerprint, str(self.ckpt))
 
 
 @dataclass(frozen=True)

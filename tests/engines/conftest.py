@@ -19,7 +19,7 @@ if os.environ.get("EVALSUITE_TEST_ENGINES") != "1":  # `make test-engines` sets 
 @pytest.fixture(scope="session")
 def vllm_spec():
     """The vLLM environment under test: $EVALSUITE_VLLM_PYTHON, else ~/.cache/evalsuite/vllm-env."""
-    from evalsuite.engines.vllm_engine import VllmOptions, resolve_engine
+    from evalsuite.engines.vllm_process import VllmOptions, resolve_engine
     from evalsuite.errors import UserError
 
     try:

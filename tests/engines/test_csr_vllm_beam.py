@@ -29,7 +29,7 @@ def test_group_beam_trees_on_vllm_equal_hf(arch, vllm_spec, vllm_ckpts, world_di
     rules = [{}, {"stop": "sentence_marks", "suppress_special_tokens": True}]
     log_path = tmp_path / "vllm_worker.log"
     with caplog.at_level(logging.INFO, logger="training.csr.vllm_expand"):
-        with VllmSampler.open(vlm, ckpt, TreeConfig(engine="vllm"), log_path=log_path) as sampler:
+        with VllmSampler.open(vlm.inputs, ckpt, TreeConfig(engine="vllm"), log_path=log_path) as sampler:
             for rule in rules:
                 kw = {"max_new_tokens": 6, "max_depth": 2, **rule}
                 ref = TreeGenerator(vlm, TreeConfig(engine="reference", **kw), images).generate(records, progress=False)

@@ -14,13 +14,14 @@ N_NEW = 24
 @pytest.fixture(scope="module", params=["llava", "qwen2_vl"])
 def arch_engine(request, vllm_spec, vllm_ckpts, tmp_path_factory):
     """(arch, HF VLM, VllmGenerator) with one worker per checkpoint for the module."""
-    from evalsuite.engines.vllm_engine import VllmEngine, VllmGenerator
+    from evalsuite.engines.vllm_generate import VllmGenerator
+    from evalsuite.engines.vllm_process import VllmWorker
     from evalsuite.models.vlm import load_vlm
 
     ckpt = vllm_ckpts[request.param]
     vlm = load_vlm(ckpt)
     log_path = tmp_path_factory.mktemp("vllm-log") / "vllm_worker.log"
-    engine = VllmEngine(vllm_spec, ckpt, dtype="float32", device="cpu", log_path=log_path)
+    engine = VllmWorker(vllm_spec, ckpt, dtype="float32", device="cpu", log_path=log_path)
     yield request.param, vlm, VllmGenerator(engine, vlm.inputs, ckpt)
     engine.close()
     assert engine.proc is None
@@ -44,13 +45,13 @@ def test_greedy_ids_equal_hf(arch_engine, world_dir):
     for r in reqs:  # one request per HF call: no padding in the reference
         enc = encode_batch(vlm, [r])
         with torch.inference_mode():
-            out = vlm.model.generate(**enc, max_new_tokens=N_NEW, do_sample=False, suppress_tokens=suppressed_token_ids(vlm),
+            out = vlm.model.generate(**enc, max_new_tokens=N_NEW, do_sample=False, suppress_tokens=suppressed_token_ids(vlm.processor, vlm.model.config, vlm.model.generation_config),
                                      pad_token_id=vlm.tokenizer.pad_token_id)
         hf_ids.append(out[0, enc["input_ids"].shape[1]:].tolist())
     prompts = [gen.prompt_ids(r.prompt, r.image, True) for r in reqs]
     n_image = {"llava": 4, "qwen2_vl": 16}[arch]  # the kit's image tokens per image: the placeholder expanded
     assert all(len(p.expanded) == len(p.ids) - 1 + n_image for p in prompts)
-    outputs = gen.engine.generate_ids(prompts, gen.params(GenConfig(max_new_tokens=N_NEW)))  # checks the expansion
+    outputs = gen.worker.generate_ids(prompts, gen.params(GenConfig(max_new_tokens=N_NEW)))  # checks the expansion
     vllm_ids = [rows[0]["ids"] for rows in outputs]
     assert vllm_ids == hf_ids, arch
     assert all(len(ids) == N_NEW for ids in hf_ids)  # the comparison covered every step (no early EOS)
@@ -73,8 +74,8 @@ def test_sampling_stops_at_sentence_end_with_logprobs(arch_engine, world_dir):
     prompts = [gen.prompt_ids(r.prompt, r.image, True) for r in _requests(world_dir, 2)]
     params = {**gen.params(GenConfig(max_new_tokens=N_NEW)), "temperature": 1.0, "n": 5, "logprobs": True,
               "stop_token_ids": stop, "seeds": [11, 12]}
-    first = gen.engine.generate_ids(prompts, params)
-    again = gen.engine.generate_ids(prompts, params)
+    first = gen.worker.generate_ids(prompts, params)
+    again = gen.worker.generate_ids(prompts, params)
     assert [[r["ids"] for r in rows] for rows in first] == [[r["ids"] for r in rows] for rows in again]
     for rows in first:
         assert len(rows) == 5

@@ -148,7 +148,7 @@ def test_csr_search_and_reward_pass_use_the_models_own_inputs(arch, ckpts, world
     tok = vlm.tokenizer
     spec = SearchSpec(num_beams=5, num_groups=1, diversity_penalty=0.0, max_new_tokens=6,
                       stop_ids=tuple(sentence_end_ids(tok, [".", "!", "?"]) + [tok.eos_token_id]),
-                      suppress_ids=tuple(i for i in suppressed_token_ids(vlm) if i != tok.eos_token_id),
+                      suppress_ids=tuple(i for i in suppressed_token_ids(vlm.processor, vlm.model.config, vlm.model.generation_config) if i != tok.eos_token_id),
                       pad_id=tok.pad_token_id, response_fill=response_fill(vlm))
     ours = group_beam_search(vlm.model, [ids], [feats], spec)[0]
     enc = vlm.inputs.encode([vlm.inputs.prompt("Describe the image.")], [_image(images / image)])

@@ -65,7 +65,7 @@ def _check_eval(vlm, real, grey, arch: str) -> None:
         enc = encode_batch(vlm, [GenRequest(key="x", image=str(path), prompt=QUESTION)])
         with torch.inference_mode():
             out = vlm.model.generate(**enc, max_new_tokens=1, do_sample=False, output_scores=True,
-                                     return_dict_in_generate=True, suppress_tokens=suppressed_token_ids(vlm),
+                                     return_dict_in_generate=True, suppress_tokens=suppressed_token_ids(vlm.processor, vlm.model.config, vlm.model.generation_config),
                                      pad_token_id=vlm.tokenizer.pad_token_id)
         scores.append(out.scores[0])
     assert _differ(*scores), "eval: real and grey images give the same scores"
@@ -81,7 +81,7 @@ def _check_search(vlm, real, grey) -> None:
     tok = vlm.tokenizer
     spec = SearchSpec(num_beams=3, num_groups=3, diversity_penalty=1.0, max_new_tokens=4,
                       stop_ids=tuple(sentence_end_ids(tok, [".", "!", "?"]) + [tok.eos_token_id]),
-                      suppress_ids=tuple(i for i in suppressed_token_ids(vlm) if i != tok.eos_token_id),
+                      suppress_ids=tuple(i for i in suppressed_token_ids(vlm.processor, vlm.model.config, vlm.model.generation_config) if i != tok.eos_token_id),
                       pad_id=tok.pad_token_id, response_fill=response_fill(vlm))
     found, lm = [], []
     for path in (real, grey):

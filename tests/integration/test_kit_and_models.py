@@ -74,7 +74,7 @@ def test_tiny_vlm_vision_tower_from_clip(tmp_path):
     assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
     assert vlm.config.vision_feature_layer == -2 and vlm.config.vision_config.patch_size == 16
     plain = load_file(build_tiny_vlm(tmp_path / "plain", seed=0) / "model.safetensors")
-    key = next(k for k in plain if k.endswith("vision_tower.embeddings.patch_embedding.weight"))
+    key = next(k for k in plain if k.endswith("vision_tower.vision_model.embeddings.patch_embedding.weight"))
     assert not torch.equal(plain[key], load_file(vlm_dir / "model.safetensors")[key])
 
 

@@ -36,7 +36,7 @@ def _spec(vlm, **kw):
 
     tok = vlm.tokenizer
     stops = tuple(sentence_end_ids(tok, [".", "!", "?"]) + [tok.eos_token_id])
-    sup = tuple(i for i in suppressed_token_ids(vlm) if i != tok.eos_token_id)
+    sup = tuple(i for i in suppressed_token_ids(vlm.processor, vlm.model.config, vlm.model.generation_config) if i != tok.eos_token_id)
     return SearchSpec(stop_ids=stops, suppress_ids=sup, pad_id=tok.pad_token_id, **kw)
 
 
@@ -122,7 +122,7 @@ def test_no_token_after_eos_and_eos_ends_the_branch(vlm, trees):
     from evalsuite.models.vlm import suppressed_token_ids
 
     eos = vlm.tokenizer.eos_token_id
-    banned = set(suppressed_token_ids(vlm)) - {eos}
+    banned = set(suppressed_token_ids(vlm.processor, vlm.model.config, vlm.model.generation_config)) - {eos}
     n_eos = 0
     for t in trees:
         for n in t.nodes:

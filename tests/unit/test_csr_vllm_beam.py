@@ -141,11 +141,11 @@ def test_worker_limits_refused_in_one_line():
     need = logprobs_needed(spec)
     assert need == 31 + 4 + 2  # K = (1 + 30 stop ids) x 1, 4 earlier groups, 2 suppressed
     ok = _FakeEngine(max_logprobs=need)
-    assert VllmSampler(SimpleNamespace(engine=ok), cfg).logprobs(spec) == need and ok.max_logprobs == need
+    assert VllmSampler(SimpleNamespace(worker=ok), cfg).logprobs(spec) == need and ok.max_logprobs == need
     for info, what in (({"max_logprobs": 20}, "allows 20"), ({"max_logprobs": 64, "logprobs_mode": "processed_logprobs"},
                                                            "processed_logprobs")):
         with pytest.raises(UserError, match=what) as exc:
-            VllmSampler(SimpleNamespace(engine=_FakeEngine(**info)), cfg).logprobs(spec)
+            VllmSampler(SimpleNamespace(worker=_FakeEngine(**info)), cfg).logprobs(spec)
         assert str(exc.value).startswith("tree.engine") and "\n" not in str(exc.value)
 
 
@@ -217,7 +217,7 @@ class _Generator:
     processor features standing in for the image."""
 
     def __init__(self, vlm, engine):
-        self.vlm, self.engine = vlm, engine
+        self.vlm, self.worker = vlm, engine
 
     def prompt_ids(self, question, image, add_generation_prompt):
         from types import SimpleNamespace
@@ -267,7 +267,7 @@ def test_sampler_grows_trees_through_one_engine_call_per_step(vlm, image_root, c
     checked (prompt + response, as the project's processor gives it), later ones none."""
     import logging
 
-    from evalsuite.engines.vllm_engine import PromptIds
+    from evalsuite.engines.vllm_process import PromptIds
     from training.csr.vllm_beam import grow_topn
     from training.csr.vllm_expand import VllmSampler
 

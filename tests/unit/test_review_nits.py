@@ -104,7 +104,7 @@ def test_lmms_empty_answers_are_counted_per_request_without_rank_padding():
 
 
 class _FakeProc:
-    """A vLLM worker process as VllmEngine sees it (poll, stdin, stdout): each next_logprobs request is
+    """A vLLM worker process as VllmWorker sees it (poll, stdin, stdout): each next_logprobs request is
     answered with one row per prompt naming the replica and the prompt's first id; `log` records sends and
     reads across replicas."""
 
@@ -132,15 +132,15 @@ class _FakeProc:
         return self.answers.pop(0)
 
 
-def test_vllm_replicas_next_logprobs_split_like_generate_ids(monkeypatch):
+def test_vllm_replicas_next_logprobs_split_like_generate_ids(monkeypatch, tmp_path):
     """vllm.data_parallel_size=2: the group beam search's next_logprobs goes to both workers (contiguous
     parts, both sent before any answer is read), comes back in the prompts' order, and the expansion
     check still runs per replica; the beam path's running / info / max_logprobs are the replicas'."""
-    from evalsuite.engines.vllm_engine import PromptIds, VllmReplicas
+    from evalsuite.engines.vllm_process import PromptIds, VllmReplicas
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    spec = SimpleNamespace(options=SimpleNamespace(data_parallel_size=2, tensor_parallel_size=1))
-    engine = VllmReplicas(spec, "ckpt", "bfloat16", "cuda", None)
+    spec = SimpleNamespace(options=SimpleNamespace(data_parallel_size=2, tensor_parallel_size=1, max_model_len=None))
+    engine = VllmReplicas(spec, "ckpt", "bfloat16", "cuda", tmp_path / "vllm_worker.log")
     assert not engine.running
     engine.max_logprobs = 40
     assert [r.max_logprobs for r in engine.replicas] == [40, 40]
@@ -153,7 +153,7 @@ def test_vllm_replicas_next_logprobs_split_like_generate_ids(monkeypatch):
     from training.csr.vllm_expand import VllmSampler
 
     # the sampler's checks of the worker (training/csr/vllm_expand.py) read the replicas' limits
-    need = VllmSampler(SimpleNamespace(engine=engine), TreeConfig(engine="vllm")).logprobs(SearchSpec(stop_ids=(9,)))
+    need = VllmSampler(SimpleNamespace(worker=engine), TreeConfig(engine="vllm")).logprobs(SearchSpec(stop_ids=(9,)))
     assert 0 < need <= 32
     prompts = [PromptIds([k, 5], None, [k, 7, 7]) for k in range(5)]
     top = engine.next_logprobs(prompts, 3, check=True)

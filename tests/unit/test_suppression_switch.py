@@ -32,7 +32,7 @@ def test_eval_generation_is_plain_generate_unless_switched(vlm, image_root):
     from evalsuite.models.vlm import encode_batch, generate, suppressed_token_ids
 
     reqs = _requests(image_root)
-    banned = set(suppressed_token_ids(vlm))
+    banned = set(suppressed_token_ids(vlm.processor, vlm.model.config, vlm.model.generation_config))
     inputs = encode_batch(vlm, reqs)
     L = inputs["input_ids"].shape[1]
     pad = vlm.tokenizer.pad_token_id
@@ -98,8 +98,8 @@ def test_tree_search_bans_nothing_unless_switched(vlm, image_root):
 
     from evalsuite.models.vlm import placeholder_token_ids
 
-    banned = set(suppressed_token_ids(vlm)) - {vlm.tokenizer.eos_token_id}
-    placeholders = set(placeholder_token_ids(vlm))
+    banned = set(suppressed_token_ids(vlm.processor, vlm.model.config, vlm.model.generation_config)) - {vlm.tokenizer.eos_token_id}
+    placeholders = set(placeholder_token_ids(vlm.processor, vlm.model.config))
     assert placeholders and placeholders < banned
     recs = [{"id": f"p{i}", "image": f"{i}.png", "question": "Describe the image."} for i in range(4)]
     cfg = {"max_new_tokens": 8, "max_depth": 1, "max_chars": None}

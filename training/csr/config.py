@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evalsuite.config import check_fields, opt
+from evalsuite.engines.vllm_process import VllmOptions
 from evalsuite.errors import UserError
 from evalsuite.models.inputs import IMAGE_ASPECTS, MOVED_TO_INPUTS, InputConfig
 from evalsuite.run_config import EvalConfig
@@ -217,6 +218,8 @@ class CSRConfig:
     train: dict[str, Any] = opt(help="DPO settings (training.config.TrainConfig fields, checked when the preset "
                                      "loads) on top of what the loop sets (model, data, output dir)",
                                 factory=dict)
+    vllm: VllmOptions = opt(help="the vLLM worker of tree generation (read only with tree.engine: vllm; the "
+                                 "eval config's section: docs/engines.md)", factory=VllmOptions)
 
     MOVED = MOVED_TO_INPUTS  # top-level system_prompt: ... in a preset: one line naming inputs.system_prompt
     # eval.system_prompt: ... names the top-level inputs.system_prompt, not eval.inputs (the loop sets that)
@@ -247,8 +250,10 @@ class CSRConfig:
 
         out = [(f, s, now, None if s in OWNED_SWITCHES else need)
                for f, s, now, need in unread_fields(self._train_checked, "train.")]
+        if self.tree.engine != "vllm":
+            out += [(f"vllm.{f.name}", "tree.engine", self.tree.engine, "vllm") for f in dataclasses.fields(VllmOptions)]
         if self.eval is not None:
-            idle = sorted({"gen", "lmms", *options_classes()} - self.eval.used_sections())
+            idle = sorted({"gen", "lmms", "judge", *options_classes()} - self.eval.used_sections())
             out += [(f"eval.{s}.{f.name}", "eval.tasks", ",".join(self.eval.tasks) or "[]", None)
                     for s in idle for f in dataclasses.fields(getattr(self.eval, s))]
         return out

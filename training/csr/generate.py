@@ -154,7 +154,9 @@ class TreeGenerator:
         # image/video placeholders are banned either way: a child's context is fed back to the model, which
         # refuses a placeholder without its features, and the released LLaVA cannot emit one (its image
         # index -200 lies outside the vocabulary; HF checkpoints add it as a token).
-        banned = suppressed_token_ids(vlm) if cfg.suppress_special_tokens else placeholder_token_ids(vlm)
+        m = vlm.model
+        banned = (suppressed_token_ids(vlm.processor, m.config, m.generation_config) if cfg.suppress_special_tokens
+                  else placeholder_token_ids(vlm.processor, m.config))
         suppress = [i for i in banned if i != self.eos_id]
         # sample.py passes the tokenizer's pad; generate() falls back to the first eos id (the stop).
         # The search feeds it to the diversity penalty for groups that are done, so it matters.

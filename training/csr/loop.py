@@ -138,10 +138,16 @@ def stage_generate(cfg: CSRConfig, models: _Models, ckpt: str, records: list[dic
     if not info or info.get("world") != world:  # a shard of a run with another world size is another shard
         mine = dist.shard(records)
         if cfg.tree.engine == "vllm":  # one vLLM worker for this checkpoint's trees (training/csr/vllm_expand.py)
+            from evalsuite.models.vlm import load_vlm
             from training.csr.vllm_expand import open_sampler
 
-            with open_sampler(cfg, models.vlm(ckpt), ckpt, world, d / "vllm_worker.log") as sampler:
-                trees = TreeGenerator(models.vlm(ckpt), cfg.tree, cfg.image_root, sampler=sampler).generate(mine)
+            # the worker holds the weights: this process keeps the processor and configs only (a model on
+            # the meta device), and loads the HF model for scoring once the worker has exited
+            models.release()
+            shell = load_vlm(ckpt, device=dist.device(cfg.device), dtype=cfg.dtype,
+                             inputs=cfg.generation_input_config(), weights=False)
+            with open_sampler(cfg, shell.inputs, ckpt, world, d / "vllm_worker.log", shell.device) as sampler:
+                trees = TreeGenerator(shell, cfg.tree, cfg.image_root, sampler=sampler).generate(mine)
         else:
             trees = TreeGenerator(models.vlm(ckpt), cfg.tree, cfg.image_root).generate(mine)
         write_trees(shard, trees)

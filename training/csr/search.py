@@ -24,11 +24,12 @@ not keep the others' rows alive.
 """
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
+
+from evalsuite.engines.base import stable_seed
 
 NEG = -1.0e9
 
@@ -314,11 +315,6 @@ def _collect(score: torch.Tensor, toks: torch.Tensor, lens: torch.Tensor, order:
     return [Hyp(tuple(toks[g, s, :lens[g, s]].tolist()), float(score[g, s]), g) for g, s in live]
 
 
-def row_seed(seed: int, key: str) -> int:
-    """A per-context seed independent of batch composition (batched == one-at-a-time draws)."""
-    return zlib.crc32(f"{seed}:{key}".encode()) & 0x7FFFFFFF
-
-
 @torch.inference_mode()
 def sample_search(model, contexts: Sequence[Sequence[int]], features, spec: SearchSpec,
                   num_samples: int, keys: Sequence[str], seed: int = 0, temperature: float = 1.0,
@@ -331,7 +327,7 @@ def sample_search(model, contexts: Sequence[Sequence[int]], features, spec: Sear
     batch = _Batch(model, contexts, features, spec.pad_id, k, dict(spec.response_fill))
     stop = torch.tensor(spec.stop_ids, dtype=torch.long)
     suppress = torch.tensor(spec.suppress_ids, dtype=torch.long)
-    gens = [torch.Generator().manual_seed(row_seed(seed, f"{key}#{j}")) for key in keys for j in range(k)]
+    gens = [torch.Generator().manual_seed(stable_seed(seed, f"{key}#{j}")) for key in keys for j in range(k)]
     toks = torch.zeros((n * k, T), dtype=torch.long)
     lens = torch.zeros(n * k, dtype=torch.long)
     logp = torch.zeros(n * k)

@@ -1,7 +1,7 @@
 """The CSR expanders on vLLM (`tree.engine: vllm`; docs/engines.md "CSR trees"): `sample`, and `group_beam`
 stepped one token at a time from top-N log-probs (training/csr/vllm_beam.py, where its exactness is argued).
 
-    with VllmSampler.open(vlm, ckpt, cfg.tree) as sampler:     # one worker per tree-generation stage
+    with VllmSampler.open(inputs, ckpt, cfg.tree, cfg.vllm, log_path=d / "vllm_worker.log") as sampler:
         TreeGenerator(vlm, cfg.tree, image_root, sampler=sampler).generate(records)
 
 What `training.csr.search.sample_search` computes, on vLLM: per node, `num_samples` continuations of
@@ -43,13 +43,16 @@ class VllmSampler:
         self.beam_stats = TopNStats()
 
     @classmethod
-    def open(cls, vlm, ckpt: str | Path, tree_cfg, dtype: str = "float32", device: str = "cpu",
-             log_path: str | Path | None = None) -> VllmSampler:
-        from evalsuite.engines.vllm_engine import VllmGenerator, make_engine, resolve_engine
+    def open(cls, inputs, ckpt: str | Path, tree_cfg, options=None, dtype: str = "float32", device: str = "cpu", *,
+             log_path: str | Path) -> VllmSampler:
+        """inputs: the checkpoint's ModelInputs (its processor: no weights are needed here); options: the
+        CSR config's `vllm:` section (evalsuite.engines.vllm_process.VllmOptions)."""
+        from evalsuite.engines.vllm_generate import VllmGenerator
+        from evalsuite.engines.vllm_process import make_worker, resolve_engine
 
-        spec = resolve_engine("vllm")
-        engine = make_engine(spec, ckpt, dtype=dtype, device=device, log_path=log_path, seed=tree_cfg.seed)
-        return cls(VllmGenerator(engine, vlm.inputs, ckpt), tree_cfg)
+        spec = resolve_engine("vllm", options)
+        worker = make_worker(spec, ckpt, dtype=dtype, device=device, log_path=log_path, seed=tree_cfg.seed)
+        return cls(VllmGenerator(worker, inputs, ckpt), tree_cfg)
 
     def __enter__(self) -> VllmSampler:
         return self
@@ -60,7 +63,7 @@ class VllmSampler:
     def close(self) -> None:
         if self.beam_stats.calls:
             log.info("tree.engine vllm, group_beam: %s", self.beam_stats.line())
-        self.generator.engine.close()
+        self.generator.worker.close()
 
     def prompt(self, image, question: str):
         """(ids with one image placeholder, the prepared image) of a CSR prompt."""
@@ -70,8 +73,9 @@ class VllmSampler:
     def expand(self, contexts, spec, keys: list[str]):
         """contexts: per node (unexpanded prompt ids, image, tree prompt ids (expanded), response ids).
         -> per node, `num_samples` Hyps best first (training.csr.search.Hyp)."""
-        from evalsuite.engines.vllm_engine import PromptIds
-        from training.csr.search import Hyp, row_seed
+        from evalsuite.engines.base import stable_seed
+        from evalsuite.engines.vllm_process import PromptIds
+        from training.csr.search import Hyp
 
         cfg = self.cfg
         if cfg.expander != "sample":
@@ -80,9 +84,9 @@ class VllmSampler:
                    for ids, image, expanded, resp in contexts]
         params = {"max_tokens": spec.max_new_tokens, "n": cfg.num_samples, "temperature": cfg.temperature,
                   "top_p": cfg.top_p, "stop_token_ids": list(spec.stop_ids), "suppress_ids": list(spec.suppress_ids),
-                  "logprobs": True, "ignore_eos": True, "seeds": [row_seed(cfg.seed, k) for k in keys]}
+                  "logprobs": True, "ignore_eos": True, "seeds": [stable_seed(cfg.seed, k) for k in keys]}
         out = []
-        for rows in self.generator.engine.generate_ids(prompts, params):
+        for rows in self.generator.worker.generate_ids(prompts, params):
             hyps = [Hyp(tuple(r["ids"]), sum(r["logprobs"]) / len(r["logprobs"]), j) for j, r in enumerate(rows)]
             out.append(sorted(hyps, key=lambda h: -h.score))
         return out
@@ -93,7 +97,7 @@ class VllmSampler:
         from evalsuite.errors import UserError
         from training.csr.vllm_beam import logprobs_needed
 
-        engine = self.generator.engine
+        engine = self.generator.worker
         need = logprobs_needed(spec)
         if not engine.running:
             engine.max_logprobs = max(need, 20)  # 20: vLLM's default
@@ -111,11 +115,11 @@ class VllmSampler:
 
     def grow(self, gen, records, progress: bool = False):
         """`gen`'s (a generate.TreeGenerator) group beam trees of `records`, in record order (vllm_beam.grow_topn)."""
-        from evalsuite.engines.vllm_engine import PromptIds
+        from evalsuite.engines.vllm_process import PromptIds
         from training.csr.vllm_beam import grow_topn
 
         n = self.logprobs(gen.spec)
-        engine = self.generator.engine
+        engine = self.generator.worker
 
         def next_topn(rows):
             prompts = []
@@ -129,13 +133,14 @@ class VllmSampler:
         return grow_topn(gen, records, next_topn, int(engine.info["vocab"]), n, self.beam_stats, progress)
 
 
-def open_sampler(cfg, vlm, ckpt: str | Path, world: int, log_path: Path) -> VllmSampler:
-    """The CSR loop's sampler for one iteration's checkpoint (its weights change every iteration)."""
+def open_sampler(cfg, inputs, ckpt: str | Path, world: int, log_path: Path, device: str = "cpu") -> VllmSampler:
+    """The CSR loop's sampler for one iteration's checkpoint (its weights change every iteration), with the
+    config's `vllm:` section; inputs: the checkpoint's ModelInputs (no HF weights while the worker runs)."""
     from evalsuite.errors import UserError
     from evalsuite.models.vlm import resolve_dtype
 
     if world > 1:
         raise UserError("tree.engine: vllm runs in one process; start the CSR loop without torchrun / accelerate")
-    device = str(vlm.device).split(":")[0]
-    return VllmSampler.open(vlm, ckpt, cfg.tree, dtype=resolve_dtype(device, cfg.dtype), device=device,
+    device = str(device).split(":")[0]
+    return VllmSampler.open(inputs, ckpt, cfg.tree, cfg.vllm, dtype=resolve_dtype(device, cfg.dtype), device=device,
                             log_path=log_path)

@@ -1,18 +1,18 @@
-"""The vLLM engine: evalsuite/engines/vllm_worker.py in vLLM's own environment, driven over a pipe.
+"""The vLLM worker process: evalsuite/engines/vllm_worker.py in vLLM's own environment, driven over a pipe,
+and `vllm.data_parallel_size` of them behind the same `Worker` protocol.
 
     spec = resolve_engine("vllm", VllmOptions())      # checks the environment, reads its versions (no start)
-    engine = VllmEngine(spec, ckpt, dtype="float32", log_path=OUT / "vllm_worker.log")
-    engine.generate_ids([PromptIds(ids, image)], {"max_tokens": 16})   # starts the worker on first use
-    engine.close()
+    worker = make_worker(spec, ckpt, dtype="float32", log_path=OUT / "vllm_worker.log")
+    worker.generate_ids([PromptIds(ids, image)], {"max_tokens": 16})   # starts the worker on first use
+    worker.close()
 
-The project renders prompts and encodes them with the checkpoint's own processor (evalsuite/models/inputs.py,
-the same path HF generation takes): the worker gets token ids with the image placeholders expanded, and the
-image's exact RGB pixels, so templates, system prompts and image_aspect are ours on both engines. Answers
-come back as token ids and are decoded here with the project's tokenizer.
+The worker gets token ids with ONE image placeholder per image (vLLM's processor expands it) and the image's
+exact RGB pixels; the ids the checkpoint's processor expands to are checked against vLLM's. Request mapping
+(GenRequest -> ids and sampling params) is evalsuite/engines/vllm_generate.py.
 
-One worker per run: started on first use, reused by every task, closed by `close()` (run_eval's finally),
-and by the worker itself when this process dies (parent-death signal, EOF on its stdin). A worker that dies
-mid-run is one line (`RunFailure`) naming its log; answers finished before it are in the resume cache.
+One worker per run: started on first use, closed by `close()`, and by the worker itself when this process
+dies (parent-death signal, EOF on its stdin). A worker that dies mid-run is one line (`RunFailure`) naming
+its log; answers finished before it are in the resume cache.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from evalsuite.config import opt
 from evalsuite.errors import RunFailure, UserError
@@ -168,15 +168,19 @@ def _set_parent_death_signal() -> None:  # runs in the child before exec (Linux)
         pass
 
 
-class VllmEngine:
-    """A vLLM worker for one checkpoint, started on first use."""
+class VllmWorker:
+    """A vLLM worker process for one checkpoint, started on first use."""
 
-    def __init__(self, spec: EngineSpec, ckpt: str | Path, dtype: str = "float32", device: str = "cpu",
-                 log_path: str | Path | None = None, seed: int = 0, gpus: list[str] | None = None):
+    def __init__(self, spec: EngineSpec, ckpt: str | Path, dtype: str = "float32", device: str = "cpu", *,
+                 log_path: str | Path, seed: int = 0, gpus: list[str] | None = None,
+                 max_model_len: int | None = None):
         self.spec, self.ckpt, self.dtype, self.device, self.seed = spec, str(ckpt), dtype, device, seed
+        # tokens per sequence: vllm.max_model_len, else the checkpoint's context (vllm_check.context_limit),
+        # the one limit HF generation stops at too (evalsuite/models/vlm.py ContextStop)
+        self.max_model_len = spec.options.max_model_len or max_model_len
         self.max_logprobs: int | None = None  # vLLM's cap on logprobs per request (None: vLLM's 20); set before start
         self.gpus = gpus  # a data-parallel replica's GPUs (CUDA_VISIBLE_DEVICES); None = all visible
-        self.log_path = Path(log_path) if log_path else None
+        self.log_path = Path(log_path)
         self.proc: subprocess.Popen | None = None
         self.info: dict = {}
         self._next = 0
@@ -189,8 +193,8 @@ class VllmEngine:
         o = self.spec.options
         cmd = [self.spec.python, str(WORKER), "--model", self.ckpt, "--dtype", self.dtype, "--seed", str(self.seed),
                "--tensor-parallel-size", str(o.tensor_parallel_size)]
-        if o.max_model_len is not None:
-            cmd += ["--max-model-len", str(o.max_model_len)]
+        if self.max_model_len is not None:
+            cmd += ["--max-model-len", str(self.max_model_len)]
         if o.prefix_caching:
             cmd.append("--prefix-caching")
         if self.device == "cpu":
@@ -225,10 +229,6 @@ class VllmEngine:
 
     def launch(self) -> None:
         """Start the worker process (it then imports vLLM and builds the engine: `wait_ready`)."""
-        import tempfile
-
-        if self.log_path is None:
-            self.log_path = Path(tempfile.mkdtemp(prefix="evalsuite-vllm-")) / "vllm_worker.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_fh = open(self.log_path, "ab")
         log.info("starting the vLLM worker (%s, %s) for %s; its log: %s", self.spec.versions.get("package"),
@@ -284,7 +284,7 @@ class VllmEngine:
                 pass
         self._log_fh = None
 
-    def __enter__(self) -> "VllmEngine":
+    def __enter__(self) -> VllmWorker:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -389,28 +389,43 @@ class VllmEngine:
         return msg["top"]
 
 
+class Worker(Protocol):
+    """What drives a vLLM engine: one VllmWorker, or VllmReplicas of them."""
+
+    info: dict              # the worker's "ready" answer (vocab, logprobs limits)
+    max_logprobs: int | None
+    log_path: Path
+
+    @property
+    def running(self) -> bool: ...
+
+    def start(self) -> None: ...
+
+    def generate_ids(self, prompts: list[PromptIds], params: dict) -> list[list[dict]]: ...
+
+    def next_logprobs(self, prompts: list[PromptIds], n: int, check: bool = False) -> list[list[list]]: ...
+
+    def close(self) -> None: ...
+
+
 class VllmReplicas:
     """vLLM's data parallelism as `n` workers (vLLM's offline LLM class has none: "not supported for
     single-process usage"), each on its own `tp` GPUs; a batch is split in contiguous parts, one per worker,
     sent to all before any answer is read, and put back in order."""
 
-    def __init__(self, spec: EngineSpec, ckpt: str | Path, dtype: str, device: str, log_path: Path | None,
-                 seed: int = 0):
+    def __init__(self, spec: EngineSpec, ckpt: str | Path, dtype: str, device: str, log_path: Path,
+                 seed: int = 0, max_model_len: int | None = None):
         n, tp = spec.options.data_parallel_size, spec.options.tensor_parallel_size
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         gpus = [g for g in visible.split(",") if g.strip()] if visible else [str(i) for i in range(n * tp)]
         if len(gpus) < n * tp:
             raise UserError(f"vllm.data_parallel_size={n} x vllm.tensor_parallel_size={tp}: needs {n * tp} GPUs, "
                             f"{len(gpus)} visible")
-        base = Path(log_path) if log_path else None
-        self.replicas = [VllmEngine(spec, ckpt, dtype, device, None if base is None else
-                                    base.with_name(f"{base.stem}.{i}{base.suffix}"), seed, gpus[i * tp:(i + 1) * tp])
+        base = Path(log_path)
+        self.replicas = [VllmWorker(spec, ckpt, dtype, device, log_path=base.with_name(f"{base.stem}.{i}{base.suffix}"),
+                                    seed=seed, gpus=gpus[i * tp:(i + 1) * tp], max_model_len=max_model_len)
                          for i in range(n)]
         self.log_path = base
-
-    @property
-    def proc(self):
-        return self.replicas[0].proc
 
     @property
     def running(self) -> bool:
@@ -456,7 +471,7 @@ class VllmReplicas:
         return out
 
     def next_logprobs(self, prompts: list[PromptIds], n: int, check: bool = False) -> list[list[list]]:
-        """VllmEngine.next_logprobs split as generate_ids splits (the group beam search's op, vllm_beam.py)."""
+        """VllmWorker.next_logprobs split as generate_ids splits (the group beam search's op, vllm_beam.py)."""
         if not prompts:
             return []
         self.start()
@@ -469,137 +484,18 @@ class VllmReplicas:
             r.close()
 
 
-def make_engine(spec: EngineSpec, ckpt: str | Path, dtype: str = "float32", device: str = "cpu",
-                log_path: str | Path | None = None, seed: int = 0):
-    """One worker, or `vllm.data_parallel_size` of them (GPU only: on CPU one engine uses every core)."""
+def make_worker(spec: EngineSpec, ckpt: str | Path, dtype: str = "float32", device: str = "cpu", *,
+                log_path: str | Path, seed: int = 0) -> Worker:
+    """One worker, or `vllm.data_parallel_size` of them (GPU only: on CPU one engine uses every core), after
+    the checks that say why vLLM could not serve this checkpoint here (evalsuite/engines/vllm_check.py)."""
+    from evalsuite.engines.vllm_check import check_before_start
+
+    if spec.options.data_parallel_size > 1 and device == "cpu":
+        raise UserError("vllm.data_parallel_size: GPU only (on CPU one vLLM engine already uses every core)")
+    limit = check_before_start(ckpt, spec, device, dtype)
     if spec.options.data_parallel_size > 1:
-        if device == "cpu":
-            raise UserError("vllm.data_parallel_size: GPU only (on CPU one vLLM engine already uses every core)")
-        return VllmReplicas(spec, ckpt, dtype, device, Path(log_path) if log_path else None, seed)
-    return VllmEngine(spec, ckpt, dtype, device, log_path, seed)
-
-
-# ---------------------------------------------------------------------------------- evalsuite requests
-GENERATION_FIELDS_REFUSED = ("no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
-                             "min_new_tokens", "forced_bos_token_id", "forced_eos_token_id", "begin_suppress_tokens",
-                             "sequence_bias", "exponential_decay_length_penalty", "renormalize_logits")
-
-
-def _stable_seed(seed: int, key: str) -> int:
-    import zlib
-
-    return zlib.crc32(f"{seed}:{key}".encode()) & 0x7FFFFFFF
-
-
-class VllmGenerator:
-    """evalsuite's GenRequests answered by a VllmEngine, through the checkpoint's processor (ModelInputs).
-
-    The same prompt text, image preparation and token suppression as evalsuite/models/vlm.py's `generate`;
-    the checkpoint's generation_config.json is read as HF `generate` reads it (EOS ids, repetition penalty,
-    sampling's top_k); a field there that changes HF's answers and that this engine cannot apply is refused."""
-
-    def __init__(self, engine: VllmEngine, model_inputs, ckpt: str | Path):
-        self.engine, self.inputs, self.ckpt = engine, model_inputs, Path(ckpt)
-        self.tokenizer = model_inputs.tokenizer
-        self._gen_defaults: dict | None = None
-
-    def generation_defaults(self) -> dict:
-        """{eos_ids, suppress_ids, repetition_penalty, top_k} from the checkpoint's configs (no weights)."""
-        if self._gen_defaults is None:
-            from types import SimpleNamespace
-
-            from transformers import AutoConfig, GenerationConfig
-
-            from evalsuite.models.vlm import suppressed_token_ids
-
-            config = AutoConfig.from_pretrained(self.ckpt, local_files_only=True)
-            try:
-                gc = GenerationConfig.from_pretrained(self.ckpt, local_files_only=True)
-            except OSError:  # no generation_config.json: transformers derives one from the model config
-                gc = GenerationConfig.from_model_config(config)
-            for name in GENERATION_FIELDS_REFUSED:
-                value = getattr(gc, name, None)
-                if value not in (None, 0, False, [], {}):
-                    raise UserError(f"{self.ckpt}/generation_config.json: {name}={value!r} changes HF's answers and "
-                                    "--engine vllm does not apply it; use --engine hf")
-            eos = gc.eos_token_id if gc.eos_token_id is not None else self.tokenizer.eos_token_id
-            eos = [e for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if e is not None]
-            fake = SimpleNamespace(processor=self.inputs.processor, tokenizer=self.tokenizer,
-                                   model=SimpleNamespace(config=config, generation_config=gc))
-            self._gen_defaults = {"eos_ids": [int(e) for e in eos], "suppress_ids": suppressed_token_ids(fake),
-                                  "repetition_penalty": float(gc.repetition_penalty or 1.0),
-                                  "top_k": int(gc.top_k) if gc.top_k else -1}
-        return dict(self._gen_defaults)
-
-    def prompt_ids(self, question: str, image, with_image: bool) -> PromptIds:
-        """The prompt as HF generation encodes it: the rendered text, one image placeholder unexpanded."""
-        from evalsuite.models.vlm import load_image
-
-        text = self.inputs.prompt(question, with_image)
-        pil = self.inputs.prepare_image(load_image(image)) if with_image else None
-        enc = self.inputs.encode([text], [load_image(image)] if with_image else None)
-        bos = getattr(self.tokenizer, "bos_token", None)
-        ids = self.tokenizer(text, add_special_tokens=not (bos and text.startswith(bos)))["input_ids"]
-        return PromptIds(list(ids), pil, enc["input_ids"][0].tolist())
-
-    def params(self, gen, n: int = 1) -> dict:
-        if gen.num_beams > 1:
-            raise UserError(f"gen.num_beams={gen.num_beams}: beam search is not supported with --engine vllm "
-                            "(use --engine hf)")
-        d = self.generation_defaults()
-        p = {"max_tokens": gen.max_new_tokens, "n": n, "stop_token_ids": d["eos_ids"],
-             # as HF's `generate` here: nothing banned unless gen.suppress_special_tokens (docs/csr-fidelity.md)
-             "suppress_ids": d["suppress_ids"] if gen.suppress_special_tokens else [],
-             "repetition_penalty": d["repetition_penalty"]}
-        if gen.do_sample:
-            p.update(temperature=gen.temperature, top_p=gen.top_p, top_k=d["top_k"])
-        else:
-            p["temperature"] = 0.0
-        return p
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
-
-    def generate(self, requests, gen) -> list[str]:
-        """Answers to evalsuite GenRequests, in order (as evalsuite.models.vlm.generate returns them)."""
-        if not requests:
-            return []
-        prompts = [self.prompt_ids(r.prompt, r.image, r.image is not None) for r in requests]
-        params = self.params(gen)
-        if gen.do_sample:  # one seed per request: its answer does not depend on the batch it is in
-            params["seeds"] = [_stable_seed(gen.seed, str(r.key)) for r in requests]
-        outputs = self.engine.generate_ids(prompts, params)
-        return [self.decode(rows[0]["ids"]) for rows in outputs]
-
-
-class VllmBackend:
-    """A VllmGenerator behind the backend interface lmms-eval's adapter calls (evalsuite/models/backend.py)."""
-
-    def __init__(self, generator: VllmGenerator, fingerprint: str, identity: dict, dtype: str, device: str,
-                 name: str | None = None):
-        self.generator = generator
-        self.inputs_identity = generator.inputs.config.identity()
-        self.name = name or str(generator.ckpt)
-        self.device, self.dtype = device, dtype
-        self.engine_identity = identity        # joins every lmms result's identity (evalsuite/lmms/task.py)
-        from evalsuite.identity import ModelId, digest
-
-        if isinstance(fingerprint, ModelId):   # its key holds the engine and its versions already
-            self.fingerprint = fingerprint.key()
-            return
-        suffix = generator.inputs.config.cache_suffix() if self.inputs_identity else ""
-        # other engine, other cache entries: the engine and its versions join the response-cache fingerprint
-        self.fingerprint = f"{fingerprint}{suffix}+{device.split(':')[0]}-{dtype}+vllm-{digest(identity)}"
-
-    def generate(self, requests, gen) -> list[str]:
-        return self.generator.generate(requests, gen)
-
-    def prompt_text(self, context: str, with_image: bool = True) -> str:
-        return self.generator.inputs.prompt(context, with_image)
-
-    def loglikelihood(self, pairs):
-        raise UserError("--engine vllm: log-likelihood (multiple-choice) lmms-eval tasks are not supported yet; "
-                        "run them with --engine hf")
+        return VllmReplicas(spec, ckpt, dtype, device, Path(log_path), seed, max_model_len=limit)
+    return VllmWorker(spec, ckpt, dtype, device, log_path=log_path, seed=seed, max_model_len=limit)
 
 
 def _last_line(path: Path | None) -> str:

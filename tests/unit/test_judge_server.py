@@ -52,16 +52,18 @@ def test_missing_dir(tmp_path):
 
 
 def _fake_env(tmp_path, body: str):
-    """A python whose sibling `vllm` script is `body` (argv: serve DIR --host H --port P ...)."""
+    """A python that runs `body` for `-m vllm.entrypoints.openai.api_server --model DIR --host H --port P ...`
+    (and is the real interpreter otherwise)."""
     bin_dir = tmp_path / "env" / "bin"
     bin_dir.mkdir(parents=True)
     import sys
 
-    (bin_dir / "python").symlink_to(sys.executable)
-    script = bin_dir / "vllm"
-    script.write_text(f"#!{sys.executable}\n" + textwrap.dedent(body))
-    script.chmod(0o755)
-    return str(bin_dir / "python")
+    (bin_dir / "serve.py").write_text(textwrap.dedent(body))
+    python = bin_dir / "python"
+    python.write_text(f'#!/bin/sh\nif [ "$1" = "-m" ]; then shift 2; exec {sys.executable} {bin_dir / "serve.py"} "$@"; fi\n'
+                      f'exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    return str(python)
 
 
 HEALTHY = """
@@ -97,7 +99,7 @@ def test_starts_waits_and_stops(tmp_path, monkeypatch):
                          start_timeout_s=30, poll_s=0.05)
     with server:
         assert server.url.startswith("http://127.0.0.1:")
-        assert server.command()[1:3] == ["serve", str(tmp_path / "judge")]
+        assert server.command()[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", str(tmp_path / "judge")]
         assert server.command()[-2:] == ["--max-model-len", "64"]
         pid = int((tmp_path / "pid").read_text())
         assert _alive(pid)

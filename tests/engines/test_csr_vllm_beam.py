@@ -18,7 +18,7 @@ def test_group_beam_trees_on_vllm_equal_hf(arch, vllm_spec, vllm_ckpts, world_di
     from evalsuite.models.vlm import load_vlm
     from training.csr.config import TreeConfig
     from training.csr.generate import TreeGenerator
-    from training.csr.pool import first_difference
+    from bench.tree_diff import first_difference
     from training.csr.vllm_beam import logprobs_needed
     from training.csr.vllm_expand import VllmSampler
 

@@ -10,7 +10,7 @@ from evalsuite.errors import UserError
 from evalsuite.kit.families import ARCHS
 from training.csr.config import TreeConfig
 from training.csr.generate import TreeGenerator
-from training.csr.pool import differences, first_difference
+from bench.tree_diff import differences, first_difference
 
 # Families whose cache rows cannot be cut and stacked (sliding-window layers): the reference path runs.
 FALLBACK = {"gemma3", "mistral3", "blip2", "instructblip", "mllama", "idefics2", "lfm2_vl"}  # cache or inputs the pool cannot stack: reference path, logged
@@ -103,8 +103,8 @@ def test_a_small_kv_budget_bounds_the_pool_and_keeps_the_trees(tiny_vlm_dir, ima
     budget = 3000
     small, g_small = _grow(vlm, image_root, _records(6), "pool", kv_budget=budget, **kw)
     assert not _compare(ref, small) and not _compare(ref, big)
-    assert g_small.pool_stats.peak_tokens <= budget < g_big.pool_stats.peak_tokens
-    assert g_small.pool_stats.steps > g_big.pool_stats.steps
+    assert g_small.stats.peak_tokens <= budget < g_big.stats.peak_tokens
+    assert g_small.stats.steps > g_big.stats.steps
 
 
 def test_engine_and_kv_budget_are_checked():
@@ -117,8 +117,11 @@ def test_engine_and_kv_budget_are_checked():
         TreeConfig(kv_budget="lots")
     from evalsuite.config import unread_fields  # refused or warned about where the config is loaded: test_unread.py
 
-    assert ("kv_budget", "engine", "reference", "pool") in unread_fields(TreeConfig(engine="reference"))
-    assert not [u for u in unread_fields(TreeConfig(kv_budget=1000)) if u[0] == "kv_budget"]
+    # read by the HF engines wherever a count cap is null (the default); vLLM bounds its own cache
+    for cfg in (TreeConfig(kv_budget=1000), TreeConfig(engine="reference"), TreeConfig(engine="reference", batch_nodes=8)):
+        assert not [u for u in unread_fields(cfg) if u[0] == "kv_budget"], cfg
+    assert ("kv_budget", "engine", "vllm", "pool") in unread_fields(TreeConfig(engine="vllm"))
+    assert ("kv_budget", "batch_nodes", 8, None) in unread_fields(TreeConfig(engine="reference", batch_nodes=8, prompt_batch=2))
 
 
 def test_our_rules_too(tiny_vlm_dir, image_root, caplog):
@@ -133,7 +136,7 @@ def test_our_rules_too(tiny_vlm_dir, image_root, caplog):
     new, _ = _grow(vlm, image_root, _records(5), "pool", **kw)
     assert not _compare(ref, new)
     assert any(x.status == "end" or x.has_eos for t in new for x in t.nodes)
-    with caplog.at_level(logging.INFO, logger="training.csr.generate"):
+    with caplog.at_level(logging.INFO, logger="training.csr.engines"):
         _grow(vlm, image_root, _records(1), "pool", expander="sample", max_new_tokens=4, max_depth=2,
               num_beams=5, num_beam_groups=5, diversity_penalty=3.0)
     assert "the sample expander runs the reference path" in caplog.text

@@ -13,7 +13,7 @@ import torch
 
 from training.csr.config import TreeConfig
 from training.csr.generate import TreeGenerator
-from training.csr.pool import differences
+from bench.tree_diff import differences
 from training.csr.vllm_beam import TopNStats, dense_logprobs, logprobs_needed, search_topn
 
 
@@ -59,7 +59,7 @@ class FakeWorker:
 
 def _setup(vlm, image_root, stop):
     gen = TreeGenerator(vlm, TreeConfig(stop=stop, max_new_tokens=8), image_root)
-    prompts = [gen._start({"id": f"p{i}", "image": f"{i}.png", "question": "Describe the image."}) for i in range(2)]
+    prompts = [gen.rules.start({"id": f"p{i}", "image": f"{i}.png", "question": "Describe the image."}) for i in range(2)]
     tail = vlm.tokenizer("A small red", add_special_tokens=False)["input_ids"]
     # two roots and two nodes deeper in a response
     contexts = [(p.tree.prompt_ids + extra, p.features) for extra in ([], tail) for p in prompts]
@@ -268,13 +268,14 @@ def test_sampler_grows_trees_through_one_engine_call_per_step(vlm, image_root, c
     import logging
 
     from evalsuite.engines.vllm_engine import PromptIds
+    from training.csr.rules import TreeRules
     from training.csr.vllm_beam import grow_topn
     from training.csr.vllm_expand import VllmSampler
 
     kw = {"max_new_tokens": 6, "max_depth": 2}
     recs = [{"id": f"p{i}", "image": f"{i}.png", "question": "Describe the image."} for i in range(2)]
     cfg = TreeConfig(engine="vllm", **kw)
-    gen = TreeGenerator(vlm, cfg, image_root)
+    gen = TreeRules(vlm, cfg, image_root)
     engine = _TopNEngine(vlm, gen.spec)
     n, vocab = logprobs_needed(gen.spec), engine.info["vocab"]
     direct = grow_topn(gen, recs, lambda rows: engine.next_logprobs(
@@ -292,4 +293,4 @@ def test_sampler_grows_trees_through_one_engine_call_per_step(vlm, image_root, c
     assert all(check == any(e is not None for e in ex) for check, ex in engine.calls)
     assert "tree.engine vllm, group_beam: " in caplog.text
     with pytest.raises(RuntimeError, match="grow"):
-        sampler.expand([], TreeGenerator(vlm, cfg, image_root).spec, [])
+        sampler.expand([], TreeRules(vlm, cfg, image_root).spec, [])

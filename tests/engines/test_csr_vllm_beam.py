@@ -17,8 +17,8 @@ def test_group_beam_trees_on_vllm_equal_hf(arch, vllm_spec, vllm_ckpts, world_di
 
     from evalsuite.models.vlm import load_vlm
     from training.csr.config import TreeConfig
+    from bench.tree_diff import first_difference
     from training.csr.generate import TreeGenerator
-    from training.csr.pool import first_difference
     from training.csr.vllm_beam import logprobs_needed
     from training.csr.vllm_expand import VllmSampler
 
@@ -45,6 +45,7 @@ def test_group_beam_trees_on_vllm_equal_hf(arch, vllm_spec, vllm_ckpts, world_di
                 for d in diffs:
                     print(f"trees differ: prompt {d.tree}, node {d.node}, {d.what}, score gap {d.gap:.3g}")
                 assert all(d.near_tie() for d in diffs), diffs
-            print(sampler.beam_stats.line())
+            print(sampler.beam_stats.line(), f"; worker KV capacity {sampler.kv_tokens()} tokens")
+            assert (sampler.kv_tokens() or 0) > 0  # the refill's bound (vllm_beam.grow_topn)
             assert sampler.beam_stats.calls > 0 and sampler.beam_stats.requests < sampler.beam_stats.beam_rows
     assert "tree.engine vllm, group_beam: " in caplog.text  # the counts are logged at close

@@ -14,7 +14,8 @@ import zlib
 from pathlib import Path
 
 _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(,\d+)? (DEBUG|INFO|WARNING) ")
-_PROGRESS = re.compile(r"\d+%\|.*\|")
+# a tqdm bar on a terminal, or evalsuite.progress's line form (`desc: 3/10 batch (30%), 2 s`) elsewhere
+_PROGRESS = re.compile(r"\d+%\|.*\||^[^:]*: \d+/\d+ \S+ \(\d+%\), \d+ s")
 
 
 def error_lines(stderr: str) -> list[str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_cli
+from tests.reliability.helpers import _PROGRESS
 
 _LOG = re.compile(r"^(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(,\d+)? (DEBUG|INFO|WARNING) ")
 
@@ -25,7 +26,7 @@ _LOG = re.compile(r"^(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(,\d+)? (DEBUG|INFO|WARNIN
 def error_lines(stderr: str) -> list[str]:
     """stderr lines that are neither log records nor progress bars."""
     return [ln for ln in stderr.splitlines()
-            if ln.strip() and not _LOG.match(ln) and not re.search(r"\d+%\|.*\|", ln.split("\r")[-1])]
+            if ln.strip() and not _LOG.match(ln) and not _PROGRESS.search(ln.split("\r")[-1])]
 
 
 def files(*roots: Path) -> dict[str, str]:

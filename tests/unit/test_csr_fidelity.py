@@ -27,20 +27,15 @@ def ids(vlm, text):
     return out
 
 
-class Scripted(TreeGenerator):
-    """A TreeGenerator whose expansion returns `script(node)` (best first) instead of searching."""
-
-    def __init__(self, vlm, cfg, image_root, script):
-        super().__init__(vlm, cfg, image_root)
-        self.script = script
-
-    def _expand(self, chunk):
-        return [self.script(p.tree.nodes[nid]) for p, nid in chunk]
-
-
 def grow(vlm, image_root, script, **cfg):
+    """The tree of one prompt whose search returns `script(node)` (best first): the expander injected into the
+    reference engine (`engines.make_tree_engine(..., expand=)`)."""
+    from training.csr.engines import make_tree_engine
+
     rec = [{"id": "p", "image": "0.png", "question": "Describe the image."}]
-    return Scripted(vlm, TreeConfig(**cfg), image_root, script).generate(rec, progress=False)[0]
+    engine = make_tree_engine(TreeConfig(**cfg), vlm, image_root,
+                              expand=lambda chunk: [script(p.tree.nodes[nid]) for p, nid in chunk])
+    return engine.grow(rec, progress=False)[0]
 
 
 def test_stop_ids_released_and_ours(vlm, image_root):

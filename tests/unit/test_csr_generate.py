@@ -105,7 +105,9 @@ def test_batched_equals_one_at_a_time(vlm, image_root, expander):
                **({"num_samples": 4} if expander == "sample" else {}))
     batched = TreeGenerator(vlm, TreeConfig(**cfg, batch_nodes=64, prompt_batch=4), image_root).generate(_records(4))
     single = TreeGenerator(vlm, TreeConfig(**cfg, batch_nodes=1, prompt_batch=1), image_root).generate(_records(4))
-    assert _tree_signature(batched) == _tree_signature(single)
+    # no count caps: batches and chunks as a small KV budget allows (several of each here)
+    budgeted = TreeGenerator(vlm, TreeConfig(**cfg, kv_budget=1500), image_root).generate(_records(4))
+    assert _tree_signature(batched) == _tree_signature(single) == _tree_signature(budgeted)
     for a, b in zip(batched, single):
         assert [n.lm_score for n in a.nodes] == pytest.approx([n.lm_score for n in b.nodes], abs=1e-4)
 

@@ -10,7 +10,7 @@ from evalsuite.errors import UserError
 from evalsuite.kit.families import ARCHS
 from training.csr.config import TreeConfig
 from training.csr.generate import TreeGenerator
-from training.csr.pool import differences, first_difference
+from bench.tree_diff import differences, first_difference
 
 # Families whose cache rows cannot be cut and stacked (sliding-window layers): the reference path runs.
 FALLBACK = {"gemma3", "mistral3", "blip2", "instructblip", "mllama", "idefics2", "lfm2_vl"}  # cache or inputs the pool cannot stack: reference path, logged
@@ -103,8 +103,8 @@ def test_a_small_kv_budget_bounds_the_pool_and_keeps_the_trees(tiny_vlm_dir, ima
     budget = 3000
     small, g_small = _grow(vlm, image_root, _records(6), "pool", kv_budget=budget, **kw)
     assert not _compare(ref, small) and not _compare(ref, big)
-    assert g_small.pool_stats.peak_tokens <= budget < g_big.pool_stats.peak_tokens
-    assert g_small.pool_stats.steps > g_big.pool_stats.steps
+    assert g_small.stats.peak_tokens <= budget < g_big.stats.peak_tokens
+    assert g_small.stats.steps > g_big.stats.steps
 
 
 def test_engine_and_kv_budget_are_checked():
@@ -117,8 +117,11 @@ def test_engine_and_kv_budget_are_checked():
         TreeConfig(kv_budget="lots")
     from evalsuite.config import unread_fields  # refused or warned about where the config is loaded: test_unread.py
 
-    assert ("kv_budget", "engine", "reference", "pool") in unread_fields(TreeConfig(engine="reference"))
-    assert not [u for u in unread_fields(TreeConfig(kv_budget=1000)) if u[0] == "kv_budget"]
+    # read by the HF engines wherever a count cap is null (the default); vLLM bounds its own cache
+    for cfg in (TreeConfig(kv_budget=1000), TreeConfig(engine="reference"), TreeConfig(engine="reference", batch_nodes=8)):
+        assert not [u for u in unread_fields(cfg) if u[0] == "kv_budget"], cfg
+    assert ("kv_budget", "engine", "vllm", "pool") in unread_fields(TreeConfig(engine="vllm"))
+    assert ("kv_budget", "batch_nodes", 8, None) in unread_fields(TreeConfig(engine="reference", batch_nodes=8, prompt_batch=2))
 
 
 def test_our_rules_too(tiny_vlm_dir, image_root, caplog):
@@ -133,7 +136,7 @@ def test_our_rules_too(tiny_vlm_dir, image_root, caplog):
     new, _ = _grow(vlm, image_root, _records(5), "pool", **kw)
     assert not _compare(ref, new)
     assert any(x.status == "end" or x.has_eos for t in new for x in t.nodes)
-    with caplog.at_level(logging.INFO, logger="training.csr.generate"):
+    with caplog.at_level(logging.INFO, logger="training.csr.engines"):
         _grow(vlm, image_root, _records(1), "pool", expander="sample", max_new_tokens=4, max_depth=2,
               num_beams=5, num_beam_groups=5, diversity_penalty=3.0)
     assert "the sample expander runs the reference path" in caplog.text
@@ -198,3 +201,35 @@ def test_pool_progress_bar_counts_trees(tiny_vlm_dir, image_root, capsys):
     assert "csr trees" in err and "3/3" in err, err
     gen.generate(_records(3), progress=False)
     assert "csr trees" not in capsys.readouterr().err
+
+
+def test_one_factory_picks_the_engine_from_tree_engine(tiny_vlm_dir, image_root):
+    """`make_tree_engine` is the one place an engine is chosen: pool for group_beam, the reference engine for
+    `engine: reference`, for the sampling expander and for an injected search (which is used, not a
+    subclass override); `engine: vllm` needs a sampler."""
+    from types import SimpleNamespace
+
+    from evalsuite.models.vlm import load_vlm
+    from training.csr.engines import ReferenceEngine, make_tree_engine
+    from training.csr.pool import PoolEngine
+    from training.csr.vllm_beam import VllmTreeEngine
+
+    vlm = load_vlm(tiny_vlm_dir, device="cpu")
+    kw = {"max_new_tokens": 3, "max_depth": 1}
+    assert type(make_tree_engine(TreeConfig(**kw), vlm, image_root)) is PoolEngine
+    assert type(make_tree_engine(TreeConfig(engine="reference", **kw), vlm, image_root)) is ReferenceEngine
+    assert type(make_tree_engine(TreeConfig(expander="sample", **kw), vlm, image_root)) is ReferenceEngine
+    asked = []
+
+    def script(chunk):
+        from training.csr.search import Hyp
+
+        asked.extend(nid for _, nid in chunk)
+        return [[Hyp((7,), -1.0, 0)] for _ in chunk]
+
+    engine = make_tree_engine(TreeConfig(**kw), vlm, image_root, expand=script)
+    (tree,) = engine.grow(_records(1), progress=False)
+    assert type(engine) is ReferenceEngine and asked == [0] and len(tree.nodes) == 2 and engine.stats.sentences == 1
+    with pytest.raises(ValueError, match="VllmSampler"):
+        make_tree_engine(TreeConfig(engine="vllm", **kw), vlm, image_root)
+    assert type(make_tree_engine(TreeConfig(engine="vllm", **kw), vlm, image_root, sampler=SimpleNamespace())) is VllmTreeEngine

@@ -13,7 +13,7 @@ import torch
 
 from training.csr.config import TreeConfig
 from training.csr.generate import TreeGenerator
-from training.csr.pool import differences
+from bench.tree_diff import differences
 from training.csr.vllm_beam import TopNStats, dense_logprobs, logprobs_needed, search_topn
 
 
@@ -59,7 +59,7 @@ class FakeWorker:
 
 def _setup(vlm, image_root, stop):
     gen = TreeGenerator(vlm, TreeConfig(stop=stop, max_new_tokens=8), image_root)
-    prompts = [gen._start({"id": f"p{i}", "image": f"{i}.png", "question": "Describe the image."}) for i in range(2)]
+    prompts = [gen.rules.start({"id": f"p{i}", "image": f"{i}.png", "question": "Describe the image."}) for i in range(2)]
     tail = vlm.tokenizer("A small red", add_special_tokens=False)["input_ids"]
     # two roots and two nodes deeper in a response
     contexts = [(p.tree.prompt_ids + extra, p.features) for extra in ([], tail) for p in prompts]
@@ -268,13 +268,14 @@ def test_sampler_grows_trees_through_one_engine_call_per_step(vlm, image_root, c
     import logging
 
     from evalsuite.engines.vllm_process import PromptIds
+    from training.csr.rules import TreeRules
     from training.csr.vllm_beam import grow_topn
     from training.csr.vllm_expand import VllmSampler
 
     kw = {"max_new_tokens": 6, "max_depth": 2}
     recs = [{"id": f"p{i}", "image": f"{i}.png", "question": "Describe the image."} for i in range(2)]
     cfg = TreeConfig(engine="vllm", **kw)
-    gen = TreeGenerator(vlm, cfg, image_root)
+    gen = TreeRules(vlm, cfg, image_root)
     engine = _TopNEngine(vlm, gen.spec)
     n, vocab = logprobs_needed(gen.spec), engine.info["vocab"]
     direct = grow_topn(gen, recs, lambda rows: engine.next_logprobs(
@@ -292,4 +293,26 @@ def test_sampler_grows_trees_through_one_engine_call_per_step(vlm, image_root, c
     assert all(check == any(e is not None for e in ex) for check, ex in engine.calls)
     assert "tree.engine vllm, group_beam: " in caplog.text
     with pytest.raises(RuntimeError, match="grow"):
-        sampler.expand([], TreeGenerator(vlm, cfg, image_root).spec, [])
+        sampler.expand([], TreeRules(vlm, cfg, image_root).spec, [])
+
+
+def test_refill_driver_is_bounded_by_the_workers_kv_capacity_and_keeps_the_trees(vlm, images16):
+    """A worker that reports its KV capacity (`kv_tokens`) bounds what searches at once: a node holds its
+    context once (the prefix cache) and its 5 beams' tokens. With room for about two nodes the calls carry at
+    most two nodes' rows and there are more of them; the trees are the unbounded run's."""
+    from training.csr.rules import Stats, TreeRules
+    from training.csr.vllm_beam import grow_topn
+
+    bench = _bench()
+    cfg = TreeConfig(engine="vllm", max_new_tokens=6, max_depth=2)
+    rules = TreeRules(vlm, cfg, images16)
+    vocab = vlm.model.get_output_embeddings().weight.shape[0]
+    n = min(logprobs_needed(rules.spec), vocab)
+    recs = _records(4)
+    free, free_stats = TopNStats(), Stats()
+    trees = grow_topn(rules, recs, bench.TopNWorker(rules, n), vocab, n, free, tree_stats=free_stats)
+    node = len(trees[0].prompt_ids) + 5 * 6  # a root's context + its beams' tokens
+    bound = TopNStats()
+    small = grow_topn(rules, recs, bench.TopNWorker(rules, n), vocab, n, bound, kv_tokens=2 * node + 10)
+    assert not differences(trees, small) and free_stats.sentences > 4 * 5
+    assert bound.calls > free.calls and bound.max_requests <= 2 * 5 < free.max_requests

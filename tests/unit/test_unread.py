@@ -69,9 +69,12 @@ CASES = [
     ("sft", [], "eval_split", "0.1", "eval_strategy no", "--eval_strategy steps"),  # its rows train too (vlrlhf)
     ("dpo", ["--save_strategy", "no", "--save_on_signal", "false"], "save_total_limit", "2", "save_strategy no",
      "--save_strategy steps"),
-    ("csr", ["tree.engine=reference"], "tree.kv_budget", "1000", "tree.engine reference", "tree.engine=pool"),
+    # the reference path reads the KV budget only where a count cap is null
+    ("csr", ["tree.engine=reference", "tree.batch_nodes=8", "tree.prompt_batch=2"], "tree.kv_budget", "1000",
+     "tree.batch_nodes 8", None),
     ("csr", ["tree.engine=vllm"], "tree.kv_budget", "1000", "tree.engine vllm", "tree.engine=pool"),
-    ("csr", ["tree.expander=sample"], "tree.kv_budget", "1000", "tree.expander sample", "tree.expander=group_beam"),
+    ("csr", ["tree.expander=sample", "tree.batch_nodes=8", "tree.prompt_batch=2"], "tree.kv_budget", "1000",
+     "tree.batch_nodes 8", None),
     ("csr", [], "tree.seed", "3", "tree.expander group_beam", "tree.expander=sample"),
     ("csr", [], "tree.num_samples", "3", "tree.expander group_beam", "tree.expander=sample"),
     ("csr", [], "tree.temperature", "0.5", "tree.expander group_beam", "tree.expander=sample"),
@@ -91,7 +94,7 @@ CASES = [
     ("demo", ["--hallucination_rate", "0"], "hallucination", "random", "hallucination_rate 0.0", None),
     ("demo", [], "sft.beta", "0.2", "sft.method sft", None),  # the demo sets sft.method: drop is the fix
     ("csr", [], "train.sft_split", "held_out", "train.method csr", None),  # the loop sets train.method
-    ("demo", ["csr.tree.engine=reference"], "csr.tree.kv_budget", "1000", "csr.tree.engine reference",
+    ("demo", ["csr.tree.engine=vllm"], "csr.tree.kv_budget", "1000", "csr.tree.engine vllm",
      "csr.tree.engine=pool"),
     # the loop's evaluation does not pass evalsuite run's section check: a section no eval task reads
     ("csr", ["eval.tasks=[pope]", "eval.world=true"], "eval.chair.n_images", "7", "eval.tasks pope", None),

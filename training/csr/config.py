@@ -91,13 +91,14 @@ class TreeConfig:
         "released", "what junk is: the released rules on the cut, whitelisted text, or ours (broad) on the sentence")
     suppress_special_tokens: bool = opt(
         False, "ban pad and BOS in the search too (released: only the image placeholder, which cannot be fed back)")
-    batch_nodes: int = opt(32, "nodes expanded in one batched forward (1 = one at a time)", identity=False)
-    prompt_batch: int = opt(16, "prompts whose trees grow together", identity=False)
+    batch_nodes: int | None = opt(None, "cap on the nodes searching at once (null = kv_budget alone; 1 = one at a time)",
+                                  identity=False)
+    prompt_batch: int | None = opt(None, "cap on the prompts resident (null = kv_budget alone)", identity=False)
     engine: Literal["pool", "reference", "vllm"] = opt(
         "pool", "pool = continuously refilled rows with prefix reuse (same trees); reference = level lockstep; "
         "vllm = either expander on a vLLM worker (docs/engines.md)", identity=False)  # tree_identity: vllm counts
-    kv_budget: int | str = opt("auto", "pool: cached tokens the pool may hold, or auto (half the free CUDA memory)",
-                               identity=False)
+    kv_budget: int | str = opt("auto", "HF engines: cached tokens the search may hold, or auto (half the free CUDA "
+                                       "memory; 8 GiB on CPU)", identity=False)
     seed: int = opt(0, "search seed")
     image_aspect: Literal["crop", "pad"] | None = opt(
         None, "image preparation of generation and LM scoring: crop (the released sampler's), pad, or null = "
@@ -111,7 +112,9 @@ class TreeConfig:
         _check(any(getattr(self, n) is not None for n in ("max_chars", "max_response_tokens", "max_depth")),
                f"{w}.max_chars",
                "at least one of max_chars, max_response_tokens, max_depth must be set (else a tree may never end)")
-        _check(self.batch_nodes >= 1 and self.prompt_batch >= 1, f"{w}.batch_nodes", "must be >= 1")
+        for name in ("batch_nodes", "prompt_batch"):
+            v = getattr(self, name)
+            _check(v is None or v >= 1, f"{w}.{name}", "must be >= 1 or null")
         _check(self.kv_budget == "auto" or (isinstance(self.kv_budget, int) and not isinstance(self.kv_budget, bool)
                                             and self.kv_budget >= 1), f"{w}.kv_budget", "must be a token count >= 1 or 'auto'")
 
@@ -121,10 +124,12 @@ class TreeConfig:
                                                          "length_penalty"),
                                           "sample": ("num_samples", "temperature", "top_p", "seed")})
                 + _other(self, "stop", {"released": ("period_id",), "sentence_marks": ("sentence_end",)})
-                + _other(self, "engine", {"pool": ("kv_budget",)})
-                # the pool runs the sampling expander on the reference path (training/csr/generate.py)
-                + ([("kv_budget", "expander", "sample", "group_beam")]
-                   if self.engine == "pool" and self.expander == "sample" else []))
+                # vLLM bounds its own cache; the reference path (the sampling expander on the pool too) reads
+                # the budget only where a cap is null (training/csr/engines.py)
+                + ([("kv_budget", "engine", "vllm", "pool")] if self.engine == "vllm" else [])
+                + ([("kv_budget", "batch_nodes", self.batch_nodes, None)]
+                   if (self.engine == "reference" or self.expander == "sample") and self.engine != "vllm"
+                   and self.batch_nodes is not None and self.prompt_batch is not None else []))
 
     @property
     def width(self) -> int:

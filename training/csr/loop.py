@@ -129,7 +129,8 @@ def _free_memory() -> None:
 
 # ---------------------------------------------------------------- stages
 def stage_generate(cfg: CSRConfig, models: _Models, ckpt: str, records: list[dict], d: Path) -> None:
-    from training.csr.generate import TreeGenerator, read_trees, write_trees
+    from training.csr.engines import make_tree_engine
+    from training.csr.generate import read_trees, write_trees
 
     dist = models.dist
     rank, world = dist.rank, dist.world_size
@@ -147,9 +148,9 @@ def stage_generate(cfg: CSRConfig, models: _Models, ckpt: str, records: list[dic
             shell = load_vlm(ckpt, device=dist.device(cfg.device), dtype=cfg.dtype,
                              inputs=cfg.generation_input_config(), weights=False)
             with open_sampler(cfg, shell.inputs, ckpt, world, d / "vllm_worker.log", shell.device) as sampler:
-                trees = TreeGenerator(shell, cfg.tree, cfg.image_root, sampler=sampler).generate(mine)
+                trees = make_tree_engine(cfg.tree, shell, cfg.image_root, sampler=sampler).grow(mine)
         else:
-            trees = TreeGenerator(models.vlm(ckpt), cfg.tree, cfg.image_root).generate(mine)
+            trees = make_tree_engine(cfg.tree, models.vlm(ckpt), cfg.image_root).grow(mine)
         write_trees(shard, trees)
         _mark(d, f"generate.rank{rank}", trees=len(trees), world=world)
     dist.barrier()

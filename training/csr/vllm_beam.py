@@ -1,7 +1,7 @@
 """The CSR group beam search (`tree.expander: group_beam`) driven one token at a time from top-N log-probs:
 how `tree.engine: vllm` runs it (training/csr/vllm_expand.py, docs/engines.md "CSR trees on vLLM").
 
-    trees = grow_topn(gen, records, next_topn, vocab, n_logprobs)   # whole trees, continuous refill
+    trees = grow_topn(rules, records, next_topn, vocab, n_logprobs)   # whole trees, continuous refill
     hyps = search_topn(n_nodes, next_topn, spec, vocab, n_logprobs)  # one set of nodes searched to the end
 
 `next_topn(rows)` answers, for each distinct running row (the node, the beam's tokens so far), the top-N
@@ -30,14 +30,15 @@ the full vocabulary (docs/csr-engine.md "On vLLM" counts them).
 Rows of one node with the same tokens (all B rows at a node's first step; groups that chose the same
 sentence) are one request. `TopNStats` counts the calls and rows.
 
-Scheduling (`grow_topn`): the pool engine's continuous refill (training/csr/pool.py, with its own rules
-`node_room`, `prompt_room`, `node_ended`): every step is ONE call carrying the distinct rows of every node
+Scheduling (`grow_topn`): the pool engine's continuous refill (`training.csr.engines.Refill`): every step is ONE call carrying the distinct rows of every node
 searching, of any prompt and level; a prompt's level is grown and pruned as soon as its last node ended, its
 kept nodes join at the next step (their first request is their context: prompt + response), and prompts
-start as trees complete, up to `tree.prompt_batch` resident and `tree.batch_nodes` searching. Each node's
+start as trees complete, within the worker's KV capacity where it reports one (a node holds its context once,
+for the prefix cache, and its beams' tokens) and the optional caps `tree.prompt_batch` (resident) and
+`tree.batch_nodes` (searching). Each node's
 state in `GroupBeams` is its own (its step counter, beams, hypotheses; `advance` never mixes nodes), so a
-node's hypotheses do not depend on which nodes share its calls: the trees are the reference's. There is no
-KV budget: vLLM pages and evicts its own cache.
+node's hypotheses do not depend on which nodes share its calls: the trees are the reference's. Without a
+reported capacity there is no KV bound: vLLM pages and evicts its own cache.
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ from typing import Any
 
 import torch
 
+from training.csr.rules import Stats
 from training.csr.search import GroupBeams, Hyp, SearchSpec
 
 TopN = Sequence[Sequence[float]]  # [(token id, log-prob), ...] of one row (ids as numbers)
@@ -135,35 +137,68 @@ def search_topn(n_nodes: int, next_topn: Callable[[list[tuple[int, tuple[int, ..
     return [out[i] for i in range(n_nodes)]
 
 
-def grow_topn(gen, records: Sequence[dict], next_topn: Callable[[list[tuple[Any, int, tuple[int, ...]]]], list[TopN]],
-              vocab: int, n_logprobs: int, stats: TopNStats | None = None, progress: bool = False) -> list:
-    """The trees of `records` (in record order) that `gen` (a `generate.TreeGenerator`) grows, searched from
-    top-N log-probs under the pool's continuous refill (module docstring). `next_topn` gets the distinct rows
-    of one step as (prompt: generate._Prompt, node id, beam tokens)."""
+def grow_topn(rules, records: Sequence[dict], next_topn: Callable[[list[tuple[Any, int, tuple[int, ...]]]], list[TopN]],
+              vocab: int, n_logprobs: int, stats: TopNStats | None = None, progress: bool = False,
+              tree_stats: Stats | None = None, kv_tokens: int | None = None) -> list:
+    """The trees of `records` (in record order) under `rules` (a `rules.TreeRules`), searched from top-N
+    log-probs under the pool's continuous refill (`engines.Refill`). `next_topn` gets the distinct rows of one
+    step as (prompt: rules.Prompt, node id, beam tokens). `kv_tokens`: the engine's KV capacity in tokens
+    (None: no bound); a node searching holds its context once (the prefix cache) and its beams' tokens."""
     from evalsuite.progress import progress_bar
-    from training.csr.pool import _Tree, node_ended, node_room, prompt_room
 
-    cfg = gen.cfg
-    beams = TopNBeams(gen.spec, vocab, n_logprobs, stats)
-    waiting = list(range(len(records)))
-    trees: dict[int, _Tree] = {}  # resident prompts (their `ctx` stays empty: vLLM holds the contexts)
-    done: dict[int, Any] = {}
-    ready: list[tuple[int, int, int]] = []  # (record, node, parent): kept nodes of a pruned level
+    from training.csr.engines import Refill
+
+    beams = TopNBeams(rules.spec, vocab, n_logprobs, stats)
+    s = Refill(rules, tree_stats if tree_stats is not None else Stats(), records)
+    grown = rules.spec.num_beams * rules.spec.max_new_tokens
+    held: dict[tuple[int, int], int] = {}  # tokens of each node searching
+    starts: dict[int, Any] = {}  # prompts started that did not fit yet
+
+    def cost(r: int, nid: int) -> int:
+        tree = s.trees[r].prompt.tree
+        return len(tree.prompt_ids) + len(tree.nodes[nid].response_ids) + grown
+
+    def fits(n: int, first: bool) -> bool:
+        return first or kv_tokens is None or sum(held.values()) + n <= kv_tokens
+
     bar = progress_bar(total=len(records), desc="csr trees", unit="tree", disable=not progress)
     try:
-        while waiting or ready or len(beams):
-            joining = [(r, nid) for r, nid, _ in ready[:node_room(cfg, len(beams))]]
-            ready = ready[len(joining):]
-            take = waiting[:max(prompt_room(cfg, len(trees), len(beams), len(joining), len(ready)), 0)]
-            waiting = waiting[len(take):]
-            for r in take:
-                trees[r] = _Tree(prompt=gen._start(records[r]), level=[0])
+        while s.busy(len(beams)):
+            joining = []
+            for r, nid, _ in s.ready[:s.node_room(len(beams))]:
+                c = cost(r, nid)
+                if not fits(c, not joining and not len(beams)):
+                    break
+                joining.append((r, nid))
+                held[(r, nid)] = c
+            s.ready = s.ready[len(joining):]
+            for _ in range(min(s.prompt_room(len(beams), len(joining)), len(s.waiting))):
+                r = s.waiting[0]
+                if r not in starts:
+                    starts[r] = rules.start(records[r])
+                c = len(starts[r].tree.prompt_ids) + grown
+                if not fits(c, not joining and not len(beams)):
+                    break
+                s.start(s.waiting.pop(0), starts.pop(r))
                 joining.append((r, 0))
+                held[(r, 0)] = c
             beams.add(joining)
-            ended = beams.step(lambda rows: next_topn([(trees[r].prompt, nid, toks) for (r, nid), toks in rows]))
+            ended = beams.step(lambda rows: next_topn([(s.trees[r].prompt, nid, toks) for (r, nid), toks in rows]))
             for (r, nid), hyps in ended:
-                node_ended(gen, trees, done, ready, r, nid, hyps)
-            bar.update(len(done) - bar.n)
+                held.pop((r, nid), None)
+                s.node_ended(r, nid, hyps)
+            bar.update(len(s.done) - bar.n)
     finally:
         bar.close()
-    return [done[i] for i in range(len(records))]
+    return s.result()
+
+
+class VllmTreeEngine:
+    """`tree.engine: vllm` + group_beam: whole trees grown by `grow_topn` on a `vllm_expand.VllmSampler`'s worker,
+    bounded by the worker's KV capacity where it reports one."""
+
+    def __init__(self, rules, sampler, stats: Stats):
+        self.rules, self.sampler, self.stats = rules, sampler, stats
+
+    def grow(self, records: Sequence[dict], progress: bool = True) -> list:
+        return self.sampler.grow(self.rules, records, progress=progress, stats=self.stats)

@@ -2,7 +2,7 @@
 stepped one token at a time from top-N log-probs (training/csr/vllm_beam.py, where its exactness is argued).
 
     with VllmSampler.open(inputs, ckpt, cfg.tree, cfg.vllm, log_path=d / "vllm_worker.log") as sampler:
-        TreeGenerator(vlm, cfg.tree, image_root, sampler=sampler).generate(records)
+        make_tree_engine(cfg.tree, vlm, image_root, sampler=sampler).grow(records)
 
 What `training.csr.search.sample_search` computes, on vLLM: per node, `num_samples` continuations of
 prompt + the node's response, each ending at its first stop id (the sentence end; EOS too under
@@ -16,12 +16,12 @@ their prompt and image, so vLLM's prefix cache serves their common prefix (in bl
 What differs from the HF expander: the draws (vLLM's sampler and its per-request seeds, from the tree
 seed and node key, against torch generators per row), so the trees differ; their distribution is the same.
 
-`group_beam` (`VllmSampler.grow`, run by `TreeGenerator.generate`): whole trees under the pool engine's
+`group_beam` (`VllmSampler.grow`, run by `vllm_beam.VllmTreeEngine`): whole trees under the pool engine's
 continuous refill (`vllm_beam.grow_topn`): every search step is ONE worker call carrying a `max_tokens=1`
 request per distinct running row (prompt + node response + the beam's tokens) of every node searching, of
-any prompt and level, asking the top-N raw log-probs, N = `vllm_beam.logprobs_needed`; `tree.prompt_batch`
-bounds the prompts resident, `tree.batch_nodes` the nodes searching (so a call carries at most
-batch_nodes x num_beams requests). The prefix cache holds each node's context once for its beams. The
+any prompt and level, asking the top-N raw log-probs, N = `vllm_beam.logprobs_needed`; the worker's KV
+capacity (where it reports one) and the optional caps `tree.prompt_batch` / `tree.batch_nodes` bound the
+prompts resident and the nodes searching. The prefix cache holds each node's context once for its beams. The
 trees are HF's up to the engines' rounding of the log-probs (near-ties). Counts (calls, requests per call)
 are logged at `close()`.
 """
@@ -113,24 +113,45 @@ class VllmSampler:
                             "needs raw_logprobs (the model's log-softmax)")
         return need
 
-    def grow(self, gen, records, progress: bool = False):
-        """`gen`'s (a generate.TreeGenerator) group beam trees of `records`, in record order (vllm_beam.grow_topn)."""
+    def engine_prompt(self, image_root, p):
+        """(ids with one image placeholder, prepared image) of a tree's prompt (a rules.Prompt), made once."""
+        from evalsuite.files import safe_join
+
+        if p.engine_prompt is None:
+            p.engine_prompt = self.prompt(safe_join(image_root, p.tree.image), p.tree.question)
+        return p.engine_prompt
+
+    def expander(self, rules):
+        """The sampling expander of the reference engine (engines.make_tree_engine): a chunk of (prompt, node) in one call."""
+        def expand(chunk):
+            return self.expand([(*self.engine_prompt(rules.image_root, p), p.tree.prompt_ids, p.tree.nodes[nid].response_ids)
+                                for p, nid in chunk], rules.spec, [f"{p.tree.id}/{nid}" for p, nid in chunk])
+        return expand
+
+    def kv_tokens(self) -> int | None:
+        """The worker's KV capacity in tokens, where it reports one (None: vLLM bounds its own cache)."""
+        v = (getattr(self.generator.worker, "info", None) or {}).get("kv_tokens")
+        return int(v) if v else None
+
+    def grow(self, rules, records, progress: bool = False, stats=None):
+        """The group beam trees of `records` under `rules` (a rules.TreeRules), in record order (vllm_beam.grow_topn)."""
         from evalsuite.engines.vllm_process import PromptIds
         from training.csr.vllm_beam import grow_topn
 
-        n = self.logprobs(gen.spec)
+        n = self.logprobs(rules.spec)
         engine = self.generator.worker
 
         def next_topn(rows):
             prompts = []
             for p, nid, toks in rows:
-                (ids, image), resp = p.engine_prompt, p.tree.nodes[nid].response_ids
+                (ids, image), resp = self.engine_prompt(rules.image_root, p), p.tree.nodes[nid].response_ids
                 # a node's first request (no beam tokens yet) checks vLLM's expansion of its context
                 expanded = None if toks else list(p.tree.prompt_ids) + resp
                 prompts.append(PromptIds(list(ids) + resp + list(toks), image, expanded))
             return engine.next_logprobs(prompts, n, check=any(not toks for _, _, toks in rows))
 
-        return grow_topn(gen, records, next_topn, int(engine.info["vocab"]), n, self.beam_stats, progress)
+        return grow_topn(rules, records, next_topn, int(engine.info["vocab"]), n, self.beam_stats, progress,
+                         tree_stats=stats, kv_tokens=self.kv_tokens())
 
 
 def open_sampler(cfg, inputs, ckpt: str | Path, world: int, log_path: Path, device: str = "cpu") -> VllmSampler:

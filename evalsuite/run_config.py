@@ -299,7 +299,7 @@ def sections_for(tasks: list[str], options: dict[str, Any] | None = None) -> set
         used.add("gen")
     if any(not is_own_task(t) for t in tasks):
         used.add("lmms")
-    if any(getattr(task_class(t), "judged", False) for t in seen):
+    if any(getattr(task_class(t), "uses_judge", False) for t in seen):
         used.add("judge")
     return used
 

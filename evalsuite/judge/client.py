@@ -115,7 +115,7 @@ def map_chat(fn: Callable[[int], dict], n: int, max_concurrency: int, on_done: C
              desc: str = "judge") -> None:
     """fn(0..n-1) on at most `max_concurrency` threads, on_done(i, result) in the calling thread as each finishes.
     The first failure stops what has not started and is raised once the running requests have returned."""
-    from tqdm.auto import tqdm
+    from evalsuite.progress import progress_bar
 
     if n == 0:
         return
@@ -130,8 +130,8 @@ def map_chat(fn: Callable[[int], dict], n: int, max_concurrency: int, on_done: C
             stop.set()
             raise
 
-    with ThreadPoolExecutor(max_workers=max_concurrency) as pool, tqdm(total=n, desc=desc, unit="req",
-                                                                       disable=n < 2) as bar:
+    with ThreadPoolExecutor(max_workers=max_concurrency) as pool, progress_bar(total=n, desc=desc, unit="req",
+                                                                               disable=n < 2) as bar:
         futures = {pool.submit(guarded, i): i for i in range(n)}
         pending = set(futures)
         failed: BaseException | None = None

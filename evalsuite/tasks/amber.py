@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from evalsuite.config import opt
+from evalsuite.config import check_fields, opt
 from evalsuite.errors import UserError
 from evalsuite.metrics.amber import DIMENSIONS, dimensions_of
 from evalsuite.tasks.base import Plan, RunContext
-from evalsuite.tasks.metric_spec import MetricSpec, score, specs_extra
+from evalsuite.tasks.metric_spec import MetricSpec, score
 from evalsuite.types import MetricValue, TaskResult
 
 log = logging.getLogger(__name__)
@@ -47,22 +47,17 @@ class AmberOptions:
     # identity False: the pipeline enters the identity by its name, version and vectors digest
     spacy_model: str = opt("en_core_web_lg", "spaCy pipeline with word vectors: an installed name or a directory "
                                              "(never downloaded)", identity=False)
-    similarity: float = opt(0.8, "near-synonym threshold: spaCy similarity above it counts (amber_g)")
+    similarity: float = opt(0.8, "near-synonym threshold: spaCy similarity above it counts (amber_g)", gt=0, lt=1)
     answer_rule: Literal["released", "first_word"] = opt(
         "released", "how amber_d reads Yes/No: 'released' = the whole answer is exactly Yes or No; "
                     "'first_word' = its first word, any case")
     max_new_tokens: int | None = opt(None, "token cap of an answer (null = the run's gen.max_new_tokens)",
-                                     identity=False)
+                                     identity=False, ge=1)
     nltk_data: str | None = opt(None, "an NLTK data dir searched first", path="dir", identity=False)
-    n_boot: int = opt(1000, "bootstrap resamples of the confidence intervals (0 = none)", identity=False)
+    n_boot: int = opt(1000, "bootstrap resamples of the confidence intervals (0 = none)", identity=False, ge=0)
 
     def __post_init__(self) -> None:
-        if not 0 < self.similarity < 1:
-            raise UserError(f"amber.similarity: must be in (0, 1), got {self.similarity}")
-        if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise UserError(f"amber.max_new_tokens: must be >= 1 or null, got {self.max_new_tokens}")
-        if self.n_boot < 0:
-            raise UserError(f"amber.n_boot: must be >= 0, got {self.n_boot}")
+        check_fields(self, SECTION)
         for name in ("data_root", "image_root", "nltk_data"):
             value = getattr(self, name)
             if value is not None and not Path(value).is_dir():
@@ -82,7 +77,7 @@ def amber_unread(tasks: list[str]) -> list[tuple]:
     """(field, switch, now, need) of the amber options only the AMBER task absent from `tasks` reads
     (EvalConfig.unread: set explicitly, they are refused, not ignored)."""
     names = ",".join(tasks)
-    own = {"amber_g": ("similarity", "spacy_model", "nltk_data"), "amber_d": ("answer_rule",)}
+    own = READS
     return [(f"amber.{f}", "tasks", names, task) for task, fields in own.items() if task not in tasks
             for f in fields] if any(t in tasks for t in own) else []
 
@@ -159,6 +154,15 @@ def _plan_common(name: str, ctx: RunContext, opts: AmberOptions, need: tuple[str
     return data, items, gen, file_fingerprint(files)
 
 
+# the amber options each task reads (the section is shared: another task's option is no part of its identity)
+READS = {"amber_g": ("similarity", "spacy_model", "nltk_data"), "amber_d": ("answer_rule",)}
+
+
+def _resolved(ctx: RunContext, gen) -> dict:
+    """What the stored config adds to the options: the run settings the answers depend on."""
+    return {"limit": ctx.limit, "seed": ctx.gen.seed, "gen": gen.to_dict()}
+
+
 def _identity(ctx: RunContext, data_fp: dict, items: list[dict], gen) -> dict:
     from evalsuite.identity import gen_identity, inputs_identity
 
@@ -171,7 +175,7 @@ def _identity(ctx: RunContext, data_fp: dict, items: list[dict], gen) -> dict:
 def generate_query_answers(ctx: RunContext, items: list[dict], gen, data_id: str, task: str) -> list[dict] | None:
     """Answer records {key, image_id, image, prompt, answer} for `items` ({id, path, prompt}: one question
     each), resumable and sharded as evalsuite/tasks/answers.py's generate_answers (same cache, same keys)."""
-    from tqdm.auto import tqdm
+    from evalsuite.progress import progress_bar
 
     from evalsuite.identity import inputs_identity
     from evalsuite.models.cache import request_key
@@ -191,7 +195,7 @@ def generate_query_answers(ctx: RunContext, items: list[dict], gen, data_id: str
     if answers:
         log.info("%s: %d of %d answers taken from the resume cache", task, len(answers), len(keys))
     batches = [todo[s:s + ctx.batch_size] for s in range(0, len(todo), ctx.batch_size)]
-    for batch in tqdm(batches, desc=task, unit="batch", disable=len(batches) < 2):
+    for batch in progress_bar(batches, desc=task, unit="batch", disable=len(batches) < 2):
         out = ctx.generate([GenRequest(key=str(mine[i]["id"]), image=mine[i]["path"], prompt=mine[i]["prompt"])
                             for i in batch], gen)
         answers.update((keys[i], a) for i, a in zip(batch, out))
@@ -212,6 +216,7 @@ class AmberGenerativeTask:
     name = "amber_g"
     version = "1"
     Options = AmberOptions
+    metrics = GEN_METRICS
     section = SECTION
     reads_data_root = False
     unread = staticmethod(amber_unread)
@@ -234,13 +239,11 @@ class AmberGenerativeTask:
         nlp = amber.load_pipeline(opts.spacy_model)
         spacy_id = amber.pipeline_identity(nlp)
         scorer = amber.GenerativeScorer(data, amber.Similarity(nlp), opts.similarity)
-        identity = {**_identity(ctx, data_fp, items, gen), "similarity": opts.similarity, "spacy": spacy_id,
+        identity = {**_identity(ctx, data_fp, items, gen), "spacy": spacy_id,
                     "nltk": {"version": nltk.__version__, **{r: v["sha256"] for r, v in resources.items()}}}
-        config = {"limit": ctx.limit, "similarity": opts.similarity, "spacy_model": opts.spacy_model,
-                  "n_boot": opts.n_boot, "seed": ctx.gen.seed, "gen": gen.to_dict()}
         state = {"items": items, "gen": gen, "data": data, "scorer": scorer, "data_id": digest(data_fp),
                  "extra": {"spacy": spacy_id, "nltk_resources": resources, "nltk": nltk.__version__}}
-        return Plan(self.name, self.version, identity, config, state)
+        return Plan.of(self, opts, identity, _resolved(ctx, gen), state, reads=READS[self.name])
 
     def answers(self, ctx: RunContext, plan: Plan) -> list[dict] | None:
         s = plan.state
@@ -255,10 +258,7 @@ class AmberGenerativeTask:
         samples = score_generative(plan, generations)
         table = released_table(samples, None, plan.state["data"].start)
         metrics = score(samples, GEN_METRICS, n_boot=plan.config["n_boot"], seed=plan.config["seed"])
-        return TaskResult(task=self.name, version=self.version, metrics=_with_released(metrics, table),
-                          samples=samples, config=plan.config, identity=plan.identity,
-                          extra={**plan.state["extra"], "released_table": table,
-                                 "metric_specs": specs_extra(GEN_METRICS)})
+        return plan.result(_with_released(metrics, table), samples, {**plan.state["extra"], "released_table": table})
 
 
 def score_generative(plan: Plan, generations: list[dict]) -> list[dict]:
@@ -270,6 +270,7 @@ class AmberDiscriminativeTask:
     name = "amber_d"
     version = "1"
     Options = AmberOptions
+    metrics = DISC_METRICS
     section = SECTION
     reads_data_root = False
     unread = staticmethod(amber_unread)
@@ -283,14 +284,12 @@ class AmberDiscriminativeTask:
 
         data, items, gen, data_fp = _plan_common(self.name, ctx, opts, ("annotations", "metrics"),
                                                  "query_discriminative", False)
-        identity = {**_identity(ctx, data_fp, items, gen), "answer_rule": opts.answer_rule}
+        identity = _identity(ctx, data_fp, items, gen)
         if "amber_g" in sources:
             identity["amber_g"] = sources["amber_g"].eval_key   # the AMBER score is computed from its CHAIR
-        config = {"limit": ctx.limit, "answer_rule": opts.answer_rule, "n_boot": opts.n_boot, "seed": ctx.gen.seed,
-                  "gen": gen.to_dict()}
         state = {"items": items, "gen": gen, "data": data, "data_id": digest(data_fp),
                  "generative": sources.get("amber_g")}
-        return Plan(self.name, self.version, identity, config, state)
+        return Plan.of(self, opts, identity, _resolved(ctx, gen), state, reads=READS[self.name])
 
     def answers(self, ctx: RunContext, plan: Plan) -> list[dict] | None:
         s = plan.state
@@ -316,6 +315,4 @@ class AmberDiscriminativeTask:
                                                             table["discriminative"]["F1"]),
                                        higher_is_better=True, n=len(samples) + len(inputs["amber_g"])))
             specs = DISC_METRICS + (AMBER_SCORE,)
-        return TaskResult(task=self.name, version=self.version, metrics=metrics, samples=samples,
-                          config=plan.config, identity=plan.identity,
-                          extra={"released_table": table, "metric_specs": specs_extra(specs)})
+        return dataclasses.replace(plan, specs=specs).result(metrics, samples, {"released_table": table})

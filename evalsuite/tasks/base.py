@@ -138,15 +138,19 @@ class Plan:
     specs: tuple = field(default=(), compare=False, repr=False)   # the task's MetricSpecs (Plan.of)
 
     @classmethod
-    def of(cls, task: Task, opts: Any, identity: dict, resolved: dict | None = None, state: Any = None) -> Plan:
+    def of(cls, task: Task, opts: Any, identity: dict, resolved: dict | None = None, state: Any = None,
+           reads: tuple[str, ...] | None = None) -> Plan:
         """A task's plan with its identity and stored config made from the same option fields: identity =
         every option not marked `identity=False` (evalsuite.identity.options_identity) plus `identity` (the
         data, the answers' setup, resolved values: these win); config = every option plus `resolved` (what
-        options resolved to, e.g. chair's seed, and run settings such as limit and gen)."""
+        options resolved to, e.g. chair's seed, and run settings such as limit and gen). `reads`: in a
+        section several tasks share (amber), the option fields this task reads (the others are no part of
+        its identity)."""
         from evalsuite.config import to_plain
         from evalsuite.identity import options_identity
 
-        return cls(task.name, task.version, {**options_identity(opts), **identity},
+        own = {k: v for k, v in options_identity(opts).items() if reads is None or k in reads}
+        return cls(task.name, task.version, {**own, **identity},
                    {**to_plain(opts), **(resolved or {})}, state=state, specs=tuple(getattr(task, "metrics", ())))
 
     def result(self, metrics: list, samples: list[dict], extra: dict | None = None,

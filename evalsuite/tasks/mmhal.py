@@ -28,10 +28,10 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from evalsuite.config import opt
+from evalsuite.config import check_fields, opt
 from evalsuite.errors import RunFailure, UserError
 from evalsuite.tasks.base import Plan, RunContext
-from evalsuite.tasks.metric_spec import MetricSpec, score, specs_extra
+from evalsuite.tasks.metric_spec import MetricSpec, score
 from evalsuite.types import GenRequest, TaskResult
 
 log = logging.getLogger(__name__)
@@ -145,11 +145,10 @@ class MmhalOptions:
     data: str | None = opt(None, "MMHal-Bench's released response_template.json", path="file", identity=False)
     image_root: str | None = opt(None, "folder of its images (file name = basename of image_src)", path="dir",
                                  identity=False)
-    n_boot: int = opt(1000, "bootstrap resamples of the confidence intervals (0 = none)", identity=False)
+    n_boot: int = opt(1000, "bootstrap resamples of the confidence intervals (0 = none)", identity=False, ge=0)
 
     def __post_init__(self) -> None:
-        if self.n_boot < 0:
-            raise UserError(f"mmhal.n_boot: must be >= 0, got {self.n_boot}")
+        check_fields(self, "mmhal")
 
 
 def load_records(path: str | Path) -> list[dict]:
@@ -183,7 +182,8 @@ class MmhalTask:
     name = "mmhal"
     version = "1"
     Options = MmhalOptions
-    judged = True            # reads the judge: section (run_config.sections_for)
+    metrics = METRICS
+    uses_judge = True        # reads the judge: section (run_config.sections_for)
     reads_data_root = False  # mmhal.data / mmhal.image_root
 
     def requires(self, opts: MmhalOptions, tasks: list[str]) -> tuple[str, ...]:
@@ -191,7 +191,7 @@ class MmhalTask:
 
     def plan(self, ctx: RunContext, opts: MmhalOptions, sources: dict) -> Plan:
         """Data, images and the judge checked, and the judge's identity stated, before the model loads."""
-        from evalsuite.identity import digest, file_sha256, gen_identity, inputs_identity, options_identity
+        from evalsuite.identity import digest, file_sha256, gen_identity, inputs_identity
         from evalsuite.judge.judge import Judge
 
         if not opts.data:
@@ -212,11 +212,10 @@ class MmhalTask:
         data_id = file_sha256(opts.data)[:16]
         identity = {"data": data_id, "images": digest([it["image_sha"] for it in items]), "n": len(items),
                     "gen": gen_identity(ctx.gen), "inputs": inputs_identity(ctx.loader.inputs), **ctx.model_setup(),
-                    **options_identity(opts), "judge": {**judge.identity, "prompt": PROMPT_VERSION}}
-        config = {"data": str(opts.data), "image_root": str(root), "limit": ctx.limit, "n_boot": opts.n_boot,
-                  "gen": ctx.gen.to_dict(), "judge": judge.describe(), "judge_prompt": PROMPT_VERSION}
-        return Plan(self.name, self.version, identity, config,
-                    state={"items": items, "data_id": data_id, "judge": judge})
+                    "judge": {**judge.identity, "prompt": PROMPT_VERSION}}
+        resolved = {"limit": ctx.limit, "gen": ctx.gen.to_dict(), "judge": judge.describe(),
+                    "judge_prompt": PROMPT_VERSION}
+        return Plan.of(self, opts, identity, resolved, state={"items": items, "data_id": data_id, "judge": judge})
 
     def answers(self, ctx: RunContext, plan: Plan) -> list[dict] | None:
         """The model's answer to every question (rank 0: all, in file order; other ranks: None), resumable."""
@@ -279,8 +278,6 @@ class MmhalTask:
                              f"than {MAX_UNPARSABLE_SHARE:.0%}); nothing stored. Sample reply: "
                              f"{bad[0]['judge_text'][:160]!r}")
         metrics = score(samples, METRICS, n_boot=plan.config["n_boot"], seed=ctx.gen.seed)
-        return TaskResult(task=self.name, version=self.version, metrics=metrics, samples=samples,
-                          config=plan.config, identity=plan.identity,
-                          extra={"unparsable": len(bad), "judged": len(samples), "judge": plan.config["judge"],
-                                 "judge_prompt": PROMPT_VERSION, "judge_requests": dict(judge.stats),
-                                 "metric_specs": specs_extra(METRICS)})
+        return plan.result(metrics, samples, {"unparsable": len(bad), "judged": len(samples),
+                                              "judge": plan.config["judge"], "judge_prompt": PROMPT_VERSION,
+                                              "judge_requests": dict(judge.stats)})

@@ -25,12 +25,13 @@ def _label(c: dict) -> str:
 
 
 def csr_section(csr_tidy, csr_ckpts: list[dict], pair_samples, meta_of: dict | None = None,
-                thumb=None, per_ckpt: int = 4) -> dict:
+                thumb=None, per_ckpt: int = 4, browse: list[dict] | None = None) -> dict:
     """Chosen/rejected reward and gap per generating checkpoint, pair counts, and the widest-gap pairs
     (`per_ckpt` per generating checkpoint, each with its image through `thumb(path) -> data URI`).
 
     Pair statistics sit under the checkpoint that generated the pairs (as in `evalsuite table`); the
-    table also says which CSR iteration trained on them (from the run footer's task config)."""
+    table also says which CSR iteration trained on them (from the run footer's task config). The densities
+    and pairs are those of the `browse` checkpoints (default: all), as the report's browsers pick them."""
     from evalsuite.report.plots import csr_plots, density_plot
     from evalsuite.report.summary import _points, setups
 
@@ -51,13 +52,14 @@ def csr_section(csr_tidy, csr_ckpts: list[dict], pair_samples, meta_of: dict | N
     density, pairs = None, []
     if not pair_samples.empty and {"chosen_relevance", "rejected_relevance"} <= set(pair_samples.columns):
         sets = {}
-        for c in csr_ckpts:
+        browse = csr_ckpts if browse is None else browse
+        for c in browse:
             g = pair_samples[pair_samples["ckpt_id"] == c["ckpt_id"]]
             if len(g):
                 sets[f"{_label(c)} chosen"] = list(g["chosen_relevance"].map(_num))
                 sets[f"{_label(c)} rejected"] = list(g["rejected_relevance"].map(_num))
         density = density_plot("relevance of chosen (solid) vs rejected (dashed)", sets)
-        pairs = top_pairs(pair_samples, csr_ckpts, per_ckpt, thumb)
+        pairs = top_pairs(pair_samples, browse, per_ckpt, thumb)
     return {"plots": plots, "metric_names": names, "table": table, "density": density, "pairs": pairs,
             "setups": any(r["setup"] for r in table)}
 

@@ -16,18 +16,20 @@ Rows place under the checkpoint in their `ckpt` columns, with no exception: CSR 
 iteration t sit on the row of M_{t-1}, the checkpoint that generated the pairs (also named in their
 `generator` column); the report places them the same way.
 
-The delta CI combines the two CIs by the MOVER method (Zou & Donner 2008): for d = a - b,
+The delta CI built here combines the two rows' CIs by the MOVER method (Zou & Donner 2008): for d = a - b,
     low  = d - sqrt((a - a_low)^2 + (b_high - b)^2)
     high = d + sqrt((a_high - a)^2 + (b - b_low)^2)
-It treats the two estimates as independent; both checkpoints are scored on the same images, so the
-interval is conservative (a paired bootstrap over samples would be tighter).
+which treats the two estimates as independent. Where both checkpoints' per-sample values are stored,
+`store.paired.with_sample_stats` replaces it by a paired bootstrap over the shared samples (tighter: both
+checkpoints answer the same images); `store.compare.compare` composes the two for `evalsuite table` and the
+report, and the table's notes say which deltas got which interval.
 """
 from __future__ import annotations
 
 import fnmatch
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from evalsuite.errors import UserError
@@ -199,11 +201,14 @@ def find_checkpoint(ckpts, ref: str) -> str:
 
 @dataclass
 class Table:
-    """What `build_table` computed: the tidy rows and the checkpoints they came from (with ids)."""
+    """What `build_table` computed: the tidy rows and the checkpoints they came from (with ids); the
+    records `store.compare.compare` read for them."""
 
     tidy: object         # DataFrame with TIDY_COLUMNS
     ckpts: object        # DataFrame from `checkpoints`
     ckpt_of_run: dict    # run_id -> ckpt_id
+    records: list = field(default_factory=list)        # per-sample records read, in store order
+    records_of: dict = field(default_factory=dict)     # (run_id, task) -> its records
 
 
 def tidy_table(df, metrics: list[str] | None = None, base: str | None = None, run_meta: dict | None = None):
@@ -318,6 +323,33 @@ def _source(task: str, meta: dict | None) -> dict:
             "limit": limit if isinstance(limit, int) and not isinstance(limit, bool) else None}
 
 
+def lead_metrics(tidy) -> list[str]:
+    """The headline metric keys: per task, its first declared metric with a direction ("up"/"down"),
+    on the whole set where it has such a row (POPE's accuracy, not its per-setting ones), in table order.
+    The report's summary leads with these; `evalsuite table --format md` shows only these unless asked."""
+    specs = tidy.attrs.get("metric_specs") or {}
+    out = []
+    for task, g in tidy.drop_duplicates("metric_key").groupby("task", sort=False):
+        declared = next((list(s) for (_, t), s in specs.items() if t == task and s), [])
+        metrics = sorted(dict.fromkeys(g["metric"]), key=lambda m: declared.index(m) if m in declared else len(declared))
+        lead = next((m for m in metrics if direction_of(g[g["metric"] == m].iloc[0]) != "none"), None)
+        if lead is None:
+            continue
+        rows = g[g["metric"] == lead]
+        whole = rows[rows["variant"].map(lambda v: not (isinstance(v, str) and v))]
+        out.append((whole if len(whole) else rows).iloc[0]["metric_key"])
+    return out
+
+
+def headline_keys(tidy):
+    """`tidy` limited to the headline metrics (`lead_metrics`); attrs["left_out"] counts the others."""
+    keys = lead_metrics(tidy)
+    out = tidy[tidy["metric_key"].isin(keys)].copy()
+    out.attrs.update(tidy.attrs)
+    out.attrs["left_out"] = tidy["metric_key"].nunique() - len(keys)
+    return out
+
+
 def fmt(x, signed: bool = False) -> str:
     """Compact number: 3 decimals below 10, 2 below 1000, none above or for whole counts >= 10."""
     x = _num(x)
@@ -378,6 +410,9 @@ def to_markdown(tidy) -> str:
 
 def _notes(tidy) -> list[str]:
     out = _ci_notes(tidy)
+    if tidy.attrs.get("left_out"):
+        out.append(f"Headline metrics only (each task's lead metric); {tidy.attrs['left_out']} more with --all "
+                   "or --metric, every one in --format csv/json.")
     based = tidy[tidy["base"].notna()]
     bases = list(dict.fromkeys(based["base"]))
     if bases:

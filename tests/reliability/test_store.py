@@ -74,7 +74,7 @@ def test_samples_file_outside_the_store_is_never_opened(tmp_path):
     meta = json.loads(pq.read_schema(path).metadata[b"evalsuite.run"])
     _rewrite_footer(path, json.dumps({**meta, "samples_file": "../../secret.parquet"}).encode())
     problems: list[str] = []
-    df = store.samples(problems=problems)
+    df = store.snapshot().samples(problems=problems)
     assert set(df["run_id"]) == {ids[0]}
     assert problems == [(f"run {ids[1]} ({ids[1]}.parquet): per-sample records not shown: samples_file "
                          f"'../../secret.parquet' points outside {store.samples_dir} (damaged footer)")]

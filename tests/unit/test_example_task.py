@@ -69,9 +69,9 @@ def test_example_task_runs_and_its_metric_reaches_the_table(tiny_vlm_dir, world_
     store = tmp_path / "st"
     assert cli.main(["run", "--ckpt", str(tiny_vlm_dir), "--tasks", "short_answer", "--data-root", str(world_dir),
                      "--limit", "4", "--store", str(store), "--max-new-tokens", "6"]) == 0
-    rows = Store(store).metrics()
+    rows = Store(store).snapshot().metrics()
     assert list(rows["metric"]) == ["short_answer_rate"] and list(rows["task"]) == ["short_answer"]
-    records = Store(store).sample_records(task="short_answer")
+    records = Store(store).snapshot().sample_records(task="short_answer")
     assert len(records) == 4
     short = [float(len(r["answer"].split()) <= 3) for r in records]
     assert [r["values"]["short_answer_rate"] for r in records] == [[x, 1.0] for x in short]

@@ -169,7 +169,7 @@ def test_report_command_and_empty_store(tmp_path, capsys):
     make_store(tmp_path)
     ns = argparse.Namespace(store=str(tmp_path / "store"), out=str(tmp_path / "out"), as_of="1", run=None, base=None,
                             max_images=10, page_size=4, image_root=[], title="iter0 only", max_questions=10,
-                            n_boot=200, seed=0)
+                            n_boot=200, seed=0, ckpt=[], max_ckpts=6)
     assert report.main(ns) == 0
     html = (tmp_path / "out" / "index.html").read_text()
     assert "<title>iter0 only</title>" in html and "as of store version 1" in html
@@ -252,11 +252,14 @@ def test_report_reads_the_store_once(tmp_path, monkeypatch):
                                 samples=[{"key": "old", "image_id": 99, "answer": "superseded", "prompt": "p"}])])
     store.write_run({"ckpt": "/ckpts/iter0", "ckpt_hash": f"{0:064x}", "iteration": 0},
                     [TaskResult("chair", "1", [MetricValue("CHAIRs", 0.5, False, 6)])])
+    from evalsuite.store import store as store_module
+    from evalsuite.store.store import Snapshot
+
     reads, ckpt_calls, sample_runs = [], [], []
-    real_read, real_ckpts, real_samples = Store._read, table.checkpoints, Store.sample_records
-    monkeypatch.setattr(Store, "_read", staticmethod(lambda p: reads.append(p) or real_read(p)))
+    real_read, real_ckpts, real_samples = store_module.read_file, table.checkpoints, Snapshot.sample_records
+    monkeypatch.setattr(store_module, "read_file", lambda p: reads.append(p) or real_read(p))
     monkeypatch.setattr(table, "checkpoints", lambda df: ckpt_calls.append(1) or real_ckpts(df))
-    monkeypatch.setattr(Store, "sample_records", lambda self, task=None, run_id=None, *a, **kw:
+    monkeypatch.setattr(Snapshot, "sample_records", lambda self, task=None, run_id=None, *a, **kw:
                         sample_runs.append(set(run_id)) or real_samples(self, task, run_id, *a, **kw))
     html = build_report(store, tmp_path / "r").read_text()
     assert len(reads) == 5 and len(ckpt_calls) == 1 and len(sample_runs) == 1

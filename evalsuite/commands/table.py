@@ -64,9 +64,8 @@ def main(args) -> int:
         cols = ["version", "run_id", "written_at", "iteration", "method", "ckpt", "tasks"]
         print(runs[cols].to_string(index=False))
         return 0
+    headline = args.format == "md" and not (args.all or args.metric)
     tidy = compare(snap, args.base, args.n_boot, args.seed, metrics=args.metric, as_of=args.as_of,
-                   runs=args.run, samples=args.samples).tidy
-    if args.format == "md" and not (args.all or args.metric):
-        tidy = headline_keys(tidy)
+                   runs=args.run, samples=args.samples, select=headline_keys if headline else None).tidy
     print({"md": to_markdown, "csv": to_csv, "json": to_json}[args.format](tidy).rstrip("\n"))
     return 0

@@ -105,10 +105,11 @@ def build_report(store, out: str | Path, *, as_of=None, runs=None, base: str | N
     picked: dict = {}
 
     def browser_runs(table) -> set[str]:
-        """The runs of the checkpoints the browsers show (their records are read with the statistics')."""
+        """The runs whose records the page shows whole: the browsed checkpoints' and the training ones."""
         picked.update(_browser_ckpts(table, base, ckpts, max_ckpts))
         ids = {c["ckpt_id"] for c in picked["shown"]}
-        return set(table.tidy.loc[table.tidy["ckpt_id"].isin(ids), "run_id"])
+        t = table.tidy
+        return set(t.loc[t["ckpt_id"].isin(ids) | t["task"].isin([CSR_TASK, "csr_train"]), "run_id"])
 
     table = compare(snap, base, n_boot, seed, as_of=as_of, runs=runs, problems=notes, also_read=browser_runs)
     tidy, records, records_of = table.tidy, table.records, table.records_of
@@ -116,7 +117,8 @@ def build_report(store, out: str | Path, *, as_of=None, runs=None, base: str | N
     metas = snap.run_meta()
     meta_of = {m["run_id"]: m for m in metas}
     ctx = _sections(tidy, table, records, records_of, meta_of, metas, keep, notes, base=base,
-                    image_roots=image_roots, max_images=max_images, max_questions=max_questions, picked=picked)
+                    image_roots=image_roots, max_images=max_images, max_questions=max_questions, picked=picked,
+                    n_boot=n_boot, seed=seed)
     ctx.update(page_size=page_size, provenance=provenance(metas, keep),
                title=title or f"evalsuite report: {snap.path}", store=str(snap.path),
                generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -151,7 +153,7 @@ def _browser_ckpts(table, base, named: list[str], max_ckpts: int) -> dict:
 
 
 def _sections(tidy, table, records, records_of, meta_of, metas, keep, notes, *, base, image_roots,
-              max_images, max_questions, picked) -> dict:
+              max_images, max_questions, picked, n_boot=1000, seed=0) -> dict:
     """The template context of every section but the header and provenance."""
     from evalsuite.report import csr
     from evalsuite.report import summary as summ
@@ -184,12 +186,12 @@ def _sections(tidy, table, records, records_of, meta_of, metas, keep, notes, *, 
     csr_ckpts = _present(all_ckpts, csr_tidy)
     ctx["csr"] = csr.csr_section(csr_tidy, csr_ckpts, samples[samples["task"] == csr.CSR_TASK], meta_of,
                                  thumb=lambda p: thumbnail(p, roots, cache, notes),
-                                 browse=_pick_like(csr_ckpts, table, base, picked))
+                                 browse=_pick_like(csr_ckpts, table, base, picked), n_boot=n_boot, seed=seed)
     train_tidy = tidy[tidy["task"] == csr.TRAIN_TASK]
     ctx["training"] = csr.training_section(train_tidy, _present(all_ckpts, train_tidy), records)
     ctx["relevance_density"] = relevance_density(samples, eval_tidy, shown)
     view = build_view(samples, of_run, shown, max_images, roots, notes)
-    qa = build_qa(records_of, eval_tidy, shown, max_questions)
+    qa = build_qa(records_of, eval_tidy[eval_tidy["ckpt_id"].isin(shown_ids)], shown, max_questions)
     ctx["browsed"] = {"shown": [c["name"] for c in shown], "total": len(ctx["ckpts"]),
                       "left_out": left_out_text(picked.get("left_out", [])), "max": picked.get("max")}
     ctx.update(view=view, qa=qa, arrows=summ.ARROW, dir_text=summ.DIR_TEXT)

@@ -255,7 +255,7 @@ class Store:
 
     def snapshot(self) -> "Snapshot":
         """The store read once: every reader (`runs`, `run_meta`, `metrics`, `samples`) is on the snapshot."""
-        return Snapshot(self.path, _load(self.metrics_dir))
+        return Snapshot(self.path, *_load(self.metrics_dir))
 
     def __getattr__(self, name):
         if name in _READERS:      # the readers live on the snapshot only: say where
@@ -333,26 +333,61 @@ def read_file(path: Path):
     return table, meta, version
 
 
-def _load(metrics_dir: Path) -> list[tuple[Path, object, dict]]:
-    """Every committed run: (file, upgraded metrics frame, meta), in store (write) order."""
-    out = []
+def _load(metrics_dir: Path) -> tuple[object, list[tuple[Path, dict]]]:
+    """Every committed run: (all metric rows upgraded to the current schema, [(file, meta)]), both in
+    store (write) order. Files of the current schema are converted to pandas together (one conversion for
+    thousands of small runs); older ones are upgraded one by one."""
+    import pandas as pd
+    import pyarrow as pa
+
+    entries = []
     for path in metric_files(metrics_dir):
         table, meta, version = read_file(path)
-        try:
-            df = schema.upgrade(table.to_pandas(), version, str(path), meta)
-        except (KeyError, TypeError, ValueError) as e:   # a column the upgrade needs is absent/odd
-            raise UserError(f"{path}: damaged schema v{version} store file ({type(e).__name__}: {e}); "
-                            "move it out of the store to read the other runs") from None
         meta = dict(meta)
         meta.setdefault("run_id", path.stem)
         meta.setdefault("written_at", meta.get("created_at"))
-        out.append((path, df, meta))
-    out.sort(key=lambda t: (str(t[2].get("written_at") or ""), str(t[2]["run_id"])))
-    return out
+        current = version == schema.SCHEMA_VERSION and set(schema.COLUMN_NAMES) <= set(table.column_names)
+        entries.append((path, meta, table.select(schema.COLUMN_NAMES) if current else _upgraded(path, table, version, meta)))
+    entries.sort(key=lambda t: (str(t[1].get("written_at") or ""), str(t[1]["run_id"])))
+    pieces, batch = [], []
+    for _, _, data in entries:
+        if isinstance(data, pa.Table):
+            batch.append(data)
+            continue
+        if batch:
+            pieces.append(_arrow_frame(batch))
+            batch = []
+        pieces.append(data)
+    if batch:
+        pieces.append(_arrow_frame(batch))
+    pieces = [p for p in pieces if len(p)]
+    frame = pd.concat(pieces, ignore_index=True) if pieces else \
+        pd.DataFrame({c: pd.Series(dtype="object") for c in schema.COLUMN_NAMES})
+    return frame, [(path, meta) for path, meta, _ in entries]
 
 
-def read_samples_file(samples_dir: Path, name: str, task: str | None) -> list[dict]:
-    """The records of one samples file, which must lie directly in STORE/samples."""
+def _arrow_frame(tables: list):
+    import pyarrow as pa
+
+    try:
+        return pa.concat_tables(tables, promote_options="default").to_pandas()
+    except (pa.ArrowInvalid, pa.ArrowTypeError):     # a file of odd column types: convert it alone
+        import pandas as pd
+
+        return pd.concat([t.to_pandas() for t in tables], ignore_index=True)
+
+
+def _upgraded(path: Path, table, version: int, meta: dict):
+    try:
+        return schema.upgrade(table.to_pandas(), version, str(path), meta)
+    except (KeyError, TypeError, ValueError) as e:   # a column the upgrade needs is absent/odd
+        raise UserError(f"{path}: damaged schema v{version} store file ({type(e).__name__}: {e}); "
+                        "move it out of the store to read the other runs") from None
+
+
+def read_samples_file(samples_dir: Path, name: str, task: str | None, fields=None) -> list[dict]:
+    """The records of one samples file, which must lie directly in STORE/samples; with `fields`, only those
+    keys of each record (what a statistic reads of thousands of runs, not what a page shows)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -365,8 +400,13 @@ def read_samples_file(samples_dir: Path, name: str, task: str | None) -> list[di
     try:
         table = pq.read_table(path, columns=["run_id", "task", "record"],
                               filters=[("task", "=", task)] if task else None)
-        return [{**loads_json(rec, "record"), "run_id": rid, "task": t}
-                for rid, t, rec in zip(*(table.column(c).to_pylist() for c in ("run_id", "task", "record")))]
+        out = []
+        for rid, t, rec in zip(*(table.column(c).to_pylist() for c in ("run_id", "task", "record"))):
+            rec = loads_json(rec, "record")
+            if fields is not None:
+                rec = {k: rec[k] for k in fields if k in rec}
+            out.append({**rec, "run_id": rid, "task": t})
+        return out
     except (pa.ArrowException, OSError, ValueError, TypeError) as e:
         raise UserError(f"{samples_dir / name}: samples file unreadable "
                         f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
@@ -388,22 +428,24 @@ class Snapshot:
     from memory, so a report that needs rows, run metadata and samples reads the store once. The
     store's only readers."""
 
-    def __init__(self, path: str | os.PathLike, loaded: list):
-        self.path, self.loaded = Path(path), loaded
+    def __init__(self, path: str | os.PathLike, frame, runs: list[tuple[Path, dict]]):
+        self.path, self.frame, self._runs = Path(path), frame, runs     # frame: every metric row, store order
         self.samples_dir = self.path / "samples"
 
     def runs(self):
         """One row per write, in store order: `version` (1, 2, ...) selects the table as of that write."""
         import pandas as pd
 
+        per = self.frame.groupby("run_id", sort=False)["task"]
+        counts, tasks = per.size().to_dict(), per.agg(lambda t: ",".join(sorted(set(t)))).to_dict()
         rows = []
-        for i, (_, df, meta) in enumerate(self.loaded, start=1):
+        for i, (_, meta) in enumerate(self._runs, start=1):
             rows.append({
                 "version": i, "run_id": meta["run_id"], "written_at": meta.get("written_at"),
                 "created_at": meta.get("created_at"), "label": meta.get("label"),
                 "ckpt": meta.get("ckpt") or meta.get("checkpoint"), "ckpt_hash": meta.get("ckpt_hash"),
                 "iteration": meta.get("iteration"), "method": meta.get("method"),
-                "tasks": ",".join(sorted(set(df["task"]))), "num_rows": len(df),
+                "tasks": tasks.get(meta["run_id"], ""), "num_rows": counts.get(meta["run_id"], 0),
             })
         cols = ["version", "run_id", "written_at", "created_at", "label", "ckpt", "ckpt_hash",
                 "iteration", "method", "tasks", "num_rows"]
@@ -413,7 +455,7 @@ class Snapshot:
 
     def run_meta(self, run_id: str | None = None) -> dict | list[dict]:
         """The stored metadata (config, versions, task configs) of `run_id`, or of every run."""
-        metas = [m for _, _, m in self.loaded]
+        metas = [m for _, m in self._runs]
         if run_id is None:
             return metas
         for m in metas:
@@ -423,7 +465,7 @@ class Snapshot:
 
     def select_runs(self, as_of: int | str | None = None, runs: Iterable[str] | None = None) -> list[str]:
         """Run ids visible in store version `as_of` (a version number or a run id), limited to `runs`."""
-        ids = [m["run_id"] for _, _, m in self.loaded]
+        ids = [m["run_id"] for _, m in self._runs]
         if as_of is not None:
             if isinstance(as_of, int) or str(as_of).lstrip("-").isdigit():
                 v = int(as_of)
@@ -448,11 +490,11 @@ class Snapshot:
         """Every metric row (long format, current schema), in store order; see `select_runs`."""
         import pandas as pd
 
-        keep = set(self.select_runs(as_of, runs)) if (as_of is not None or runs) else None
-        frames = [df for _, df, m in self.loaded if (keep is None or m["run_id"] in keep) and len(df)]
-        if not frames:
-            return pd.DataFrame({c: pd.Series(dtype="object") for c in schema.COLUMN_NAMES})
-        df = pd.concat(frames, ignore_index=True)
+        df = self.frame
+        if as_of is not None or runs:
+            df = df[df["run_id"].isin(set(self.select_runs(as_of, runs)))].reset_index(drop=True)
+        else:
+            df = df.copy()
         df["iteration"] = df["iteration"].astype("Int64")
         df["n"] = df["n"].astype("Int64")
         return df
@@ -469,16 +511,17 @@ class Snapshot:
         return samples_frame(self.sample_records(task, run_id, problems))
 
     def sample_records(self, task: str | None = None, run_id: str | Iterable[str] | None = None,
-                       problems: list[str] | None = None) -> list[dict]:
-        """What `samples` returns, as plain dicts (each with run_id and task), in store order."""
+                       problems: list[str] | None = None, fields: Iterable[str] | None = None) -> list[dict]:
+        """What `samples` returns, as plain dicts (each with run_id and task), in store order; `fields`
+        keeps only those keys of each record."""
         wanted = {run_id} if isinstance(run_id, str) else (set(run_id) if run_id is not None else None)
         records = []
-        for path, _, meta in self.loaded:
+        for path, meta in self._runs:
             name = meta.get("samples_file")
             if not name or (wanted is not None and meta["run_id"] not in wanted):
                 continue
             try:
-                records += read_samples_file(self.samples_dir, name, task)
+                records += read_samples_file(self.samples_dir, name, task, fields)
             except UserError as e:
                 msg = f"run {meta['run_id']} ({path.name}): per-sample records not shown: {e}"
                 log.warning("%s", msg)

@@ -111,10 +111,18 @@ def test_csv_json_and_list_versions(tmp_path, capsys):
 
 def test_same_basename_checkpoints_are_told_apart(tmp_path):
     store = Store(tmp_path)
-    write(store, 0, 0.5, ckpt="/a/final")
-    write(store, 1, 0.4, ckpt="/b/final")
+    write(store, 0, 0.5, ckpt="/a/run1")
+    write(store, 1, 0.4, ckpt="/b/run1")
     names = set(tidy_table(store.snapshot().metrics())["checkpoint"])
-    assert len(names) == 2 and all(n.startswith("final@") for n in names)
+    assert len(names) == 2 and all(n.startswith("run1@") for n in names)
+
+
+def test_a_generic_folder_name_is_named_with_its_parent(tmp_path):
+    """Issue 38: .../iter_2/merged reads "iter_2/merged", not "merged"."""
+    store = Store(tmp_path)
+    write(store, 0, 0.5, ckpt="/runs/csr/iter_1/merged")
+    write(store, 1, 0.4, ckpt="/runs/csr/iter_2/merged")
+    assert set(tidy_table(store.snapshot().metrics())["checkpoint"]) == {"iter_1/merged", "iter_2/merged"}
 
 
 def test_missing_store_is_a_user_error(tmp_path):
@@ -246,12 +254,26 @@ def test_a_relative_parent_links_to_the_checkpoint_at_that_path(tmp_path):
 
 def test_lmms_data_files_are_shown_relative_to_the_data_root():
     """POPE's files under the run's data root read as paths inside it (a group's leaves too); a file
-    outside it, or a hub id, stays as it is."""
+    outside it shows its folder and name; a hub id stays as it is."""
     from evalsuite.store.table import _source
 
     meta = {"data_root": "/m/world", "tasks": {"pope": {"config": {"data_source":
             "/m/world/questions/pope_val_random.parquet, /m/world/questions/pope_val_popular.parquet; /x/mme.parquet"}},
             "sqa": {"config": {"data_source": "hub:lmms-lab/ScienceQA"}}}}
     assert _source("pope", meta)["data"] == \
-        "questions/pope_val_random.parquet, questions/pope_val_popular.parquet; /x/mme.parquet"
+        "questions/pope_val_random.parquet, questions/pope_val_popular.parquet; x/mme.parquet"
     assert _source("sqa", meta)["data"] == "hub:lmms-lab/ScienceQA"
+
+
+def test_data_files_are_short_whatever_the_root():
+    """A data root recorded relative (a run started in another folder) still shortens the files inside it;
+    a file outside every root shows its folder and name, never the machine's whole path (issue 38)."""
+    from evalsuite.store.table import _source
+
+    files = "; ".join(f"/home/u/proj/runs/demo/world/questions/pope_val_{s}.parquet" for s in ("random", "popular"))
+    meta = {"data_root": "runs/demo/world", "tasks": {"pope": {"config": {"data_source": files}}}}
+    assert _source("pope", meta)["data"] == "questions/pope_val_random.parquet; questions/pope_val_popular.parquet"
+    meta = {"data_root": None, "tasks": {"pope": {"config": {"data_source": files}}}}
+    assert _source("pope", meta)["data"] == "questions/pope_val_random.parquet; questions/pope_val_popular.parquet"
+    meta = {"data_root": "/elsewhere", "tasks": {"mme": {"config": {"data_source": "/cache/hub/mme/data/test.parquet"}}}}
+    assert _source("mme", meta)["data"] == "data/test.parquet"

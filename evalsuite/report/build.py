@@ -119,7 +119,9 @@ def build_report(store, out: str | Path, *, as_of=None, runs=None, base: str | N
     ctx = _sections(tidy, table, records, records_of, meta_of, metas, keep, notes, base=base,
                     image_roots=image_roots, max_images=max_images, max_questions=max_questions, picked=picked,
                     n_boot=n_boot, seed=seed)
-    ctx.update(page_size=page_size, provenance=provenance(metas, keep),
+    featured = {c["ckpt_id"] for c in _featured(_ckpt_list(table.ckpts), picked)}
+    shown_runs = {r for r in keep if table.ckpt_of_run.get(r) in featured}
+    ctx.update(page_size=page_size, provenance=provenance(metas, shown_runs), runs_left_out=len(keep - shown_runs),
                title=title or f"evalsuite report: {snap.path}", store=str(snap.path),
                generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                n_runs=len(keep), n_samples=len(records), selector=_selector(as_of, runs, base), notes=notes,
@@ -166,11 +168,14 @@ def _sections(tidy, table, records, records_of, meta_of, metas, keep, notes, *, 
     train_tasks = tidy["task"].isin([csr.CSR_TASK, csr.TRAIN_TASK])
     eval_tidy, csr_tidy = tidy[~train_tasks], tidy[tidy["task"] == csr.CSR_TASK]
     ctx: dict = {"summary": [], "plots": [], "ckpts": [], "bases": [], "explicit_base": base is not None,
-                 "headline": None}
+                 "headline": None, "plotted": 0}
     if not eval_tidy.empty:
         ckpts = _present(all_ckpts, eval_tidy)
         rows = summ.summary(eval_tidy, ckpts)
-        ctx.update(ckpts=ckpts, summary=rows, plots=summ.iteration_plots(eval_tidy, rows, ckpts),
+        plotted = _featured(ckpts, picked)
+        ids = {c["ckpt_id"] for c in plotted}
+        ctx.update(ckpts=ckpts, summary=rows, plotted=len(plotted),
+                   plots=summ.iteration_plots(eval_tidy[eval_tidy["ckpt_id"].isin(ids)], rows, plotted),
                    headline=summ.headline(rows, ckpts), bases=list(dict.fromkeys(eval_tidy["base"].dropna())))
     # the browsers' and densities' records: those of the checkpoints they show, and the training pairs
     shown = picked.get("shown", ctx["ckpts"])
@@ -196,6 +201,15 @@ def _sections(tidy, table, records, records_of, meta_of, metas, keep, notes, *, 
                       "left_out": left_out_text(picked.get("left_out", [])), "max": picked.get("max")}
     ctx.update(view=view, qa=qa, arrows=summ.ARROW, dir_text=summ.DIR_TEXT)
     return ctx
+
+
+def _featured(ckpts: list[dict], picked: dict) -> list[dict]:
+    """The checkpoints the plots and provenance show: all, or when the browsers leave some out, the
+    lineages of the browsed ones (a lineage's curve stays whole; hundreds of lineages would not fit)."""
+    if not picked.get("left_out"):
+        return ckpts
+    lineages = {c.get("lineage") for c in picked["shown"]}
+    return [c for c in ckpts if c.get("lineage") in lineages]
 
 
 def _pick_like(ckpts: list[dict], table, base, picked: dict) -> list[dict]:

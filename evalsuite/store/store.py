@@ -16,8 +16,8 @@ and the whole store reads with one pandas call:
     pandas.read_parquet("results/metrics")      # every metric row (files of one schema version)
     pandas.read_parquet("results/samples")      # every per-sample record
 
-`Store.metrics()` does the same but also upgrades files of older schema versions and names a corrupt
-file in a `UserError`. A write is committed when its metrics file appears; the samples file is written
+`Store(path).snapshot().metrics()` does the same but also upgrades files of older schema versions and names
+a corrupt file in a `UserError`: `Store` is the writer, and its readers are on the `Snapshot`. A write is committed when its metrics file appears; the samples file is written
 first, so a killed writer leaves at most an unreferenced samples file (ignored) and never a partial row.
 Temp files start with "." so pandas/pyarrow directory reads skip them.
 """

@@ -188,3 +188,21 @@ def test_table_markdown_says_which_deltas_are_paired(tmp_path, capsys):
     assert main(["table", "--store", str(store.path), "--no-samples", "--all"]) == 0
     out = capsys.readouterr().out
     assert "pope/model_yes_ratio ·" in out and "paired" not in out    # the stored rows, as written
+
+
+def test_table_markdown_defaults_to_the_headline_metrics(tmp_path, capsys):
+    """Issue 38: `table --format md` shows each task's lead metric (its first declared metric with a
+    direction, the whole set's row) and says how to see the rest; --all shows every metric."""
+    from evalsuite.cli import main
+
+    store = demo_store(tmp_path)
+    assert main(["table", "--store", str(store.path), "--n-boot", "50"]) == 0
+    out = capsys.readouterr().out
+    cols = [c.strip() for c in out.splitlines()[0].strip("|").split("|")][3:]
+    assert cols == ["chair/CHAIRs[original] ↓", "relevance/relevance_mean ↑", "pope/pope_accuracy ↑",
+                    "mme/mme_perception_score ↑", "csr_pairs/chosen_reward_mean ↑", "csr_train/final_loss ↓"]
+    assert "Headline metrics only" in out and "more with --all" in out
+    assert main(["table", "--store", str(store.path), "--n-boot", "50", "--all"]) == 0
+    wide = capsys.readouterr().out.splitlines()[0]
+    assert "chair/CHAIRi[original]" in wide and "pope/pope_accuracy[random] ↑" in wide
+    assert "Headline" not in wide

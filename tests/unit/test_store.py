@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -263,3 +265,42 @@ def test_snapshot_reads_each_file_once(tmp_path, monkeypatch):
     assert len(snap.metrics(as_of=2)) == 4 and len(snap.runs()) == 3 and len(snap.run_meta()) == 3
     assert len(snap.samples(run_id=ids)) == 2
     assert len(calls) == 3
+
+
+def test_has_result_reads_each_footer_once_and_sees_new_files(tmp_path, monkeypatch):
+    """Issue 34: repeated has_result calls read each metrics file's footer once per process; a file written
+    after the first call is read when it appears."""
+    import pyarrow.parquet as pq
+
+    store = Store(tmp_path)
+    store.write_run({**meta(0), "run_id": "a", "ckpt_hash": "h0"}, [chair_result()])
+    store.write_run({**meta(1), "run_id": "b", "ckpt_hash": "h1"}, [chair_result()])
+    key = store.snapshot().run_meta("a")["tasks"]["chair"]["eval_key"]
+    reads = []
+    real = pq.read_schema
+    monkeypatch.setattr(pq, "read_schema", lambda p, *a, **kw: reads.append(Path(p).name) or real(p, *a, **kw))
+    for _ in range(3):
+        assert store.has_result("h0", key) == "a" and store.has_result("h9", key) is None
+    assert sorted(reads) == ["a.parquet", "b.parquet"]
+    store.write_run({**meta(2), "run_id": "c", "ckpt_hash": "h9"}, [chair_result()])
+    assert store.has_result("h9", key) == "c" and sorted(reads) == ["a.parquet", "b.parquet", "c.parquet"]
+
+
+def test_one_run_id_rule():
+    """Issue 34: eval runs and the store name runs by one function, in the format stored runs use."""
+    import datetime as dt
+
+    from evalsuite import store as store_pkg
+    from evalsuite.store.store import new_run_id
+
+    rid = new_run_id(dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc))
+    assert re.fullmatch(r"20260102-030405-[0-9a-f]{6}", rid)
+    assert store_pkg.new_run_id is new_run_id
+    import evalsuite.run as run_mod
+    assert not hasattr(run_mod, "new_run_id")      # run.py imports the store's, it keeps no copy
+
+
+def test_readers_live_on_the_snapshot_only(tmp_path):
+    store = Store(tmp_path)
+    with pytest.raises(AttributeError, match=r"Store.metrics: read through Store.snapshot\(\).metrics\(\)"):
+        store.metrics()

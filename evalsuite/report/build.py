@@ -163,6 +163,7 @@ def _sections(tidy, table, records, records_of, meta_of, metas, keep, notes, *, 
     from evalsuite.report.samples import build_view, thumbnail
     from evalsuite.report.shown import left_out_text
     from evalsuite.store.store import samples_frame
+    from evalsuite.store.table import lead_metrics
 
     all_ckpts = _ckpt_list(table.ckpts)
     train_tasks = tidy["task"].isin([csr.CSR_TASK, csr.TRAIN_TASK])
@@ -171,7 +172,8 @@ def _sections(tidy, table, records, records_of, meta_of, metas, keep, notes, *, 
                  "headline": None, "plotted": 0}
     if not eval_tidy.empty:
         ckpts = _present(all_ckpts, eval_tidy)
-        rows = summ.summary(eval_tidy, ckpts)
+        lead = set(lead_metrics(eval_tidy))      # the summary leads with them, as `evalsuite table` shows them
+        rows = sorted(summ.summary(eval_tidy, ckpts), key=lambda r: r["key"] not in lead)
         plotted = _featured(ckpts, picked)
         ids = {c["ckpt_id"] for c in plotted}
         ctx.update(ckpts=ckpts, summary=rows, plotted=len(plotted),

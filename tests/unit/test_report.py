@@ -127,7 +127,7 @@ def test_lower_is_better_deltas_are_coloured_as_improvements(tmp_path):
     mean either): +0.1 is not coloured and says "no CI"."""
     html = build_report(make_store(tmp_path), tmp_path / "r").read_text()
     rows = re.findall(r"<tr data-metric=[^>]*>\s*<td data-v=\"(\w+?)\".*?</tr>", html, flags=re.S)
-    assert rows[:4] == ["CHAIRs", "recall", "relevance_mean", "f1random"]
+    assert rows[:4] == ["CHAIRs", "relevance_mean", "f1random", "recall"]     # each task's lead metric first
     chair_row = re.search(r'<td data-v="CHAIRs">.*?</tr>', html, flags=re.S).group(0)
     assert re.findall(r'class="(better|worse)[^"]*"', chair_row) == ["better", "better"]
     assert "Δ -0.200</span> <span class=\"ci\">[-0.271, -0.129]</span> <span class=\"tag\">indep.</span>" in chair_row

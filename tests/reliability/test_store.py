@@ -93,7 +93,7 @@ def test_corrupt_then_moved_samples_file_hides_only_that_run(tmp_path):
         assert res.returncode == 0 and "Traceback" not in res.stderr, (state, res.stderr[-2000:])
         html = (tmp_path / "rep" / "index.html").read_text()
         assert bad.name in html and ("samples file unreadable" if state == "corrupt" else "samples file missing") in html
-        assert "2 runs" in html and "1 per-sample records" in html          # the other run is all there
+        assert "2 runs" in html and "1 per-sample record ·" in html          # the other run is all there
         assert any("WARNING" in ln and bad.name in ln for ln in res.stderr.splitlines())
         bad.rename(tmp_path / bad.name) if state == "corrupt" else None
     assert run_cli("table", "--store", str(store.path)).returncode == 0

@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.keep or tmp)
         fill_store(root / "store", root / "images", args.records)
-        n = len(Store(root / "store").samples())
+        n = len(Store(root / "store").snapshot().samples())
         t0 = time.perf_counter()
         path = build_report(Store(root / "store"), root / "report")
         secs = time.perf_counter() - t0

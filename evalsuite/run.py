@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import logging
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,10 +122,6 @@ def save_task(out: Path, result: TaskResult) -> None:
     write_json_atomic(out / result.task / "result.json", result.to_dict())
 
 
-def new_run_id() -> str:
-    return _dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
-
-
 def store_run_id(eval_run: str, task: str, used: set[str]) -> str:
     """The store run id of one task's result: `<eval run>-<task>`, with a group leaf's `/` (pope_full/pope_adv)
     and anything else the store refuses turned into '.', unique within the eval run (deterministic in task
@@ -212,7 +207,7 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     from evalsuite.config import to_plain
     from evalsuite.precheck import check_before_claim
     from evalsuite.outdir import OutputDir
-    from evalsuite.store import Store
+    from evalsuite.store import Store, new_run_id
 
     dist = dist or Dist.current()
     check_task_names(cfg.tasks, quick=True)  # a misspelled name: refused in about a second, before torch loads

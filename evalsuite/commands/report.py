@@ -24,6 +24,12 @@ def register(sub) -> None:
                         "the iteration-0 checkpoint of each lineage")
     p.add_argument("--max-images", type=int, default=120,
                    help="image/prompt groups in the per-sample view (default 120; bounds the file size)")
+    p.add_argument("--ckpt", action="append", default=[], metavar="NAME",
+                   help="a checkpoint the caption and question browsers show (name, path or hash prefix); "
+                        "repeatable")
+    p.add_argument("--max-ckpts", type=int, default=6,
+                   help="checkpoints side by side in the browsers (default 6): the --ckpt ones, then each "
+                        "lineage's base and latest; the summary and `evalsuite table` keep every one")
     p.add_argument("--page-size", type=int, default=8, help="sample groups per page (default 8)")
     p.add_argument("--max-questions", type=int, default=400,
                    help="questions (POPE, MME) in the question browser (default 400, changed answers first)")
@@ -46,6 +52,8 @@ def main(args) -> int:
         raise UserError(f"--store {args.store}: no results store there (no metrics/ folder)")
     if args.max_images < 0 or args.page_size < 1 or args.max_questions < 0:
         raise UserError("--max-images and --max-questions must be >= 0 and --page-size >= 1")
+    if args.max_ckpts < 1:
+        raise UserError(f"--max-ckpts: must be >= 1, got {args.max_ckpts}")
     if args.n_boot < 1:
         raise UserError(f"--n-boot: must be >= 1, got {args.n_boot}")
     ensure_writable_dir(args.out, "--out", create=False)
@@ -56,6 +64,7 @@ def main(args) -> int:
     refuse_foreign(Path(args.out) / "index.html", "--out", looks_like_report)   # never a user's own page
     path = build_report(store, args.out, as_of=args.as_of, runs=args.run, base=args.base, max_images=args.max_images,
                         page_size=args.page_size, image_roots=args.image_root, title=args.title,
-                        max_questions=args.max_questions, n_boot=args.n_boot, seed=args.seed)
+                        max_questions=args.max_questions, n_boot=args.n_boot, seed=args.seed, ckpts=args.ckpt,
+                        max_ckpts=args.max_ckpts)
     print(path)
     return 0

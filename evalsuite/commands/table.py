@@ -1,5 +1,7 @@
 """`evalsuite table`: checkpoints x metrics from the results store, with delta vs base and CIs.
 
+    evalsuite table --store results                      # headline metrics, markdown
+    evalsuite table --store results --all                # every metric
     evalsuite table --store results --metric 'chair/*' --format md
     evalsuite table --store results --list-versions      # the store's writes, numbered
     evalsuite table --store results --version 3          # the table as it was after write 3
@@ -23,7 +25,10 @@ def register(sub) -> None:
     p.add_argument("--store", default="results", help="results store directory (default: results)")
     p.add_argument("--metric", action="append", metavar="M",
                    help="metric to show: TASK/METRIC, METRIC or a glob ('chair/*'); repeatable")
-    p.add_argument("--format", choices=["md", "csv", "json"], default="md")
+    p.add_argument("--format", choices=["md", "csv", "json"], default="md",
+                   help="md (default): the headline metrics only (each task's lead metric, as the report's "
+                        "summary leads with; --all for every metric); csv and json: every metric")
+    p.add_argument("--all", action="store_true", help="md: every metric, not only the headline ones")
     p.add_argument("--version", dest="as_of", metavar="V",
                    help="show the table as of store version V (a number from --list-versions, negative "
                         "counts back from the latest, or a run id)")
@@ -82,10 +87,13 @@ def main(args) -> int:
     from evalsuite.bidi import visible
     from evalsuite.errors import UserError
     from evalsuite.store import Store
-    from evalsuite.store.table import tidy_table, to_csv, to_json, to_markdown
+    from evalsuite.store.compare import compare
+    from evalsuite.store.table import headline_keys, to_csv, to_json, to_markdown
 
     if args.n_boot < 1:
         raise UserError(f"--n-boot: must be >= 1, got {args.n_boot}")
+    if args.all and args.metric:
+        raise UserError("--all and --metric: pick one (--all shows every metric, --metric the ones named)")
     store = Store(args.store)
     if not store.metrics_dir.is_dir():
         raise UserError(f"--store {args.store}: no results store there (no metrics/ folder)")
@@ -105,14 +113,9 @@ def main(args) -> int:
         cols = ["version", "run_id", "written_at", "iteration", "method", "ckpt", "tasks"]
         print(visible(runs[cols].to_string(index=False)))
         return 0
-    df = snap.metrics(as_of=args.as_of, runs=args.run)
-    tidy = tidy_table(df, args.metric, base=args.base,
-                      run_meta={m["run_id"]: m for m in snap.run_meta()})
-    if args.samples:
-        from evalsuite.store.paired import group_records, sample_runs, with_sample_stats
-
-        records = snap.sample_records(run_id=sample_runs(tidy))
-        tidy = with_sample_stats(tidy, group_records(records), n_boot=args.n_boot, seed=args.seed)
+    headline = args.format == "md" and not (args.all or args.metric)
+    tidy = compare(snap, args.base, args.n_boot, args.seed, metrics=args.metric, as_of=args.as_of,
+                   runs=args.run, samples=args.samples, select=headline_keys if headline else None).tidy
     text = {"md": to_markdown, "csv": to_csv, "json": to_json}[args.format](tidy).rstrip("\n")
     # bidi / zero-width controls of names and labels written out visibly for a reader (json escapes them
     # itself); csv redirected to a file keeps the data as stored

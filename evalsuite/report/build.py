@@ -36,8 +36,8 @@ def _num(x):
 
 def _ckpt_list(ckpts) -> list[dict]:
     return [{"ckpt_id": r.ckpt_id, "name": r.name, "iteration": None if _num(r.iteration) is None
-             else int(r.iteration), "method": r.method if isinstance(r.method, str) else None}
-            for r in ckpts.itertuples()]
+             else int(r.iteration), "method": r.method if isinstance(r.method, str) else None,
+             "lineage": r.lineage} for r in ckpts.itertuples()]
 
 
 def density_source() -> tuple[str, str] | None:
@@ -124,33 +124,40 @@ def _shown(value):
 
 def build_report(store, out: str | Path, *, as_of=None, runs=None, base: str | None = None,
                  max_images: int = 120, page_size: int = 8, image_roots: list[str | Path] = (),
-                 title: str | None = None, max_questions: int = 400, n_boot: int = 1000, seed: int = 0) -> Path:
+                 title: str | None = None, max_questions: int = 400, n_boot: int = 1000, seed: int = 0,
+                 ckpts: list[str] = (), max_ckpts: int = 6) -> Path:
     """Write `out/index.html` for the runs selected from `store` (a `Store`, or a `Snapshot` of one:
     the store is read once either way); returns its path. `n_boot`/`seed` size and seed the bootstraps
-    (`store.paired`: the same numbers `evalsuite table` prints with the same options)."""
+    (`store.compare`: the same numbers `evalsuite table` prints with the same options). The browsers show
+    at most `max_ckpts` checkpoints, those named in `ckpts` first (report/shown.py)."""
     from evalsuite.files import write_text_atomic
-    from evalsuite.store.paired import group_records, with_sample_stats
-    from evalsuite.store.table import build_table
+    from evalsuite.store.compare import compare
 
     snap = store.snapshot() if hasattr(store, "snapshot") else store
-    df = snap.metrics(as_of=as_of, runs=runs)
-    if df.empty:
-        raise UserError(f"{snap.path}: no metric rows to report (write some with `evalsuite run --store`)")
-    keep = set(df["run_id"])
+    notes: list[str] = []     # what the page could not show (damaged sample files, bad images)
+    picked: dict = {}
+
+    def browser_runs(table) -> set[str]:
+        """The runs whose records the page shows whole: the browsed checkpoints' and the training ones."""
+        picked.update(_browser_ckpts(table, base, ckpts, max_ckpts))
+        ids = {c["ckpt_id"] for c in picked["shown"]}
+        t = table.tidy
+        return set(t.loc[t["ckpt_id"].isin(ids) | t["task"].isin([CSR_TASK, "csr_train"]), "run_id"])
+
+    table = compare(snap, base, n_boot, seed, as_of=as_of, runs=runs, problems=notes, also_read=browser_runs)
+    tidy, records, records_of = table.tidy, table.records, table.records_of
+    keep = set(table.ckpt_of_run)
     metas = snap.run_meta()
     meta_of = {m["run_id"]: m for m in metas}
-    table = build_table(df, base=base, run_meta=meta_of)
-    notes: list[str] = []     # what the page could not show (damaged sample files, bad images)
-    # only the runs whose rows the page shows: each checkpoint's latest per metric and setup
-    records = snap.sample_records(run_id=set(table.tidy["run_id"]), problems=notes)
-    records_of = group_records(records)
-    tidy = with_sample_stats(table.tidy, records_of, n_boot=n_boot, seed=seed)
     ctx = _sections(tidy, table, records, records_of, meta_of, metas, keep, notes, base=base,
-                    image_roots=image_roots, max_images=max_images, max_questions=max_questions)
+                    image_roots=image_roots, max_images=max_images, max_questions=max_questions, picked=picked,
+                    n_boot=n_boot, seed=seed)
     from evalsuite.report.objects import object_sections
 
     ctx["objects"] = object_sections(table, records_of, base=base, n_boot=n_boot, seed=seed)
-    ctx.update(page_size=page_size, provenance=provenance(metas, keep),
+    featured = {c["ckpt_id"] for c in _featured(_ckpt_list(table.ckpts), picked)}
+    shown_runs = {r for r in keep if table.ckpt_of_run.get(r) in featured}
+    ctx.update(page_size=page_size, provenance=provenance(metas, shown_runs), runs_left_out=len(keep - shown_runs),
                title=title or f"evalsuite report: {snap.path}", store=str(snap.path),
                generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                n_runs=len(keep), n_samples=len(records), selector=_selector(as_of, runs, base), notes=notes,
@@ -171,41 +178,84 @@ def build_report(store, out: str | Path, *, as_of=None, runs=None, base: str | N
     return path
 
 
+def _browser_ckpts(table, base, named: list[str], max_ckpts: int) -> dict:
+    """{shown, left_out}: the evaluated checkpoints the browsers show (report/shown.py)."""
+    from evalsuite.report.shown import pick, resolve
+    from evalsuite.store.table import bases
+
+    tidy = table.tidy
+    evaluated = _present(_ckpt_list(table.ckpts), tidy[~tidy["task"].isin([CSR_TASK, "csr_train"])])
+    named = resolve(table.ckpts, list(named), max_ckpts)
+    shown, left = pick(evaluated, bases(table.ckpts, base), named, max_ckpts)
+    return {"shown": shown, "left_out": left, "max": max_ckpts, "named": named}
+
+
 def _sections(tidy, table, records, records_of, meta_of, metas, keep, notes, *, base, image_roots,
-              max_images, max_questions) -> dict:
+              max_images, max_questions, picked, n_boot=1000, seed=0) -> dict:
     """The template context of every section but the header and provenance."""
     from evalsuite.report import csr
     from evalsuite.report import summary as summ
     from evalsuite.report.qa import build_qa
     from evalsuite.report.samples import build_view, thumbnail
+    from evalsuite.report.shown import left_out_text
     from evalsuite.store.store import samples_frame
+    from evalsuite.store.table import lead_metrics
 
     all_ckpts = _ckpt_list(table.ckpts)
     train_tasks = tidy["task"].isin([csr.CSR_TASK, csr.TRAIN_TASK])
     eval_tidy, csr_tidy = tidy[~train_tasks], tidy[tidy["task"] == csr.CSR_TASK]
     ctx: dict = {"summary": [], "plots": [], "ckpts": [], "bases": [], "explicit_base": base is not None,
-                 "headline": None}
+                 "headline": None, "plotted": 0}
     if not eval_tidy.empty:
         ckpts = _present(all_ckpts, eval_tidy)
-        rows = summ.summary(eval_tidy, ckpts)
-        ctx.update(ckpts=ckpts, summary=rows, plots=summ.iteration_plots(eval_tidy, rows, ckpts),
+        lead = set(lead_metrics(eval_tidy))      # the summary leads with them, as `evalsuite table` shows them
+        rows = sorted(summ.summary(eval_tidy, ckpts), key=lambda r: r["key"] not in lead)
+        plotted = _featured(ckpts, picked)
+        ids = {c["ckpt_id"] for c in plotted}
+        ctx.update(ckpts=ckpts, summary=rows, plotted=len(plotted),
+                   plots=summ.iteration_plots(eval_tidy[eval_tidy["ckpt_id"].isin(ids)], rows, plotted),
                    headline=summ.headline(rows, ckpts), bases=list(dict.fromkeys(eval_tidy["base"].dropna())))
-    samples = samples_frame(records)
-    samples["ckpt_id"] = samples["run_id"].map(table.ckpt_of_run)
+    # the browsers' and densities' records: those of the checkpoints they show, and the training pairs
+    shown = picked.get("shown", ctx["ckpts"])
+    shown_ids = {c["ckpt_id"] for c in shown}
+    of_run = table.ckpt_of_run
+    samples = samples_frame([r for r in records if r["task"] == csr.CSR_TASK or of_run.get(r["run_id"]) in shown_ids])
+    samples["ckpt_id"] = samples["run_id"].map(of_run)
     key_of = dict(zip(zip(tidy["run_id"], tidy["task"]), tidy["eval_key"]))
     samples["eval_key"] = [key_of.get(rt) for rt in zip(samples["run_id"], samples["task"])]
 
     roots = [Path(r) for r in image_roots] + _data_roots(metas, keep)
     cache: dict = {}
-    ctx["csr"] = csr.csr_section(csr_tidy, _present(all_ckpts, csr_tidy), samples[samples["task"] == csr.CSR_TASK],
-                                 meta_of, thumb=lambda p: thumbnail(p, roots, cache, notes))
+    csr_ckpts = _present(all_ckpts, csr_tidy)
+    ctx["csr"] = csr.csr_section(csr_tidy, csr_ckpts, samples[samples["task"] == csr.CSR_TASK], meta_of,
+                                 thumb=lambda p: thumbnail(p, roots, cache, notes),
+                                 browse=_pick_like(csr_ckpts, table, base, picked), n_boot=n_boot, seed=seed)
     train_tidy = tidy[tidy["task"] == csr.TRAIN_TASK]
     ctx["training"] = csr.training_section(train_tidy, _present(all_ckpts, train_tidy), records)
-    ctx["relevance_density"] = relevance_density(samples, eval_tidy, ctx["ckpts"])
-    view = build_view(samples, table.ckpt_of_run, ctx["ckpts"], max_images, roots, notes)
-    qa = build_qa(records_of, eval_tidy, ctx["ckpts"], max_questions)
+    ctx["relevance_density"] = relevance_density(samples, eval_tidy, shown)
+    view = build_view(samples, of_run, shown, max_images, roots, notes)
+    qa = build_qa(records_of, eval_tidy[eval_tidy["ckpt_id"].isin(shown_ids)], shown, max_questions)
+    ctx["browsed"] = {"shown": [c["name"] for c in shown], "total": len(ctx["ckpts"]),
+                      "left_out": left_out_text(picked.get("left_out", [])), "max": picked.get("max")}
     ctx.update(view=view, qa=qa, arrows=summ.ARROW, dir_text=summ.DIR_TEXT)
     return ctx
+
+
+def _featured(ckpts: list[dict], picked: dict) -> list[dict]:
+    """The checkpoints the plots and provenance show: all, or when the browsers leave some out, the
+    lineages of the browsed ones (a lineage's curve stays whole; hundreds of lineages would not fit)."""
+    if not picked.get("left_out"):
+        return ckpts
+    lineages = {c.get("lineage") for c in picked["shown"]}
+    return [c for c in ckpts if c.get("lineage") in lineages]
+
+
+def _pick_like(ckpts: list[dict], table, base, picked: dict) -> list[dict]:
+    """The generating checkpoints whose pairs the CSR section browses, by the browsers' rule."""
+    from evalsuite.report.shown import pick
+    from evalsuite.store.table import bases
+
+    return pick(ckpts, bases(table.ckpts, base), picked.get("named", []), picked.get("max") or len(ckpts))[0]
 
 
 def _data_roots(metas: list[dict], keep: set[str]) -> list[Path]:

@@ -10,6 +10,10 @@ CSR_TASK = "csr_pairs"
 TRAIN_TASK = "csr_train"
 CSR_METRICS = ("chosen_reward_mean", "rejected_reward_mean", "reward_gap", "chosen_relevance_mean",
                "rejected_relevance_mean", "num_pairs", "num_skipped")
+# short column heads, so the table fits the page without a horizontal scroll (the full names in a title)
+HEADS = {"chosen_reward_mean": "chosen reward", "rejected_reward_mean": "rejected reward",
+         "reward_gap": "reward gap [95% CI]", "chosen_relevance_mean": "chosen relevance",
+         "rejected_relevance_mean": "rejected relevance", "num_pairs": "pairs", "num_skipped": "skipped"}
 
 
 def _fmt_stat(metric: str, v) -> str:
@@ -25,17 +29,21 @@ def _label(c: dict) -> str:
 
 
 def csr_section(csr_tidy, csr_ckpts: list[dict], pair_samples, meta_of: dict | None = None,
-                thumb=None, per_ckpt: int = 4) -> dict:
+                thumb=None, per_ckpt: int = 4, browse: list[dict] | None = None, n_boot: int = 1000,
+                seed: int = 0) -> dict:
     """Chosen/rejected reward and gap per generating checkpoint, pair counts, and the widest-gap pairs
     (`per_ckpt` per generating checkpoint, each with its image through `thumb(path) -> data URI`).
 
     Pair statistics sit under the checkpoint that generated the pairs (as in `evalsuite table`); the
-    table also says which CSR iteration trained on them (from the run footer's task config)."""
+    table also says which CSR iteration trained on them (from the run footer's task config), and gives the
+    reward gap a CI: a bootstrap (`n_boot`, `seed`) over the run's pairs of chosen - rejected reward. The
+    densities and pairs are those of the `browse` checkpoints (default: all), as the browsers pick them."""
     from evalsuite.report.plots import csr_plots, density_plot
     from evalsuite.report.summary import _points, setups
 
     if csr_tidy is None or csr_tidy.empty:
-        return {"plots": [], "table": [], "density": None, "pairs": [], "metric_names": [], "setups": False}
+        return {"plots": [], "table": [], "density": None, "pairs": [], "metric_names": [], "heads": [],
+                "setups": False}
     plots, table, names = [], [], [m for m in CSR_METRICS if m in set(csr_tidy["metric"])]
     for _, setup, g in setups(csr_tidy, "task"):
         series = {m: _points(gm, csr_ckpts) for m, gm in g.groupby("metric", sort=False)}
@@ -45,21 +53,41 @@ def csr_section(csr_tidy, csr_ckpts: list[dict], pair_samples, meta_of: dict | N
             if rows.empty:
                 continue
             vals = dict(zip(rows["metric"], rows["value"]))
+            cells = [_fmt_stat(m, vals[m]) if m in vals else "-" for m in names]
+            if "reward_gap" in names and "reward_gap" in vals:
+                cells[names.index("reward_gap")] += " " + _gap_ci(pair_samples, rows.iloc[0]["run_id"], n_boot, seed)
             table.append({"name": c["name"], "iteration": c["iteration"], "setup": setup,
-                          "trains": _trains_iteration((meta_of or {}).get(rows.iloc[0]["run_id"])),
-                          "vals": [_fmt_stat(m, vals[m]) if m in vals else "-" for m in names]})
+                          "trains": _trains_iteration((meta_of or {}).get(rows.iloc[0]["run_id"])), "vals": cells})
     density, pairs = None, []
     if not pair_samples.empty and {"chosen_relevance", "rejected_relevance"} <= set(pair_samples.columns):
         sets = {}
-        for c in csr_ckpts:
+        browse = csr_ckpts if browse is None else browse
+        for c in browse:
             g = pair_samples[pair_samples["ckpt_id"] == c["ckpt_id"]]
             if len(g):
                 sets[f"{_label(c)} chosen"] = list(g["chosen_relevance"].map(_num))
                 sets[f"{_label(c)} rejected"] = list(g["rejected_relevance"].map(_num))
         density = density_plot("relevance of chosen (solid) vs rejected (dashed)", sets)
-        pairs = top_pairs(pair_samples, csr_ckpts, per_ckpt, thumb)
-    return {"plots": plots, "metric_names": names, "table": table, "density": density, "pairs": pairs,
-            "setups": any(r["setup"] for r in table)}
+        pairs = top_pairs(pair_samples, browse, per_ckpt, thumb)
+    return {"plots": plots, "metric_names": names, "heads": [HEADS.get(m, m) for m in names], "table": table,
+            "density": density, "pairs": pairs, "setups": any(r["setup"] for r in table)}
+
+
+def _gap_ci(pair_samples, run_id: str, n_boot: int, seed: int) -> str:
+    """"[low, high]" of the mean chosen - rejected reward over the run's pairs (a percentile bootstrap over
+    pairs); "(no CI: ...)" saying what is missing when the run stored no per-pair rewards."""
+    from evalsuite.metrics.stats import ratio_stat, sums_ci
+    from evalsuite.store.table import fmt
+
+    if pair_samples.empty or not {"chosen_reward", "rejected_reward"} <= set(pair_samples.columns):
+        return "(no CI: no per-pair rewards stored)"
+    g = pair_samples[pair_samples["run_id"] == run_id]
+    gaps = [(c - r, 1.0) for c, r in zip(g["chosen_reward"].map(_num), g["rejected_reward"].map(_num))
+            if c is not None and r is not None]
+    if len(gaps) < 2:
+        return "(no CI: fewer than 2 pairs with both rewards stored)"
+    low, high = sums_ci(gaps, ratio_stat, n_boot, seed)
+    return f"[{fmt(low, signed=True)}, {fmt(high, signed=True)}]"
 
 
 def _trains_iteration(meta: dict | None):

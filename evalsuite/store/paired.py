@@ -26,6 +26,8 @@ from evalsuite.store.table import _num
 from evalsuite.tasks import metric_spec as ms
 
 EXTRA_COLUMNS = ["direction", "ci_source", "delta_method", "n_paired", "significant", "per_sample"]
+# what the statistics read of a record (metric_spec.units, sample_key): all a table needs of a run's records
+STAT_FIELDS = ("key", "image_id", ms.VALUES, ms.UNIT, ms.STRATUM, ms.SUBSET)
 
 
 def group_records(records: list[dict]) -> dict:
@@ -52,9 +54,13 @@ def _counts(n: int, n_boot: int, seed: int, strata) -> tuple:
 @functools.lru_cache(maxsize=6)
 def _cached_counts(n: int, n_boot: int, seed: int, strata: tuple | None) -> tuple:
     """One draw of resample counts per sample size (and strata), shared by every metric of that size."""
+    import numpy as np
+
     from evalsuite.metrics.stats import resample_counts
 
-    return tuple(resample_counts(n, n_boot, seed, strata))
+    chunks = tuple(resample_counts(n, n_boot, seed, strata))
+    # small samples (thousands of small runs): one (n_boot, n) matrix, one product per metric; the same draws
+    return (np.concatenate(chunks),) if n * n_boot <= 4_000_000 else chunks
 
 
 class _Units:

@@ -16,8 +16,8 @@ and the whole store reads with one pandas call:
     pandas.read_parquet("results/metrics")      # every metric row (files of one schema version)
     pandas.read_parquet("results/samples")      # every per-sample record
 
-`Store.metrics()` does the same but also upgrades files of older schema versions and names a corrupt
-file in a `UserError`. A write is committed when its metrics file appears; the samples file is written
+`Store(path).snapshot().metrics()` does the same but also upgrades files of older schema versions and names
+a corrupt file in a `UserError`: `Store` is the writer, and its readers are on the `Snapshot`. A write is committed when its metrics file appears; the samples file is written
 first, so a killed writer leaves at most an unreferenced samples file (ignored) and never a partial row.
 Temp files start with "." so pandas/pyarrow directory reads skip them.
 """
@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import uuid
 from pathlib import Path
 from typing import Iterable
@@ -47,8 +48,10 @@ SAMPLE_COLUMNS = ["run_id", "task", "key", "image_id", "image", "prompt", "answe
 
 
 def new_run_id(now: _dt.datetime | None = None) -> str:
+    """The one run-id rule (eval run folders, and store runs written without an id): UTC time to the
+    second and 6 random hex digits, `20260101-120000-a1b2c3`, so ids sort by time."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
-    return f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
 def config_hash(config: dict | None) -> str:
@@ -237,95 +240,212 @@ class Store:
         With `model_id` (evalsuite/identity.py ModelId.key(): weights plus prompt files and settings),
         only a run that recorded the same one counts: an edited chat template is not the same model.
 
-        Reads only the Parquet footers (`tasks[..]["eval_key"]`, written by write_run); files that cannot
-        be read are skipped here (the table/report commands name them)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        for path in self._metric_files():
-            try:
-                md = pq.read_schema(path).metadata or {}
-                meta = loads_json(md.get(META_KEY, b"{}"), "footer")  # depth-limited: a crafted footer is one line
-            except (pa.ArrowException, OSError, ValueError) as e:
-                # a run into this store must not pass a damaged file in silence (table/report refuse it)
-                log.warning("%s: not a readable store file (%s); the already-stored check skips it: move it "
-                            "out of the store", path, (str(e).splitlines() or [type(e).__name__])[0][:200])
+        Reads only the Parquet footers (`tasks[..]["eval_key"]`, written by write_run), each file's once
+        per process (`_footer`); files that cannot be read are skipped here (the table/report commands
+        name them)."""
+        for path in metric_files(self.metrics_dir):
+            f = _footer(path)
+            if f is None or f["ckpt_hash"] != ckpt_hash:
                 continue
-            if not isinstance(meta, dict) or meta.get("ckpt_hash") != ckpt_hash:
+            if model_id is not None and f["model_id"] != model_id:
                 continue
-            if model_id is not None and meta.get("model_id") != model_id:
-                continue
-            tasks = meta.get("tasks")
-            if isinstance(tasks, dict) and any(isinstance(t, dict) and t.get("eval_key") == eval_key
-                                               for t in tasks.values()):
-                return str(meta.get("run_id") or path.stem)
+            if eval_key in f["eval_keys"]:
+                return f["run_id"]
         return None
 
-    def _metric_files(self) -> list[Path]:
-        if not self.metrics_dir.is_dir():
-            return []
-        return sorted(p for p in self.metrics_dir.glob("*.parquet") if not p.name.startswith("."))
-
-    @staticmethod
-    def _read(path: Path):
-        """(table, meta, schema version) of one metrics file; a damaged file is a UserError naming it."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        try:
-            table = pq.read_table(path)
-        except (pa.ArrowException, OSError, ValueError) as e:
-            raise UserError(f"{path}: not a readable store file ({e}); move it out of the store "
-                            "to read the other runs (they are untouched)") from None
-        md = table.schema.metadata or {}
-        try:
-            meta = loads_json(md.get(META_KEY, b"{}"), "footer")  # depth-limited: a crafted footer is one line
-            version = int(md.get(SCHEMA_KEY, b"0"))
-        except ValueError as e:
-            raise UserError(f"{path}: damaged run metadata in the Parquet footer ({e})") from None
-        problem = _damaged_meta(meta)
-        if problem:
-            raise UserError(f"{path}: damaged store file ({problem}); move it out of the store "
-                            "to read the other runs")
-        if not version and "schema_version" in table.column_names and table.num_rows:
-            version = int(table.column("schema_version")[0].as_py())
-        if not version:
-            raise UserError(f"{path}: no store schema version in the file")
-        return table, meta, version
-
-    def _load(self) -> list[tuple[Path, object, dict]]:
-        """Every committed run: (file, upgraded metrics frame, meta), in store (write) order."""
-        out = []
-        for path in self._metric_files():
-            table, meta, version = self._read(path)
-            try:
-                df = schema.upgrade(table.to_pandas(), version, str(path), meta)
-            except (KeyError, TypeError, ValueError) as e:   # a column the upgrade needs is absent/odd
-                raise UserError(f"{path}: damaged schema v{version} store file ({type(e).__name__}: {e}); "
-                                "move it out of the store to read the other runs") from None
-            meta = dict(meta)
-            meta.setdefault("run_id", path.stem)
-            meta.setdefault("written_at", meta.get("created_at"))
-            out.append((path, df, meta))
-        out.sort(key=lambda t: (str(t[2].get("written_at") or ""), str(t[2]["run_id"])))
-        return out
-
     def snapshot(self) -> "Snapshot":
-        """The store read once: what `runs`, `run_meta`, `metrics` and `samples` answer from it."""
-        return Snapshot(self, self._load())
+        """The store read once: every reader (`runs`, `run_meta`, `metrics`, `samples`) is on the snapshot."""
+        return Snapshot(self.path, *_load(self.metrics_dir))
 
-    def runs(self, *, loaded=None):
+    def __getattr__(self, name):
+        if name in _READERS:      # the readers live on the snapshot only: say where
+            raise AttributeError(f"Store.{name}: read through Store.snapshot().{name}()")
+        raise AttributeError(name)
+
+
+_READERS = {"runs", "run_meta", "select_runs", "metrics", "samples", "sample_records"}
+
+# (file, mtime_ns, size) -> what has_result needs of its footer (None: unreadable). Published files never
+# change (no-clobber), so a footer is read once per process; a new or replaced file has a new key.
+_FOOTERS: dict[tuple, dict | None] = {}
+
+
+def _footer(path: Path) -> dict | None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key in _FOOTERS:
+        return _FOOTERS[key]
+    try:
+        md = pq.read_schema(path).metadata or {}
+        meta = loads_json(md.get(META_KEY, b"{}"), "footer")  # depth-limited: a crafted footer is one line
+    except (pa.ArrowException, OSError, ValueError) as e:
+        # a run into this store must not pass a damaged file in silence (table/report refuse it)
+        log.warning("%s: not a readable store file (%s); the already-stored check skips it: move it "
+                    "out of the store", path, (str(e).splitlines() or [type(e).__name__])[0][:200])
+        _FOOTERS[key] = None
+        return None
+    out = None
+    if isinstance(meta, dict):
+        tasks = meta.get("tasks") if isinstance(meta.get("tasks"), dict) else {}
+        out = {"run_id": str(meta.get("run_id") or path.stem), "ckpt_hash": meta.get("ckpt_hash"),
+               "model_id": meta.get("model_id"),
+               "eval_keys": {t["eval_key"] for t in tasks.values() if isinstance(t, dict) and t.get("eval_key")}}
+    _FOOTERS[key] = out
+    return out
+
+
+def metric_files(metrics_dir: Path) -> list[Path]:
+    if not metrics_dir.is_dir():
+        return []
+    return sorted(p for p in metrics_dir.glob("*.parquet") if not p.name.startswith("."))
+
+
+def read_file(path: Path):
+    """(table, meta, schema version) of one metrics file; a damaged file is a UserError naming it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise UserError(f"{path}: not a readable store file ({e}); move it out of the store "
+                        "to read the other runs (they are untouched)") from None
+    md = table.schema.metadata or {}
+    try:
+        meta = loads_json(md.get(META_KEY, b"{}"), "footer")  # depth-limited: a crafted footer is one line
+        version = int(md.get(SCHEMA_KEY, b"0"))
+    except ValueError as e:
+        raise UserError(f"{path}: damaged run metadata in the Parquet footer ({e})") from None
+    problem = _damaged_meta(meta)
+    if problem:
+        raise UserError(f"{path}: damaged store file ({problem}); move it out of the store "
+                        "to read the other runs")
+    if not version and "schema_version" in table.column_names and table.num_rows:
+        version = int(table.column("schema_version")[0].as_py())
+    if not version:
+        raise UserError(f"{path}: no store schema version in the file")
+    return table, meta, version
+
+
+def _load(metrics_dir: Path) -> tuple[object, list[tuple[Path, dict]]]:
+    """Every committed run: (all metric rows upgraded to the current schema, [(file, meta)]), both in
+    store (write) order. Files of the current schema are converted to pandas together (one conversion for
+    thousands of small runs); older ones are upgraded one by one."""
+    import pandas as pd
+    import pyarrow as pa
+
+    entries = []
+    for path in metric_files(metrics_dir):
+        table, meta, version = read_file(path)
+        meta = dict(meta)
+        meta.setdefault("run_id", path.stem)
+        meta.setdefault("written_at", meta.get("created_at"))
+        current = version == schema.SCHEMA_VERSION and set(schema.COLUMN_NAMES) <= set(table.column_names)
+        entries.append((path, meta, table.select(schema.COLUMN_NAMES) if current else _upgraded(path, table, version, meta)))
+    entries.sort(key=lambda t: (str(t[1].get("written_at") or ""), str(t[1]["run_id"])))
+    pieces, batch = [], []
+    for _, _, data in entries:
+        if isinstance(data, pa.Table):
+            batch.append(data)
+            continue
+        if batch:
+            pieces.append(_arrow_frame(batch))
+            batch = []
+        pieces.append(data)
+    if batch:
+        pieces.append(_arrow_frame(batch))
+    pieces = [p for p in pieces if len(p)]
+    frame = pd.concat(pieces, ignore_index=True) if pieces else \
+        pd.DataFrame({c: pd.Series(dtype="object") for c in schema.COLUMN_NAMES})
+    return frame, [(path, meta) for path, meta, _ in entries]
+
+
+def _arrow_frame(tables: list):
+    import pyarrow as pa
+
+    try:
+        return pa.concat_tables(tables, promote_options="default").to_pandas()
+    except (pa.ArrowInvalid, pa.ArrowTypeError):     # a file of odd column types: convert it alone
+        import pandas as pd
+
+        return pd.concat([t.to_pandas() for t in tables], ignore_index=True)
+
+
+def _upgraded(path: Path, table, version: int, meta: dict):
+    try:
+        return schema.upgrade(table.to_pandas(), version, str(path), meta)
+    except (KeyError, TypeError, ValueError) as e:   # a column the upgrade needs is absent/odd
+        raise UserError(f"{path}: damaged schema v{version} store file ({type(e).__name__}: {e}); "
+                        "move it out of the store to read the other runs") from None
+
+
+def read_samples_file(samples_dir: Path, name: str, task: str | None, fields=None) -> list[dict]:
+    """The records of one samples file, which must lie directly in STORE/samples; with `fields`, only those
+    keys of each record (what a statistic reads of thousands of runs, not what a page shows)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = samples_dir.resolve()
+    path = (samples_dir / name).resolve()
+    if path.parent != root:
+        raise UserError(f"samples_file {name!r} points outside {samples_dir} (damaged footer)")
+    if not path.is_file():
+        raise UserError(f"{samples_dir / name}: samples file missing")
+    try:
+        table = pq.read_table(path, columns=["run_id", "task", "record"],
+                              filters=[("task", "=", task)] if task else None)
+        out = []
+        for rid, t, rec in zip(*(table.column(c).to_pylist() for c in ("run_id", "task", "record"))):
+            rec = loads_json(rec, "record")
+            if fields is not None:
+                rec = {k: rec[k] for k in fields if k in rec}
+            out.append({**rec, "run_id": rid, "task": t})
+        return out
+    except (pa.ArrowException, OSError, ValueError, TypeError) as e:
+        raise UserError(f"{samples_dir / name}: samples file unreadable "
+                        f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+
+
+def samples_frame(records: list[dict]):
+    """Records (dicts with run_id and task) as a frame, run_id and task first; absent fields are NaN."""
+    import pandas as pd
+
+    if not records:
+        return pd.DataFrame(columns=["run_id", "task", "key", "image_id", "image", "prompt", "answer"])
+    df = pd.DataFrame.from_records(records)
+    front = ["run_id", "task"]
+    return df[front + [c for c in df.columns if c not in front]]
+
+
+class Snapshot:
+    """A store read once (`Store.snapshot()`): every metrics file decoded a single time, then answered
+    from memory, so a report that needs rows, run metadata and samples reads the store once. The
+    store's only readers."""
+
+    def __init__(self, path: str | os.PathLike, frame, runs: list[tuple[Path, dict]]):
+        self.path, self.frame, self._runs = Path(path), frame, runs     # frame: every metric row, store order
+        self.samples_dir = self.path / "samples"
+
+    def runs(self):
         """One row per write, in store order: `version` (1, 2, ...) selects the table as of that write."""
         import pandas as pd
 
+        per = self.frame.groupby("run_id", sort=False)["task"]
+        counts, tasks = per.size().to_dict(), per.agg(lambda t: ",".join(sorted(set(t)))).to_dict()
         rows = []
-        for i, (_, df, meta) in enumerate(self._load() if loaded is None else loaded, start=1):
+        for i, (_, meta) in enumerate(self._runs, start=1):
             rows.append({
                 "version": i, "run_id": meta["run_id"], "written_at": meta.get("written_at"),
                 "created_at": meta.get("created_at"), "label": meta.get("label"),
                 "ckpt": meta.get("ckpt") or meta.get("checkpoint"), "ckpt_hash": meta.get("ckpt_hash"),
                 "iteration": meta.get("iteration"), "method": meta.get("method"),
-                "tasks": ",".join(sorted(set(df["task"]))), "num_rows": len(df),
+                "tasks": tasks.get(meta["run_id"], ""), "num_rows": counts.get(meta["run_id"], 0),
             })
         cols = ["version", "run_id", "written_at", "created_at", "label", "ckpt", "ckpt_hash",
                 "iteration", "method", "tasks", "num_rows"]
@@ -333,9 +453,9 @@ class Store:
         out["iteration"] = out["iteration"].astype("Int64")
         return out
 
-    def run_meta(self, run_id: str | None = None, *, loaded=None) -> dict | list[dict]:
+    def run_meta(self, run_id: str | None = None) -> dict | list[dict]:
         """The stored metadata (config, versions, task configs) of `run_id`, or of every run."""
-        metas = [m for _, _, m in (self._load() if loaded is None else loaded)]
+        metas = [m for _, m in self._runs]
         if run_id is None:
             return metas
         for m in metas:
@@ -343,10 +463,9 @@ class Store:
                 return m
         raise UserError(f"run {run_id!r}: not in store {self.path}")
 
-    def select_runs(self, as_of: int | str | None = None, runs: Iterable[str] | None = None, *,
-                    loaded=None) -> list[str]:
+    def select_runs(self, as_of: int | str | None = None, runs: Iterable[str] | None = None) -> list[str]:
         """Run ids visible in store version `as_of` (a version number or a run id), limited to `runs`."""
-        ids = [m["run_id"] for _, _, m in (self._load() if loaded is None else loaded)]
+        ids = [m["run_id"] for _, m in self._runs]
         if as_of is not None:
             if isinstance(as_of, int) or str(as_of).lstrip("-").isdigit():
                 v = int(as_of)
@@ -367,23 +486,21 @@ class Store:
             ids = [r for r in ids if r in wanted]
         return ids
 
-    def metrics(self, as_of: int | str | None = None, runs: Iterable[str] | None = None, *, loaded=None):
+    def metrics(self, as_of: int | str | None = None, runs: Iterable[str] | None = None):
         """Every metric row (long format, current schema), in store order; see `select_runs`."""
         import pandas as pd
 
-        loaded = self._load() if loaded is None else loaded
-        keep = set(self.select_runs(as_of, runs, loaded=loaded)) if (as_of is not None or runs) else None
-        frames = [df for _, df, m in loaded if keep is None or m["run_id"] in keep]
-        frames = [f for f in frames if len(f)]
-        if not frames:
-            return pd.DataFrame({c: pd.Series(dtype="object") for c in schema.COLUMN_NAMES})
-        df = pd.concat(frames, ignore_index=True)
+        df = self.frame
+        if as_of is not None or runs:
+            df = df[df["run_id"].isin(set(self.select_runs(as_of, runs)))].reset_index(drop=True)
+        else:
+            df = df.copy()
         df["iteration"] = df["iteration"].astype("Int64")
         df["n"] = df["n"].astype("Int64")
         return df
 
     def samples(self, task: str | None = None, run_id: str | Iterable[str] | None = None,
-                problems: list[str] | None = None, *, loaded=None):
+                problems: list[str] | None = None):
         """Per-sample records as a frame: run_id, task, then every field of the records (they vary by
         task; absent fields are NaN). Records come from committed runs only; only the samples files
         of the `run_id`s asked for are read.
@@ -391,82 +508,23 @@ class Store:
         A run whose samples file is missing, unreadable or named outside STORE/samples (a crafted or
         damaged footer) is skipped with a warning, and described in `problems` when a list is given:
         the other runs' records still load."""
-        return samples_frame(self.sample_records(task, run_id, problems, loaded=loaded))
+        return samples_frame(self.sample_records(task, run_id, problems))
 
     def sample_records(self, task: str | None = None, run_id: str | Iterable[str] | None = None,
-                       problems: list[str] | None = None, *, loaded=None) -> list[dict]:
-        """What `samples` returns, as plain dicts (each with run_id and task), in store order."""
+                       problems: list[str] | None = None, fields: Iterable[str] | None = None) -> list[dict]:
+        """What `samples` returns, as plain dicts (each with run_id and task), in store order; `fields`
+        keeps only those keys of each record."""
         wanted = {run_id} if isinstance(run_id, str) else (set(run_id) if run_id is not None else None)
         records = []
-        for path, _, meta in (self._load() if loaded is None else loaded):
+        for path, meta in self._runs:
             name = meta.get("samples_file")
             if not name or (wanted is not None and meta["run_id"] not in wanted):
                 continue
             try:
-                records += self._sample_records(name, task)
+                records += read_samples_file(self.samples_dir, name, task, fields)
             except UserError as e:
                 msg = f"run {meta['run_id']} ({path.name}): per-sample records not shown: {e}"
                 log.warning("%s", msg)
                 if problems is not None:
                     problems.append(msg)
         return records
-
-    def _sample_records(self, name: str, task: str | None) -> list[dict]:
-        """The records of one samples file, which must lie directly in STORE/samples."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        root = self.samples_dir.resolve()
-        path = (self.samples_dir / name).resolve()
-        if path.parent != root:
-            raise UserError(f"samples_file {name!r} points outside {self.samples_dir} (damaged footer)")
-        if not path.is_file():
-            raise UserError(f"{self.samples_dir / name}: samples file missing")
-        try:
-            table = pq.read_table(path, columns=["run_id", "task", "record"],
-                                  filters=[("task", "=", task)] if task else None)
-            return [{**loads_json(rec, "record"), "run_id": rid, "task": t}
-                    for rid, t, rec in zip(*(table.column(c).to_pylist() for c in ("run_id", "task", "record")))]
-        except (pa.ArrowException, OSError, ValueError, TypeError) as e:
-            raise UserError(f"{self.samples_dir / name}: samples file unreadable "
-                            f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
-
-def samples_frame(records: list[dict]):
-    """Records (dicts with run_id and task) as a frame, run_id and task first; absent fields are NaN."""
-    import pandas as pd
-
-    if not records:
-        return pd.DataFrame(columns=["run_id", "task", "key", "image_id", "image", "prompt", "answer"])
-    df = pd.DataFrame.from_records(records)
-    front = ["run_id", "task"]
-    return df[front + [c for c in df.columns if c not in front]]
-
-
-class Snapshot:
-    """A store read once (`Store.snapshot()`): every metrics file decoded a single time, then answered
-    from memory, so a report that needs rows, run metadata and samples reads the store once."""
-
-    def __init__(self, store: Store, loaded: list):
-        self.store, self.loaded = store, loaded
-
-    @property
-    def path(self) -> Path:
-        return self.store.path
-
-    def runs(self):
-        return self.store.runs(loaded=self.loaded)
-
-    def run_meta(self, run_id: str | None = None):
-        return self.store.run_meta(run_id, loaded=self.loaded)
-
-    def select_runs(self, as_of=None, runs=None) -> list[str]:
-        return self.store.select_runs(as_of, runs, loaded=self.loaded)
-
-    def metrics(self, as_of=None, runs=None):
-        return self.store.metrics(as_of, runs, loaded=self.loaded)
-
-    def samples(self, task: str | None = None, run_id=None, problems: list[str] | None = None):
-        return self.store.samples(task, run_id, problems=problems, loaded=self.loaded)
-
-    def sample_records(self, task: str | None = None, run_id=None, problems: list[str] | None = None):
-        return self.store.sample_records(task, run_id, problems=problems, loaded=self.loaded)

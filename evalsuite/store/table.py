@@ -16,18 +16,21 @@ Rows place under the checkpoint in their `ckpt` columns, with no exception: CSR 
 iteration t sit on the row of M_{t-1}, the checkpoint that generated the pairs (also named in their
 `generator` column); the report places them the same way.
 
-The delta CI combines the two CIs by the MOVER method (Zou & Donner 2008): for d = a - b,
+The delta CI built here combines the two rows' CIs by the MOVER method (Zou & Donner 2008): for d = a - b,
     low  = d - sqrt((a - a_low)^2 + (b_high - b)^2)
     high = d + sqrt((a_high - a)^2 + (b - b_low)^2)
-It treats the two estimates as independent; both checkpoints are scored on the same images, so the
-interval is conservative (a paired bootstrap over samples would be tighter).
+which treats the two estimates as independent. Where both checkpoints' per-sample values are stored,
+`store.paired.with_sample_stats` replaces it by a paired bootstrap over the shared samples (tighter: both
+checkpoints answer the same images); `store.compare.compare` composes the two for `evalsuite table` and the
+report, and the table's notes say which deltas got which interval.
 """
 from __future__ import annotations
 
 import fnmatch
 import json
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from evalsuite.errors import UserError
@@ -142,11 +145,20 @@ def _relative_hits(by_ref: dict, parent) -> set:
     return {c for ref, ids in by_ref.items() if ref.endswith(tail) for c in ids}
 
 
+# folder names that say what a folder holds, not which model: such a checkpoint is named parent/folder
+_GENERIC = re.compile(r"^(merged|final|model|adapter|output|outputs|best|last|latest|hf|weights|"
+                      r"checkpoint(-\d+)?|ckpt(-\d+)?)$", re.I)
+
+
 def _name(r) -> str:
+    """A checkpoint's label, else its folder's name (parent/folder for a generic one: iter_2/merged)."""
     if isinstance(r.label, str) and r.label:
         return r.label
     if isinstance(r.ckpt, str) and r.ckpt:
-        return Path(r.ckpt.rstrip("/")).name or r.ckpt
+        path = Path(r.ckpt.rstrip("/"))
+        if _GENERIC.match(path.name) and path.parent.name:
+            return f"{path.parent.name}/{path.name}"
+        return path.name or r.ckpt
     return str(r.ckpt_id)
 
 
@@ -197,13 +209,24 @@ def find_checkpoint(ckpts, ref: str) -> str:
                     f"have: {', '.join(ckpts['name'])}")
 
 
+class Shared(dict):
+    """A dict kept in DataFrame.attrs and never changed: pandas deep-copies attrs on every slice, which at
+    thousands of runs costs more than the table itself; this one is shared instead."""
+
+    def __deepcopy__(self, memo):
+        return self
+
+
 @dataclass
 class Table:
-    """What `build_table` computed: the tidy rows and the checkpoints they came from (with ids)."""
+    """What `build_table` computed: the tidy rows and the checkpoints they came from (with ids); the
+    records `store.compare.compare` read for them."""
 
     tidy: object         # DataFrame with TIDY_COLUMNS
     ckpts: object        # DataFrame from `checkpoints`
     ckpt_of_run: dict    # run_id -> ckpt_id
+    records: list = field(default_factory=list)        # per-sample records read, in store order
+    records_of: dict = field(default_factory=dict)     # (run_id, task) -> its records
 
 
 def tidy_table(df, metrics: list[str] | None = None, base: str | None = None, run_meta: dict | None = None):
@@ -227,28 +250,31 @@ def build_table(df, metrics: list[str] | None = None, base: str | None = None,
     key_rows = df.drop_duplicates("metric_key")
     keys = _select(list(key_rows["metric_key"]), list(zip(key_rows["task"], key_rows["metric"])), metrics)
     setups_of = {k: list(dict.fromkeys(g["eval_key"])) for k, g in df.groupby("metric_key", sort=False)}
-    latest = latest.set_index(["ckpt_id", "metric_key", "eval_key"])
+    # plain dicts: a pandas lookup per cell is most of the time at thousands of runs
+    latest = {(r["ckpt_id"], r["metric_key"], r["eval_key"]): r for r in latest.to_dict("records")}
     base_of = bases(ckpts, base)
     names = dict(zip(ckpts["ckpt_id"], ckpts["name"]))
-    out, specs = [], {}
+    out, specs, parsed = [], {}, {}
     for c in ckpts.itertuples():
         b = base_of.get(c.ckpt_id)
         for k in keys:
             for e in setups_of[k]:
-                if (c.ckpt_id, k, e) not in latest.index:
+                r = latest.get((c.ckpt_id, k, e))
+                if r is None:
                     continue
-                r = latest.loc[(c.ckpt_id, k, e)]
                 row = _tidy_row(c, k, e, r, is_base=b == c.ckpt_id, base=names.get(b))
                 row["setup"] = labels.get((r["task"], e), "")
-                row["eval_setup"] = parse_setup(r["eval_setup"])
+                if r["eval_setup"] not in parsed:
+                    parsed[r["eval_setup"]] = parse_setup(r["eval_setup"])
+                row["eval_setup"] = parsed[r["eval_setup"]]
                 row.update(_source(r["task"], (run_meta or {}).get(r["run_id"])))
                 row["direction"] = _direction(r, specs.setdefault((r["run_id"], r["task"]),
                                                                   _specs(r["task"], (run_meta or {}).get(r["run_id"]))))
-                if b is not None and b != c.ckpt_id and (b, k, e) in latest.index:
-                    _add_delta(row, latest.loc[(b, k, e)])
+                if b is not None and b != c.ckpt_id and (b, k, e) in latest:
+                    _add_delta(row, latest[(b, k, e)])
                 out.append(row)
     tidy = pd.DataFrame(out, columns=TIDY_COLUMNS)
-    tidy.attrs["metric_specs"] = specs      # (run_id, task) -> the specs its run stored (store.paired)
+    tidy.attrs["metric_specs"] = Shared(specs)  # (run_id, task) -> the specs its run stored (store.paired)
     return Table(tidy=tidy, ckpts=ckpts, ckpt_of_run=dict(zip(df["run_id"], df["ckpt_id"])))
 
 
@@ -285,21 +311,30 @@ def _direction(r, specs: dict) -> str:
 
 
 def _relative(data: str, root) -> str:
-    """`data` (one path, or several joined by "; ") with paths under the data root `root` written
-    relative to it: a table names the files of the data, not the machine that read them."""
-    if not isinstance(root, str) or not root:
-        return data
-    import re
-
-    base = Path(root)
+    """`data` (one path, or several joined by "; ") with each path written short: relative to the data root
+    `root` when it lies inside it (`root` written relative, as a run started in another folder records it,
+    matches where its parts appear in the path), else its folder and file name. A table names the files of
+    the data, not the machine that read them."""
+    base = Path(root) if isinstance(root, str) and root else None
     parts = []
     for part in re.split(r"(; |, )", data):     # a leaf's files by ", ", a group's leaves by "; "
         p = Path(part)
-        try:
-            parts.append(p.relative_to(base).as_posix() if p.is_absolute() else part)
-        except ValueError:
-            parts.append(part)
+        parts.append(_short(p, base) if p.is_absolute() else part)
     return "".join(parts)
+
+
+def _short(p: Path, root: Path | None) -> str:
+    if root is not None:
+        try:
+            return p.relative_to(root).as_posix()
+        except ValueError:
+            pass
+        want = [x for x in root.parts if x not in ("/", ".")]
+        have = p.parts
+        for i in range(len(have) - len(want), 0, -1):
+            if want and list(have[i:i + len(want)]) == want and i + len(want) < len(have):
+                return Path(*have[i + len(want):]).as_posix()
+    return Path(*p.parts[-2:]).as_posix() if len(p.parts) > 2 else p.as_posix()
 
 
 def _source(task: str, meta: dict | None) -> dict:
@@ -316,6 +351,33 @@ def _source(task: str, meta: dict | None) -> dict:
             json.dumps(data, sort_keys=True, default=str),
             "split": cfg.get("split") if isinstance(cfg.get("split"), str) else None,
             "limit": limit if isinstance(limit, int) and not isinstance(limit, bool) else None}
+
+
+def lead_metrics(tidy) -> list[str]:
+    """The headline metric keys: per task, its first declared metric with a direction ("up"/"down"),
+    on the whole set where it has such a row (POPE's accuracy, not its per-setting ones), in table order.
+    The report's summary leads with these; `evalsuite table --format md` shows only these unless asked."""
+    specs = tidy.attrs.get("metric_specs") or {}
+    out = []
+    for task, g in tidy.drop_duplicates("metric_key").groupby("task", sort=False):
+        declared = next((list(s) for (_, t), s in specs.items() if t == task and s), [])
+        metrics = sorted(dict.fromkeys(g["metric"]), key=lambda m: declared.index(m) if m in declared else len(declared))
+        lead = next((m for m in metrics if direction_of(g[g["metric"] == m].iloc[0]) != "none"), None)
+        if lead is None:
+            continue
+        rows = g[g["metric"] == lead]
+        whole = rows[rows["variant"].map(lambda v: not (isinstance(v, str) and v))]
+        out.append((whole if len(whole) else rows).iloc[0]["metric_key"])
+    return out
+
+
+def headline_keys(tidy):
+    """`tidy` limited to the headline metrics (`lead_metrics`); attrs["left_out"] counts the others."""
+    keys = lead_metrics(tidy)
+    out = tidy[tidy["metric_key"].isin(keys)].copy()
+    out.attrs.update(tidy.attrs)
+    out.attrs["left_out"] = tidy["metric_key"].nunique() - len(keys)
+    return out
 
 
 def fmt(x, signed: bool = False) -> str:
@@ -378,6 +440,9 @@ def to_markdown(tidy) -> str:
 
 def _notes(tidy) -> list[str]:
     out = _ci_notes(tidy)
+    if tidy.attrs.get("left_out"):
+        out.append(f"Headline metrics only (each task's lead metric); {tidy.attrs['left_out']} more with --all "
+                   "or --metric, every one in --format csv/json.")
     based = tidy[tidy["base"].notna()]
     bases = list(dict.fromkeys(based["base"]))
     if bases:

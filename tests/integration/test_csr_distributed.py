@@ -139,7 +139,7 @@ def test_generation_sharded_over_two_ranks(csr_inputs, monkeypatch):
     assert logs[0]["loss"] == pytest.approx(0.6931, abs=1e-3)
     assert read_manifest(d / "merged")["iteration"] == 1
     assert proc.stdout.splitlines().count(str(d / "merged")) == 1  # only rank 0 prints the result
-    runs = Store(ddp_store).metrics()
+    runs = Store(ddp_store).snapshot().metrics()
     # rank 0 alone writes: one pair-statistics run (7 metric rows) and one training-log run
     pairs, train = runs[runs["task"] == "csr_pairs"], runs[runs["task"] == "csr_train"]
     assert len(pairs) == 7 and pairs["run_id"].nunique() == 1 and train["run_id"].nunique() == 1

@@ -86,7 +86,7 @@ def test_two_iterations_killed_and_resumed(csr_setup):
 
     store = Store(tmp / "store")
     # each iteration's trainer log is a csr_train run on the checkpoint it trained, M_t, one record a step
-    train = store.metrics()
+    train = store.snapshot().metrics()
     train = train[train["task"] == "csr_train"]
     assert sorted(set(train["iteration"])) == [1, 2] and set(train["metric"]) == {
         "final_loss", "final_reward_margin", "final_reward_accuracy"}
@@ -94,10 +94,10 @@ def test_two_iterations_killed_and_resumed(csr_setup):
         run = train[train["iteration"] == t]
         assert set(run["ckpt_hash"]) == {checkpoint_hash(ckpt)} and run["run_id"].nunique() == 1
         steps = [json.loads(x) for x in (tmp / "run" / f"iter_{t}" / "train" / "metrics.jsonl").read_text().splitlines()]
-        records = store.sample_records(task="csr_train", run_id=run["run_id"].iloc[0])
+        records = store.snapshot().sample_records(task="csr_train", run_id=run["run_id"].iloc[0])
         assert [r["step"] for r in records] == [r["step"] for r in steps if "loss" in r]
         assert records[0]["loss"] == pytest.approx(0.6931, abs=1e-3)
-    rows = store.metrics()
+    rows = store.snapshot().metrics()
     rows = rows[rows["task"] == "csr_pairs"]
     # iteration t's pairs sit under their generator M_{t-1} (iterations 0 and 1), named in `generator`
     assert sorted(set(rows["iteration"])) == [0, 1]
@@ -108,7 +108,7 @@ def test_two_iterations_killed_and_resumed(csr_setup):
     for it in (0, 1):
         r = rows[rows["iteration"] == it]
         vals = dict(zip(r["metric"], r["value"]))
-        recs = store.sample_records(task="csr_pairs", run_id=r["run_id"].iloc[0])
+        recs = store.snapshot().sample_records(task="csr_pairs", run_id=r["run_id"].iloc[0])
         trained = json.loads((tmp / "run" / f"iter_{it + 1}" / "pairs.json").read_text())
         assert [x["id"] for x in recs] == [p["id"] for p in trained] and vals["num_pairs"] == len(trained)
         assert vals["reward_gap"] == pytest.approx(

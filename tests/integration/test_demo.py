@@ -37,7 +37,7 @@ def _metrics(out):
 
     from evalsuite.store import Store
 
-    df = Store(out / "results").metrics()
+    df = Store(out / "results").snapshot().metrics()
     df = df[["iteration", "task", "metric", "value"]].sort_values(["iteration", "task", "metric"])
     return df.reset_index(drop=True), pd
 

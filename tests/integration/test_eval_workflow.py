@@ -42,10 +42,10 @@ def test_relevance_alone_runs_caption_as_a_dependency_then_reuses_its_answers(
     assert "loaded" not in caplog.text          # no model load
     from evalsuite.store import Store
 
-    assert sorted(Store(tmp_path / "store").runs()["tasks"]) == ["caption", "relevance"]
+    assert sorted(Store(tmp_path / "store").snapshot().runs()["tasks"]) == ["caption", "relevance"]
     third = _eval("--tasks", "relevance", "--rerun", "--output", str(tmp_path / "c"), *common)
     assert third["tasks"]["relevance"]["metrics"]       # --rerun: scored and stored again
-    assert sorted(Store(tmp_path / "store").runs()["tasks"]) == ["caption", "relevance", "relevance"]
+    assert sorted(Store(tmp_path / "store").snapshot().runs()["tasks"]) == ["caption", "relevance", "relevance"]
 
 
 def test_csr_coupled_eval_started_again_stores_nothing_twice(tiny_vlm_dir, world_dir, tmp_path):

@@ -56,7 +56,7 @@ def test_group_task_runs_through_evalsuite_run_into_store_table_and_report(tiny_
 
     from evalsuite.store import Store
 
-    rows = Store(store).metrics()
+    rows = Store(store).snapshot().metrics()
     assert sorted(set(rows["task"])) == POPE_FULL_LEAVES
     assert all("/" not in r for r in rows["run_id"]) and rows["run_id"].nunique() == 3
     table = run_cli("table", "--store", str(store), "--format", "json")

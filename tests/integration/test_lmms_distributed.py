@@ -137,7 +137,7 @@ def test_evalsuite_run_on_two_cpu_processes_as_documented(launcher, single_proce
     (cache_dir,) = (tmp_path / "s" / ".resume" / "lmms").iterdir()
     per_rank = {p.name.split(".rank")[1]: len(p.read_text().splitlines()) for p in cache_dir.glob("*.jsonl")}
     assert per_rank == {"0.jsonl": 4, "1.jsonl": 4}
-    assert Store(tmp_path / "s").metrics()["run_id"].nunique() == 1
+    assert Store(tmp_path / "s").snapshot().metrics()["run_id"].nunique() == 1
     assert json.loads((tmp_path / "o" / "summary.json").read_text()).keys() == {"pope"}
     assert proc.stdout.count('"run_id"') == 1  # rank 0 reports; rank 1 prints nothing
     assert proc.stderr.count(f" -> {tmp_path / 'o'} (store ") == 1  # and logs the run line alone

@@ -123,7 +123,7 @@ def test_finished_run_rerun_with_another_lambda_is_refused_then_recomputed(csr_a
     assert json.loads((d / "pair_stats.json").read_text())["identity"]["reward"]["lam"] == 0.1
     assert json.loads((d / "manifest.json").read_text())["config"]["reward"]["lam"] == 0.1
     assert (d / "merged" / "model.safetensors").read_bytes() != first_weights
-    rows = Store(tmp_path / "store").metrics()
+    rows = Store(tmp_path / "store").snapshot().metrics()
     pairs = rows[rows["task"] == "csr_pairs"]
     assert pairs["run_id"].nunique() == 2 and any(r.endswith("-pairs-r1") for r in set(pairs["run_id"]))
     # the restarted run is now the recorded one: rerunning it as it is continues nothing and returns M_1

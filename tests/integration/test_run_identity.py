@@ -130,7 +130,7 @@ def test_group_aggregate_without_own_samples_is_stored(tiny_vlm_dir, world_dir, 
     assert summary["pope_random/agg"]["metrics"][0]["n"] == 2 and summary["pope_random/agg"]["num_samples"] == 0
     from evalsuite.store import Store
 
-    assert sorted(set(Store(tmp_path / "store").metrics()["task"])) == ["pope_random", "pope_random/agg"]
+    assert sorted(set(Store(tmp_path / "store").snapshot().metrics()["task"])) == ["pope_random", "pope_random/agg"]
 
     empty = TaskResult("pope_random", "0.0", [MetricValue("pope_accuracy", 0.0, True, n=None)], samples=[])
     monkeypatch.setattr(lmms_mod.LmmsTask, "run", _fake_lmms([empty]))

@@ -27,10 +27,10 @@ def test_two_writers_lose_nothing(tmp_path):
              for tag in ("a", "b")]
     assert [p.wait(timeout=240) for p in procs] == [0, 0]
     store = Store(tmp_path / "store")
-    df = store.metrics()
+    df = store.snapshot().metrics()
     assert len(df) == 400 and df["run_id"].nunique() == 100
     got = set(zip(df["ckpt"], df["iteration"].astype(int), df["metric"], df["value"]))
     want = {(f"/ck/{t}", i, f"m{j}", float(i * 10 + j)) for t in "ab" for i in range(50) for j in range(4)}
     assert got == want
-    assert len(store.samples()) == 200
-    assert list(store.runs()["version"]) == list(range(1, 101))
+    assert len(store.snapshot().samples()) == 200
+    assert list(store.snapshot().runs()["version"]) == list(range(1, 101))

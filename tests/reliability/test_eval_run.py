@@ -207,7 +207,7 @@ def test_kill_9_mid_task_then_rerun_regenerates_and_duplicates_nothing(tiny_vlm_
     assert len({r["key"] for r in after}) == 16                     # no answer generated twice
     from evalsuite.store import Store
 
-    s = Store(store)
+    s = Store(store).snapshot()
     assert sorted(s.runs()["tasks"]) == ["caption", "chair"]        # each task stored once
     samples = s.samples()
     assert samples.groupby("task").size().to_dict() == {"caption": 8, "chair": 8}

@@ -110,7 +110,7 @@ def test_output_failing_mid_run_is_one_line_and_keeps_what_finished(tiny_vlm_dir
     assert not (out / "relevance" / "samples.jsonl").exists() and not list(out.rglob(".*.tmp"))
     from evalsuite.store import Store
 
-    assert set(Store(store).metrics()["task"]) == {"caption"}
+    assert set(Store(store).snapshot().metrics()["task"]) == {"caption"}
 
 
 def test_report_out_under_a_file_is_one_line(tmp_path, a_file):

@@ -74,7 +74,7 @@ def test_samples_file_outside_the_store_is_never_opened(tmp_path):
     meta = json.loads(pq.read_schema(path).metadata[b"evalsuite.run"])
     _rewrite_footer(path, json.dumps({**meta, "samples_file": "../../secret.parquet"}).encode())
     problems: list[str] = []
-    df = store.samples(problems=problems)
+    df = store.snapshot().samples(problems=problems)
     assert set(df["run_id"]) == {ids[0]}
     assert problems == [(f"run {ids[1]} ({ids[1]}.parquet): per-sample records not shown: samples_file "
                          f"'../../secret.parquet' points outside {store.samples_dir} (damaged footer)")]
@@ -93,7 +93,7 @@ def test_corrupt_then_moved_samples_file_hides_only_that_run(tmp_path):
         assert res.returncode == 0 and "Traceback" not in res.stderr, (state, res.stderr[-2000:])
         html = (tmp_path / "rep" / "index.html").read_text()
         assert bad.name in html and ("samples file unreadable" if state == "corrupt" else "samples file missing") in html
-        assert "2 runs" in html and "1 per-sample records" in html          # the other run is all there
+        assert "2 runs" in html and "1 per-sample record ·" in html          # the other run is all there
         assert any("WARNING" in ln and bad.name in ln for ln in res.stderr.splitlines())
         bad.rename(tmp_path / bad.name) if state == "corrupt" else None
     assert run_cli("table", "--store", str(store.path)).returncode == 0

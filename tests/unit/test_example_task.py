@@ -98,11 +98,11 @@ def test_example_task_with_options_runs_and_reaches_help_table_and_report(tiny_v
     assert cli.main([*base, "short_answer.max_words=0"]) == 2     # the field's range, one line
     assert "short_answer.max_words: must be >= 1, got 0" in capsys.readouterr().err
 
-    rows = Store(store).metrics()
+    rows = Store(store).snapshot().metrics()
     assert set(rows["metric"]) == {"short_answer_rate"} and set(rows["task"]) == {"short_answer"}
     assert rows["eval_key"].nunique() == 2
     for r in rows.itertuples():
-        records = [x for x in Store(store).sample_records(task="short_answer") if x["run_id"] == r.run_id]
+        records = [x for x in Store(store).snapshot().sample_records(task="short_answer") if x["run_id"] == r.run_id]
         assert len(records) == 4
         limit = json.loads(r.eval_setup)["max_words"]
         short = [float(len(x["answer"].split()) <= limit) for x in records]

@@ -45,7 +45,7 @@ def test_pope_rows_are_computed_by_the_run_and_stored(tmp_path):
     base says yes to all: 12/12) and accuracy / F1 / yes ratio per setting; lmms-eval's pope_yes_ratio
     (the ground truth's share, 6/12) is not stored and the result says it was replaced."""
     store = _pope_store(tmp_path)
-    df = store.metrics()
+    df = store.snapshot().metrics()
     base = df[df["ckpt"] == "/c/0"]
     got = {(m, v if isinstance(v, str) else None): x for m, v, x in zip(base["metric"], base["variant"], base["value"])}
     assert got[("model_yes_ratio", None)] == 1.0 and got[("pope_accuracy", None)] == 0.5
@@ -53,7 +53,7 @@ def test_pope_rows_are_computed_by_the_run_and_stored(tmp_path):
                                         for s in ("random", "popular", "adversarial")}
     assert got[("pope_f1_score", "random")] == pytest.approx(2 * 2 / (2 + 4))    # tp 2, said yes 4, truly yes 2
     assert "pope_yes_ratio" not in got
-    assert store.run_meta(df["run_id"].iloc[0])["tasks"]["pope"]["extra"]["replaced_metrics"] == \
+    assert store.snapshot().run_meta(df["run_id"].iloc[0])["tasks"]["pope"]["extra"]["replaced_metrics"] == \
         {"pope_yes_ratio": "model_yes_ratio"}
     diag = set(base.loc[~base["higher_is_better"].astype(bool), "metric"])
     assert diag == {"model_yes_ratio"}
@@ -179,12 +179,30 @@ def test_table_markdown_says_which_deltas_are_paired(tmp_path, capsys):
     from evalsuite.cli import main
 
     store = demo_store(tmp_path)
-    assert main(["table", "--store", str(store.path), "--n-boot", "300"]) == 0
+    assert main(["table", "--store", str(store.path), "--n-boot", "300", "--all"]) == 0
     out = capsys.readouterr().out
     head = out.splitlines()[0]
     assert "pope/model_yes_ratio ·" in head and "chair/Len[original] ·" in head and "pope/pope_yes_ratio" not in head
     assert "Δ CI paired bootstrap over the samples both checkpoints answered (n_boot 300, seed 0): chair/CHAIRs" in out
     assert "Δ CI none (neither a stored CI nor per-sample values): csr_pairs/" in out and "]*" in out
-    assert main(["table", "--store", str(store.path), "--no-samples"]) == 0
+    assert main(["table", "--store", str(store.path), "--no-samples", "--all"]) == 0
     out = capsys.readouterr().out
     assert "pope/model_yes_ratio ·" in out and "paired" not in out    # the stored rows, as written
+
+
+def test_table_markdown_defaults_to_the_headline_metrics(tmp_path, capsys):
+    """Issue 38: `table --format md` shows each task's lead metric (its first declared metric with a
+    direction, the whole set's row) and says how to see the rest; --all shows every metric."""
+    from evalsuite.cli import main
+
+    store = demo_store(tmp_path)
+    assert main(["table", "--store", str(store.path), "--n-boot", "50"]) == 0
+    out = capsys.readouterr().out
+    cols = [c.strip() for c in out.splitlines()[0].strip("|").split("|")][3:]
+    assert cols == ["chair/CHAIRs[original] ↓", "relevance/relevance_mean ↑", "pope/pope_accuracy ↑",
+                    "mme/mme_perception_score ↑", "csr_pairs/chosen_reward_mean ↑", "csr_train/final_loss ↓"]
+    assert "Headline metrics only" in out and "more with --all" in out
+    assert main(["table", "--store", str(store.path), "--n-boot", "50", "--all"]) == 0
+    wide = capsys.readouterr().out.splitlines()[0]
+    assert "chair/CHAIRi[original]" in wide and "pope/pope_accuracy[random] ↑" in wide
+    assert "Headline" not in wide

@@ -49,7 +49,7 @@ def test_no_sentence_at_all_drops_sentence_mean_only(tmp_path):
         ("relevance_mean", 0.0, 2), ("relevance_median", 0.0, 2), ("relevance_whole_mean", 0.0, 2)]
     result = TaskResult("relevance", "1", metrics, samples=[{"key": "1"}, {"key": "2"}])
     Store(tmp_path / "store").write_run({"run_id": "r1"}, [result])
-    assert sorted(Store(tmp_path / "store").metrics()["metric"]) == [m.metric for m in metrics]
+    assert sorted(Store(tmp_path / "store").snapshot().metrics()["metric"]) == [m.metric for m in metrics]
 
 
 def test_requires_names_its_source():

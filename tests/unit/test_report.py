@@ -127,7 +127,7 @@ def test_lower_is_better_deltas_are_coloured_as_improvements(tmp_path):
     mean either): +0.1 is not coloured and says "no CI"."""
     html = build_report(make_store(tmp_path), tmp_path / "r").read_text()
     rows = re.findall(r"<tr data-metric=[^>]*>\s*<td data-v=\"(\w+?)\".*?</tr>", html, flags=re.S)
-    assert rows[:4] == ["CHAIRs", "recall", "relevance_mean", "f1random"]
+    assert rows[:4] == ["CHAIRs", "relevance_mean", "f1random", "recall"]     # each task's lead metric first
     chair_row = re.search(r'<td data-v="CHAIRs">.*?</tr>', html, flags=re.S).group(0)
     assert re.findall(r'class="(better|worse)[^"]*"', chair_row) == ["better", "better"]
     assert "Δ -0.200</span> <span class=\"ci\">[-0.271, -0.129]</span> <span class=\"tag\">indep.</span>" in chair_row
@@ -169,7 +169,7 @@ def test_report_command_and_empty_store(tmp_path, capsys):
     make_store(tmp_path)
     ns = argparse.Namespace(store=str(tmp_path / "store"), out=str(tmp_path / "out"), as_of="1", run=None, base=None,
                             max_images=10, page_size=4, image_root=[], title="iter0 only", max_questions=10,
-                            n_boot=200, seed=0)
+                            n_boot=200, seed=0, ckpt=[], max_ckpts=6)
     assert report.main(ns) == 0
     html = (tmp_path / "out" / "index.html").read_text()
     assert "<title>iter0 only</title>" in html and "as of store version 1" in html
@@ -243,7 +243,8 @@ def test_two_setups_are_two_labelled_rows_without_cross_deltas(tmp_path):
 
 
 def test_report_reads_the_store_once(tmp_path, monkeypatch):
-    """3 runs: each metrics file decoded once; checkpoints computed once; only the shown runs' samples read."""
+    """3 runs: each metrics file decoded once; checkpoints computed once; only the shown runs' samples read,
+    each once."""
     from evalsuite.store import table
 
     store = make_store(tmp_path)
@@ -252,15 +253,19 @@ def test_report_reads_the_store_once(tmp_path, monkeypatch):
                                 samples=[{"key": "old", "image_id": 99, "answer": "superseded", "prompt": "p"}])])
     store.write_run({"ckpt": "/ckpts/iter0", "ckpt_hash": f"{0:064x}", "iteration": 0},
                     [TaskResult("chair", "1", [MetricValue("CHAIRs", 0.5, False, 6)])])
+    from evalsuite.store import store as store_module
+    from evalsuite.store.store import Snapshot
+
     reads, ckpt_calls, sample_runs = [], [], []
-    real_read, real_ckpts, real_samples = Store._read, table.checkpoints, Store.sample_records
-    monkeypatch.setattr(Store, "_read", staticmethod(lambda p: reads.append(p) or real_read(p)))
+    real_read, real_ckpts, real_samples = store_module.read_file, table.checkpoints, Snapshot.sample_records
+    monkeypatch.setattr(store_module, "read_file", lambda p: reads.append(p) or real_read(p))
     monkeypatch.setattr(table, "checkpoints", lambda df: ckpt_calls.append(1) or real_ckpts(df))
-    monkeypatch.setattr(Store, "sample_records", lambda self, task=None, run_id=None, *a, **kw:
+    monkeypatch.setattr(Snapshot, "sample_records", lambda self, task=None, run_id=None, *a, **kw:
                         sample_runs.append(set(run_id)) or real_samples(self, task, run_id, *a, **kw))
     html = build_report(store, tmp_path / "r").read_text()
-    assert len(reads) == 5 and len(ckpt_calls) == 1 and len(sample_runs) == 1
-    assert len(sample_runs[0]) == 4 and "superseded" not in html    # the re-evaluated run's samples unread
+    assert len(reads) == 5 and len(ckpt_calls) == 1
+    read = [r for runs in sample_runs for r in runs]
+    assert len(read) == len(set(read)) == 4 and "superseded" not in html    # each shown run's samples once
 
 
 def test_y_axis_never_zooms_into_noise():
@@ -290,3 +295,66 @@ def test_only_rows_that_vary_together_collapse(tmp_path):
     keys = re.findall(r'<tr data-metric="[^"]*" data-key="([^"]*)"', html)
     assert keys == ["relevance/relevance_mean", "chair/CHAIRs", "chair/CHAIRi"]
     assert "= relevance_whole_mean (equal values)" in html
+
+
+def test_browsers_show_at_most_n_checkpoints_and_name_the_others(tmp_path):
+    """Issue 37: a lineage of 5 checkpoints and an unrelated one, --max-ckpts 3, --ckpt iter2: the caption
+    and question browsers show iter2, the lineage's base and its latest; the page names the 3 left out and
+    where their data is; the summary keeps every checkpoint."""
+    from tests.report_data import chair_result, image, pope_result
+
+    store = Store(tmp_path / "s")
+    imgs = [image(tmp_path / "img" / f"{i}.png", (30 * i, 90, 160)) for i in range(4)]
+    ckpts = [(f"/ck/iter{i}", i, f"/ck/iter{i - 1}" if i else None) for i in range(5)] + [("/other/solo", None, None)]
+    for n, (path, it, parent) in enumerate(ckpts):
+        answers = {0: f"A dog number {n}."}          # answers differ, so every image is a changed row
+        store.write_run({"ckpt": path, "ckpt_hash": f"h{n}", "iteration": it, "parent": parent},
+                        [chair_result(imgs, {n % 4}, answers), pope_result(["yes", "no"] * 3)])
+    html = build_report(store, tmp_path / "r", ckpts=["iter2"], max_ckpts=3, n_boot=50).read_text()
+    captions = html.split('<section id="samples">')[1].split("</section>")[0]
+    questions = html.split('<section id="questions">')[1].split("</section>")[0]
+    assert re.findall(r'<div class="who">(.*?)</div>', captions)[:3] == ["iter0", "iter2", "iter4"]
+    assert len(set(re.findall(r'<div class="who">(.*?)</div>', captions))) == 3
+    heads = re.findall(r"<th>(.*?)</th>", questions.split("</thead>")[0])
+    assert heads[-3:] == ["iter0", "iter2", "iter4"] and "iter1" not in heads and "solo" not in heads
+    for section in (captions, questions):
+        assert "Checkpoints shown here: 3 of 6" in section
+        assert "Not shown: iter1, iter3, solo." in section and "evalsuite table --store" in section
+    summary = html.split('<section id="summary">')[1].split("</section>")[0]
+    assert all(name in summary for name in ("iter1", "iter3", "solo"))
+    with pytest.raises(UserError, match="--ckpt 'nope'"):
+        build_report(store, tmp_path / "r2", ckpts=["nope"], max_ckpts=3, n_boot=50)
+
+
+def test_one_stand_alone_run_is_named_by_its_folders_and_counted_in_the_singular(tmp_path):
+    """Issue 38: a lone checkpoint in .../iter_2/merged reads "iter_2/merged", and the header says
+    "1 checkpoint", "1 run"."""
+    from tests.report_data import chair_result, image
+
+    store = Store(tmp_path / "s")
+    imgs = [image(tmp_path / "img" / f"{i}.png", (30 * i, 90, 160)) for i in range(3)]
+    store.write_run({"ckpt": "/runs/csr/iter_2/merged", "ckpt_hash": "h"}, [chair_result(imgs, {0})])
+    html = build_report(store, tmp_path / "r", n_boot=50).read_text()
+    head = html.split("</header>")[0]
+    assert " 1 run · 1 checkpoint · " in head
+    assert "iter_2/merged" in html.split('<section id="summary">')[1]
+
+
+def test_pair_statistics_fit_the_page_and_the_reward_gap_has_a_bootstrap_ci(tmp_path):
+    """Issue 38: the chosen/rejected table is not in a horizontal scroller (short, wrapping heads), and the
+    reward gap carries the percentile bootstrap CI over the run's per-pair gaps, computed here by hand."""
+    import numpy as np
+
+    from evalsuite.metrics.stats import resample_counts
+    from evalsuite.store.table import fmt
+    from tests.report_data import demo_store
+
+    store = demo_store(tmp_path)
+    html = build_report(store, tmp_path / "r", n_boot=200, seed=3).read_text()
+    section = html.split('<section id="csr">')[1].split("</section>")[0]
+    assert '<table class="sortable fit">' in section and 'class="scroll"' not in section
+    assert '<th data-type="num" title="reward_gap">reward gap [95% CI]</th>' in section
+    gaps = np.array([(0.9 - 0.05 * j) - (0.3 + 0.02 * j) for j in range(5)])     # report_data.pairs_result
+    reps = np.array([c @ gaps / 5 for c in resample_counts(5, 200, 3)]).ravel()
+    low, high = np.percentile(reps, [2.5, 97.5])
+    assert f"{fmt(gaps.mean())} [{fmt(low, signed=True)}, {fmt(high, signed=True)}]" in section

@@ -25,7 +25,7 @@ def write(store, it, chair_s, f1_se=0.01, ckpt=None, **kw):
 
 def args(store, **kw):
     base = dict(store=str(store), metric=None, format="md", as_of=None, run=None, list_versions=False, base=None,
-                samples=True, n_boot=1000, seed=0)
+                samples=True, n_boot=1000, seed=0, all=False)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -43,7 +43,7 @@ def test_base_is_iteration_zero_and_rows_follow_iteration(tmp_path):
     store = Store(tmp_path)
     for it, cs in ((2, 0.3), (0, 0.5), (1, 0.4)):
         write(store, it, cs)
-    t = tidy_table(store.metrics())
+    t = tidy_table(store.snapshot().metrics())
     assert list(dict.fromkeys(t["checkpoint"])) == ["iter0", "iter1", "iter2"]
     assert t.loc[t["is_base"], "checkpoint"].unique().tolist() == ["iter0"]
     f1 = t[(t["checkpoint"] == "iter2") & (t["metric"] == "f1")].iloc[0]
@@ -58,7 +58,7 @@ def test_base_without_iteration_zero_is_the_earliest(tmp_path):
     store = Store(tmp_path)
     write(store, 3, 0.3, parent="/ck/iter1")
     write(store, 1, 0.5)
-    t = tidy_table(store.metrics())
+    t = tidy_table(store.snapshot().metrics())
     assert t.loc[t["is_base"], "checkpoint"].iloc[0] == "iter1"
 
 
@@ -67,9 +67,9 @@ def test_reevaluation_supersedes_and_version_shows_the_old_value(tmp_path, capsy
     write(store, 0, 0.5)
     write(store, 1, 0.4)
     write(store, 1, 0.2)                # iteration 1 re-evaluated: the table shows 0.2 now
-    latest = tidy_table(store.metrics(), ["CHAIRs"])
+    latest = tidy_table(store.snapshot().metrics(), ["CHAIRs"])
     assert latest[latest["checkpoint"] == "iter1"]["value"].tolist() == [0.2]
-    older = tidy_table(store.metrics(as_of=2), ["CHAIRs"])
+    older = tidy_table(store.snapshot().metrics(as_of=2), ["CHAIRs"])
     assert older[older["checkpoint"] == "iter1"]["value"].tolist() == [0.4]
     from evalsuite.commands import table
 
@@ -83,10 +83,10 @@ def test_reevaluation_supersedes_and_version_shows_the_old_value(tmp_path, capsy
 def test_metric_filter_and_unknown_metric(tmp_path):
     store = Store(tmp_path)
     write(store, 0, 0.5)
-    assert set(tidy_table(store.metrics(), ["f1"])["metric_key"]) == {"pope/f1[random]"}
-    assert set(tidy_table(store.metrics(), ["pope/*", "CHAIRs"])["metric_key"]) == {"pope/f1[random]", "chair/CHAIRs"}
+    assert set(tidy_table(store.snapshot().metrics(), ["f1"])["metric_key"]) == {"pope/f1[random]"}
+    assert set(tidy_table(store.snapshot().metrics(), ["pope/*", "CHAIRs"])["metric_key"]) == {"pope/f1[random]", "chair/CHAIRs"}
     with pytest.raises(UserError, match="--metric 'bleu': no such metric.*chair/CHAIRs"):
-        tidy_table(store.metrics(), ["bleu"])
+        tidy_table(store.snapshot().metrics(), ["bleu"])
 
 
 def test_csv_json_and_list_versions(tmp_path, capsys):
@@ -111,10 +111,18 @@ def test_csv_json_and_list_versions(tmp_path, capsys):
 
 def test_same_basename_checkpoints_are_told_apart(tmp_path):
     store = Store(tmp_path)
-    write(store, 0, 0.5, ckpt="/a/final")
-    write(store, 1, 0.4, ckpt="/b/final")
-    names = set(tidy_table(store.metrics())["checkpoint"])
-    assert len(names) == 2 and all(n.startswith("final@") for n in names)
+    write(store, 0, 0.5, ckpt="/a/run1")
+    write(store, 1, 0.4, ckpt="/b/run1")
+    names = set(tidy_table(store.snapshot().metrics())["checkpoint"])
+    assert len(names) == 2 and all(n.startswith("run1@") for n in names)
+
+
+def test_a_generic_folder_name_is_named_with_its_parent(tmp_path):
+    """Issue 38: .../iter_2/merged reads "iter_2/merged", not "merged"."""
+    store = Store(tmp_path)
+    write(store, 0, 0.5, ckpt="/runs/csr/iter_1/merged")
+    write(store, 1, 0.4, ckpt="/runs/csr/iter_2/merged")
+    assert set(tidy_table(store.snapshot().metrics())["checkpoint"]) == {"iter_1/merged", "iter_2/merged"}
 
 
 def test_missing_store_is_a_user_error(tmp_path):
@@ -152,7 +160,7 @@ def test_a_checkpoint_evaluated_two_ways_gives_two_rows_and_no_cross_delta(tmp_p
     put(store, 0, [chair(0.3, "B")])
     put(store, 0, [chair(0.25, "A", n_images=8)])
     put(store, 1, [chair(0.4, "A")])
-    t = tidy_table(store.metrics())
+    t = tidy_table(store.snapshot().metrics())
     assert list(zip(t["checkpoint"], t["setup"], t["value"])) == [
         ("iter0", "prompt='A', n_images=4", 0.5), ("iter0", "prompt='B', n_images=4", 0.3),
         ("iter0", "prompt='A', n_images=8", 0.25), ("iter1", "prompt='A', n_images=4", 0.4)]
@@ -174,7 +182,7 @@ def test_one_setup_per_task_means_no_label(tmp_path):
     store = Store(tmp_path)
     put(store, 0, [chair(0.5)])
     put(store, 1, [chair(0.4)])
-    t = tidy_table(store.metrics())
+    t = tidy_table(store.snapshot().metrics())
     assert list(t["setup"]) == ["", ""] and t["delta"].iloc[1] == pytest.approx(-0.1)
 
 
@@ -196,16 +204,16 @@ def test_unrelated_checkpoints_get_no_delta_unless_a_base_is_named(tmp_path, cap
     put(store, 0, [chair(0.5)])
     put(store, 1, [chair(0.4)])
     store.write_run({"ckpt": "/elsewhere/other", "ckpt_hash": "h-x", "iteration": 0}, [chair(0.45)])
-    t = tidy_table(store.metrics())
+    t = tidy_table(store.snapshot().metrics())
     assert list(t["checkpoint"]) == ["iter0", "iter1", "other"]      # lineages kept together
     assert list(t["is_base"]) == [True, False, False] and pd_isna(t["delta"].iloc[2]) and pd_isna(t["base"].iloc[2])
     table.main(args(tmp_path))
     assert "No Δ for other: no other checkpoint of its lineage" in capsys.readouterr().out
-    t = tidy_table(store.metrics(), base="other")
+    t = tidy_table(store.snapshot().metrics(), base="other")
     assert t["delta"].iloc[0] == pytest.approx(0.05) and list(t["is_base"]) == [False, False, True]
-    assert tidy_table(store.metrics(), base="h-x")["base"].tolist() == ["other"] * 3
+    assert tidy_table(store.snapshot().metrics(), base="h-x")["base"].tolist() == ["other"] * 3
     with pytest.raises(UserError, match="--base 'nope': no such checkpoint; have: iter0, iter1, other"):
-        tidy_table(store.metrics(), base="nope")
+        tidy_table(store.snapshot().metrics(), base="nope")
 
 
 def pd_isna(x) -> bool:
@@ -225,7 +233,7 @@ def test_pair_statistics_sit_on_their_generator_without_renaming_it(tmp_path):
                            identity={"reward": {"lam": 1.0}})
         put(store, t - 1, [pairs], generator=f"h-{t - 1}", label=None)
         put(store, t, [chair(0.5 - 0.1 * t)], label=f"demo/iter_{t}")
-    t = tidy_table(store.metrics())
+    t = tidy_table(store.snapshot().metrics())
     gap = t[t["metric"] == "reward_gap"]
     assert list(gap["checkpoint"]) == ["demo/base", "demo/iter_1"] and list(gap["iteration"]) == [0, 1]
     assert list(gap["generator"]) == ["h-0", "h-1"] and gap["delta"].iloc[1] == pytest.approx(-0.1)
@@ -240,18 +248,32 @@ def test_a_relative_parent_links_to_the_checkpoint_at_that_path(tmp_path):
                     [chair(0.4)])
     store.write_run({"ckpt": "/work/runs/y/iter1", "ckpt_hash": "h2", "iteration": 1, "parent": "x/iter"},
                     [chair(0.3)])
-    t = tidy_table(store.metrics())
+    t = tidy_table(store.snapshot().metrics())
     assert t["delta"].iloc[1] == pytest.approx(-0.1) and pd_isna(t["base"].iloc[2])
 
 
 def test_lmms_data_files_are_shown_relative_to_the_data_root():
     """POPE's files under the run's data root read as paths inside it (a group's leaves too); a file
-    outside it, or a hub id, stays as it is."""
+    outside it shows its folder and name; a hub id stays as it is."""
     from evalsuite.store.table import _source
 
     meta = {"data_root": "/m/world", "tasks": {"pope": {"config": {"data_source":
             "/m/world/questions/pope_val_random.parquet, /m/world/questions/pope_val_popular.parquet; /x/mme.parquet"}},
             "sqa": {"config": {"data_source": "hub:lmms-lab/ScienceQA"}}}}
     assert _source("pope", meta)["data"] == \
-        "questions/pope_val_random.parquet, questions/pope_val_popular.parquet; /x/mme.parquet"
+        "questions/pope_val_random.parquet, questions/pope_val_popular.parquet; x/mme.parquet"
     assert _source("sqa", meta)["data"] == "hub:lmms-lab/ScienceQA"
+
+
+def test_data_files_are_short_whatever_the_root():
+    """A data root recorded relative (a run started in another folder) still shortens the files inside it;
+    a file outside every root shows its folder and name, never the machine's whole path (issue 38)."""
+    from evalsuite.store.table import _source
+
+    files = "; ".join(f"/home/u/proj/runs/demo/world/questions/pope_val_{s}.parquet" for s in ("random", "popular"))
+    meta = {"data_root": "runs/demo/world", "tasks": {"pope": {"config": {"data_source": files}}}}
+    assert _source("pope", meta)["data"] == "questions/pope_val_random.parquet; questions/pope_val_popular.parquet"
+    meta = {"data_root": None, "tasks": {"pope": {"config": {"data_source": files}}}}
+    assert _source("pope", meta)["data"] == "questions/pope_val_random.parquet; questions/pope_val_popular.parquet"
+    meta = {"data_root": "/elsewhere", "tasks": {"mme": {"config": {"data_source": "/cache/hub/mme/data/test.parquet"}}}}
+    assert _source("mme", meta)["data"] == "data/test.parquet"

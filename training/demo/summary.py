@@ -29,7 +29,7 @@ def summary_rows(store: str | Path) -> list[dict]:
     """[{iteration, name, <column>: (value, ci_low, ci_high)}] ordered by iteration (the latest row of each)."""
     from evalsuite.store import Store
 
-    df = Store(store).metrics()
+    df = Store(store).snapshot().metrics()
     df = df[df["iteration"].notna()].sort_values("written_at", kind="stable")
     rows = []
     for it, g in df.groupby("iteration", sort=True):

@@ -258,7 +258,7 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
             log.info("every task already in the store for this checkpoint and setup (%s); nothing run, no run "
                      "folder written (--rerun runs and stores them again)",
                      ", ".join(f"{n}: run {t['reused']}" for n, t in tasks.items()))
-        ctx.loader.close()
+        ctx.engine.close()  # the engine worker, if one started
         return {"run_id": None, "output_dir": None, "tasks": tasks}
     # the run starts, and owns its output directory from here on
     meta = run_meta(cfg, run_id, ckpt_hash, data_root)

@@ -6,15 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+from evalsuite.engines.seeds import stable_seed  # noqa: F401  (the engines' seed rule, re-exported)
 from evalsuite.errors import UserError
-
-
-def stable_seed(seed: int, key: str) -> int:
-    """A per-request seed independent of batch composition (batched == one-at-a-time draws): the one seed
-    rule of seeded sampling, HF's CSR rows (training/csr/search.py) and vLLM requests alike."""
-    import zlib
-
-    return zlib.crc32(f"{seed}:{key}".encode()) & 0x7FFFFFFF
 
 
 class Engine(Protocol):

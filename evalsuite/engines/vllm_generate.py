@@ -85,7 +85,7 @@ class VllmGenerator:
 
     def generate(self, requests, gen) -> list[str]:
         """Answers to evalsuite GenRequests, in order (as evalsuite.models.vlm.generate returns them)."""
-        from evalsuite.engines.base import stable_seed
+        from evalsuite.engines.seeds import stable_seed
 
         if not requests:
             return []

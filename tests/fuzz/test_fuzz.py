@@ -173,6 +173,7 @@ def test_fuzz_store_footer(tmp_path):
     import pyarrow.parquet as pq
 
     from evalsuite.store import Store
+    from evalsuite.store.store import read_file
     from evalsuite.types import MetricValue, TaskResult
 
     store = Store(tmp_path / "st")
@@ -184,7 +185,7 @@ def test_fuzz_store_footer(tmp_path):
     def consume(p):
         pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"evalsuite.run": p.read_bytes()}), path)
         store.has_result("h", "k")
-        Store._read(path)
+        read_file(path)
 
     _fuzz("store_footer", tmp_path, consume, "footer.json")
 

@@ -16,7 +16,9 @@ def _minutes() -> float:
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
 def test_make_demo_announces_the_presets_time():
-    first = subprocess.run(["make", "-n", "demo"], cwd=REPO, capture_output=True, text=True).stdout.splitlines()[0]
+    # --no-print-directory: run from another make (`make test`), make announces the directory it enters first
+    first = subprocess.run(["make", "--no-print-directory", "-n", "demo"], cwd=REPO, capture_output=True,
+                           text=True).stdout.splitlines()[0]
     assert f"about {_minutes():g} minutes on a 2-core CPU" in first, first
 
 

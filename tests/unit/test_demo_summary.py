@@ -40,7 +40,7 @@ def test_pope_column_is_the_whole_sets_row_not_a_settings(monkeypatch):
     the table shows the whole set's, whatever order the rows were written in."""
     import pandas as pd
 
-    from evalsuite.store import Store
+    from evalsuite.store.store import Snapshot
     from training.demo.summary import summary_rows
 
     rows = [("pope", "pope_accuracy", None, 0.984), ("pope", "pope_accuracy", "random", 0.985),
@@ -48,6 +48,6 @@ def test_pope_column_is_the_whole_sets_row_not_a_settings(monkeypatch):
     df = pd.DataFrame([{"iteration": 0, "written_at": f"t{i}", "label": "base", "task": t, "metric": m,
                         "variant": v, "value": x, "ci_low": None, "ci_high": None}
                        for i, (t, m, v, x) in enumerate(rows)])
-    monkeypatch.setattr(Store, "metrics", lambda self: df)
+    monkeypatch.setattr(Snapshot, "metrics", lambda self, *a, **k: df)
     (row,) = summary_rows("unused")
     assert row["POPE acc"][0] == 0.984 and row["CHAIR_i"][0] == 0.05

@@ -232,7 +232,7 @@ def test_no_pair_to_compare_is_a_user_error(tmp_path):
 
         table.main(argparse.Namespace(store=str(store.path), metric=None, format="md", as_of=None, run=None,
                                       list_versions=False, base=None, samples=True, n_boot=10, seed=0,
-                                      by="object", task="chair", variant=None, vs=None, top=None))
+                                      by="object", task="chair", variant=None, vs=None, top=None, all=False))
 
 
 def test_base_and_vs_pick_the_pair_per_setup(tmp_path, capsys):

@@ -183,8 +183,10 @@ def test_resume_from_checkpoint_true_is_the_latest(paths):
     out = Path(paths["output_dir"])
     for n in (5, 12, 9):
         (out / f"checkpoint-{n}").mkdir(parents=True)
-        for name in ("trainer_state.json", "model.safetensors", "optimizer.pt", "scheduler.pt"):
+        for name in ("trainer_state.json", "optimizer.pt", "scheduler.pt"):
             (out / f"checkpoint-{n}" / name).write_text("{}")
+        # a safetensors header that reads (training/resume.py checks every file of the checkpoint it picks)
+        (out / f"checkpoint-{n}" / "model.safetensors").write_bytes((2).to_bytes(8, "little") + b"{}")
     cfg = load_config([*argv(paths), "--resume_from_checkpoint", "True"])
     assert cfg.trainer_kwargs()["resume_from_checkpoint"] == str(out / "checkpoint-12")
     cfg = load_config([*argv(paths), "--resume_from_checkpoint", str(out / "checkpoint-5")])

@@ -7,7 +7,7 @@ what does not:
     semantics: the module docstring of `search.py`), over every node in the pool, each at its own step `t`;
   * continuous refill: a node's 5 beam rows leave the pool when its search ends, and nodes of any
     prompt whose level was pruned join at the next step (no lockstep over a prompt batch): the scheduling
-    of `engines.Refill`, which the vLLM engine runs too. Bounded by `tree.kv_budget` (cached tokens: pool
+    of `schedule.Refill`, which the vLLM engine runs too. Bounded by `tree.kv_budget` (cached tokens: pool
     rows x width + the kept contexts; `auto` from the free device memory), and by the optional caps
     `tree.prompt_batch` (prompts resident) and `tree.batch_nodes` (nodes searching at once);
   * prefix reuse: a prompt is prefilled once (its image through the vision tower once); a node's context
@@ -248,7 +248,7 @@ class Search(GroupBeams):
 # ------------------------------------------------------------------ the tree driver
 class PoolEngine:
     """Grows the trees of `rules` (same node ids, statuses and pruning as the reference engine) over a
-    refilled pool (`engines.Refill`); `fallback` (the reference engine) grows them where this model's cache
+    refilled pool (`schedule.Refill`); `fallback` (the reference engine) grows them where this model's cache
     cannot be pooled."""
 
     def __init__(self, rules, stats: Stats, fallback):
@@ -278,7 +278,7 @@ class PoolEngine:
 
     def budget(self, bpt: int | None) -> int | None:
         """`tree.kv_budget` in tokens (None: `auto` before the bytes of one cached token are known)."""
-        from training.csr.engines import kv_budget_tokens
+        from training.csr.schedule import kv_budget_tokens
 
         if bpt is None and self.cfg.kv_budget == "auto":
             return None
@@ -289,7 +289,7 @@ class PoolEngine:
 
     @torch.inference_mode()
     def _generate(self, records: Sequence[dict]) -> list[Any] | None:
-        from training.csr.engines import Refill, bytes_per_token
+        from training.csr.schedule import Refill, bytes_per_token
 
         B = self.spec.num_beams
         s = Refill(self.rules, self.stats, records)

@@ -29,7 +29,7 @@ from typing import Sequence
 
 import torch
 
-from evalsuite.engines.base import stable_seed
+from evalsuite.engines.seeds import stable_seed
 
 NEG = -1.0e9
 

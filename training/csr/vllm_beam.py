@@ -30,7 +30,7 @@ the full vocabulary (docs/csr-engine.md "On vLLM" counts them).
 Rows of one node with the same tokens (all B rows at a node's first step; groups that chose the same
 sentence) are one request. `TopNStats` counts the calls and rows.
 
-Scheduling (`grow_topn`): the pool engine's continuous refill (`training.csr.engines.Refill`): every step is ONE call carrying the distinct rows of every node
+Scheduling (`grow_topn`): the pool engine's continuous refill (`training.csr.schedule.Refill`): every step is ONE call carrying the distinct rows of every node
 searching, of any prompt and level; a prompt's level is grown and pruned as soon as its last node ended, its
 kept nodes join at the next step (their first request is their context: prompt + response), and prompts
 start as trees complete, within the worker's KV capacity where it reports one (a node holds its context once,
@@ -141,12 +141,12 @@ def grow_topn(rules, records: Sequence[dict], next_topn: Callable[[list[tuple[An
               vocab: int, n_logprobs: int, stats: TopNStats | None = None, progress: bool = False,
               tree_stats: Stats | None = None, kv_tokens: int | None = None) -> list:
     """The trees of `records` (in record order) under `rules` (a `rules.TreeRules`), searched from top-N
-    log-probs under the pool's continuous refill (`engines.Refill`). `next_topn` gets the distinct rows of one
+    log-probs under the pool's continuous refill (`schedule.Refill`). `next_topn` gets the distinct rows of one
     step as (prompt: rules.Prompt, node id, beam tokens). `kv_tokens`: the engine's KV capacity in tokens
     (None: no bound); a node searching holds its context once (the prefix cache) and its beams' tokens."""
     from evalsuite.progress import progress_bar
 
-    from training.csr.engines import Refill
+    from training.csr.schedule import Refill
 
     beams = TopNBeams(rules.spec, vocab, n_logprobs, stats)
     s = Refill(rules, tree_stats if tree_stats is not None else Stats(), records)

@@ -73,7 +73,7 @@ class VllmSampler:
     def expand(self, contexts, spec, keys: list[str]):
         """contexts: per node (unexpanded prompt ids, image, tree prompt ids (expanded), response ids).
         -> per node, `num_samples` Hyps best first (training.csr.search.Hyp)."""
-        from evalsuite.engines.base import stable_seed
+        from evalsuite.engines.seeds import stable_seed
         from evalsuite.engines.vllm_process import PromptIds
         from training.csr.search import Hyp
 

@@ -70,18 +70,21 @@ class FakeJudge:
                     if fake.delay_s:
                         time.sleep(fake.delay_s)
                     if fail:
-                        self._send(500, b'{"error": "busy"}')
+                        status, payload = 500, b'{"error": "busy"}'
                     elif fake.huge_bytes:
-                        self._send(200, b" " * fake.huge_bytes)
+                        status, payload = 200, b" " * fake.huge_bytes
                     else:
                         content = fake.reply(body["messages"])
                         out = {"id": "x", "object": "chat.completion", "model": body["model"],
                                "choices": [{"index": 0, "finish_reason": "stop",
                                             "message": {"role": "assistant", "content": content}}]}
-                        self._send(200, json.dumps(out).encode())
+                        status, payload = 200, json.dumps(out).encode()
                 finally:
+                    # done before the reply goes out: a client may send its next request as soon as it has
+                    # the reply, before this thread would get to count the request as finished
                     with fake._lock:
                         fake.in_flight -= 1
+                self._send(status, payload)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

@@ -212,14 +212,23 @@ def generate_query_answers(ctx: RunContext, items: list[dict], gen, data_id: str
 
 # ------------------------------------------------------------------------------------------ tasks
 
-class AmberGenerativeTask:
-    name = "amber_g"
+class _AmberTask:
+    """What both AMBER tasks share: the `amber` section, no --data-root, their answers."""
     version = "1"
     Options = AmberOptions
-    metrics = GEN_METRICS
     section = SECTION
     reads_data_root = False
     unread = staticmethod(amber_unread)
+    name: str
+
+    def answers(self, ctx: RunContext, plan: Plan) -> list[dict] | None:
+        s = plan.state
+        return generate_query_answers(ctx, s["items"], s["gen"], s["data_id"], self.name)
+
+
+class AmberGenerativeTask(_AmberTask):
+    name = "amber_g"
+    metrics = GEN_METRICS
 
     def requires(self, opts: AmberOptions, tasks: list[str]) -> tuple[str, ...]:
         return ()
@@ -245,10 +254,6 @@ class AmberGenerativeTask:
                  "extra": {"spacy": spacy_id, "nltk_resources": resources, "nltk": nltk.__version__}}
         return Plan.of(self, opts, identity, _resolved(ctx, gen), state, reads=READS[self.name])
 
-    def answers(self, ctx: RunContext, plan: Plan) -> list[dict] | None:
-        s = plan.state
-        return generate_query_answers(ctx, s["items"], s["gen"], s["data_id"], self.name)
-
     def run(self, ctx: RunContext, plan: Plan, inputs: dict) -> TaskResult | None:
         from evalsuite.metrics.amber import released_table
 
@@ -266,14 +271,9 @@ def score_generative(plan: Plan, generations: list[dict]) -> list[dict]:
     return [{**g, **s["scorer"].score(g["answer"], s["data"].entry(int(g["key"]), "amber_g"))} for g in generations]
 
 
-class AmberDiscriminativeTask:
+class AmberDiscriminativeTask(_AmberTask):
     name = "amber_d"
-    version = "1"
-    Options = AmberOptions
     metrics = DISC_METRICS
-    section = SECTION
-    reads_data_root = False
-    unread = staticmethod(amber_unread)
 
     def requires(self, opts: AmberOptions, tasks: list[str]) -> tuple[str, ...]:
         # the AMBER score needs CHAIR: with amber_g in the run, its answers come here too
@@ -290,10 +290,6 @@ class AmberDiscriminativeTask:
         state = {"items": items, "gen": gen, "data": data, "data_id": digest(data_fp),
                  "generative": sources.get("amber_g")}
         return Plan.of(self, opts, identity, _resolved(ctx, gen), state, reads=READS[self.name])
-
-    def answers(self, ctx: RunContext, plan: Plan) -> list[dict] | None:
-        s = plan.state
-        return generate_query_answers(ctx, s["items"], s["gen"], s["data_id"], self.name)
 
     def run(self, ctx: RunContext, plan: Plan, inputs: dict) -> TaskResult | None:
         from evalsuite.metrics.amber import amber_score, released_table, score_discriminative

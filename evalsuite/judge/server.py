@@ -1,4 +1,5 @@
-"""A local judge: `vllm serve MODEL_DIR` from the project's vLLM environment on a free localhost port.
+"""A local judge: vLLM's OpenAI-compatible server (what `vllm serve MODEL_DIR` runs) from the project's vLLM
+environment on a free localhost port.
 
     with JudgeServer(model_dir, python, log_path) as server:     # started, /health answered
         ChatClient(server.url) ...
@@ -83,7 +84,7 @@ def _raise_exit(signum, frame):
 
 
 class JudgeServer:
-    """One `vllm serve` process; `url` is its OpenAI base URL once started."""
+    """One vLLM OpenAI-server process; `url` is its OpenAI base URL once started."""
 
     def __init__(self, model_dir: str | Path, python: str, log_path: str | Path, serve_args: list[str] | None = None,
                  start_timeout_s: float = 900.0, poll_s: float = 0.5, cpu: bool = False):

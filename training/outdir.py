@@ -12,7 +12,7 @@
 - An existing merged checkpoint folder is replaced only when it is one evalsuite wrote (it holds an
   evalsuite.json manifest); a folder of the user's is refused before training starts.
 
-`interrupt_exit()` turns SIGINT / SIGTERM into one line and exit 130 / 143 (train.py).
+`evalsuite.interrupts.interrupt_exit()` turns SIGINT / SIGTERM into one line and exit 130 / 143 (train.py).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from evalsuite.errors import UserError, say
+from evalsuite.errors import UserError
 from evalsuite.outdir import shown_differences
 
 LOCK = ".lock"
@@ -231,47 +231,3 @@ def apply_umask(root: Path) -> None:
             p = os.path.join(dirpath, name)
             if not os.path.islink(p):
                 os.chmod(p, 0o666 & ~mask)
-
-
-def _text(hint) -> str:
-    if not callable(hint):
-        return hint
-    try:
-        return hint()
-    except Exception:   # the line must come out whatever the hint's reading finds
-        return ""
-
-
-class Terminated(BaseException):
-    """SIGTERM as an exception (like KeyboardInterrupt for SIGINT), so the entry point prints one line."""
-
-
-@contextlib.contextmanager
-def interrupt_exit(prog: str, out_hint=""):
-    """Within: SIGTERM raises Terminated. On KeyboardInterrupt/Terminated: one stderr line, SystemExit(130/143).
-    `out_hint`: text appended to the line, or a function giving it then (what continues the run depends on
-    what it saved)."""
-    import signal
-    import threading
-
-    installed = threading.current_thread() is threading.main_thread()
-    old = old_int = None
-    if installed:
-        def on_term(signum, frame):
-            raise Terminated()
-        old = signal.signal(signal.SIGTERM, on_term)
-        # Ctrl-C interrupts training even where the launcher left SIGINT ignored (an inherited SIG_IGN:
-        # background jobs, some process managers and test runners)
-        old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    except KeyboardInterrupt:
-        say(f"{prog}: interrupted{_text(out_hint)}")
-        raise SystemExit(130) from None
-    except Terminated:
-        say(f"{prog}: terminated{_text(out_hint)}")
-        raise SystemExit(143) from None
-    finally:
-        if installed:
-            signal.signal(signal.SIGTERM, old)
-            signal.signal(signal.SIGINT, old_int)

@@ -75,7 +75,7 @@ def _stop_now(signum, previous, frame):
         previous(signum, frame)
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
-    from training.outdir import Terminated
+    from evalsuite.interrupts import Terminated
 
     raise Terminated()
 

@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load(own.get("method"), own.get("config"), items, dry_run=bool(own.get("dry_run")))
         if own.get("dry_run"):
             return dry_run(cfg)
-        from training.outdir import interrupt_exit
+        from evalsuite.interrupts import interrupt_exit
 
         with interrupt_exit("train.py", lambda: continue_hint(cfg, argv)):   # SIGINT/SIGTERM: one line, exit 130/143
             result = run(cfg, own.get("restart_from"))

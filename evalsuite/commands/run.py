@@ -84,38 +84,19 @@ def main(args) -> int:
     return 0
 
 
-class _Terminated(BaseException):
-    pass
-
-
 @contextlib.contextmanager
 def _stopped_says_how_to_continue(raw: list[str]):
     """SIGINT / SIGTERM during a run: one line giving the command that continues it (finished tasks are in
     the store and answers in the resume cache, so the same command picks up where this one stopped), exit
-    130 / 143."""
+    130 / 143. SIGINT keeps the handler the process has."""
     import shlex
-    import signal
-    import threading
 
-    from evalsuite.errors import say
+    from evalsuite.interrupts import interrupt_exit
 
-    def on_term(signum, frame):
-        raise _Terminated()
-
-    main = threading.current_thread() is threading.main_thread()
-    old = signal.signal(signal.SIGTERM, on_term) if main else None
     command = "evalsuite run " + " ".join(shlex.quote(a) for a in raw)
-    try:
+    with interrupt_exit("evalsuite", f" (finished tasks are stored; continue with the same command: {command})",
+                        sigint=False):
         yield
-    except KeyboardInterrupt:
-        say(f"evalsuite: interrupted (finished tasks are stored; continue with the same command: {command})")
-        raise SystemExit(130) from None
-    except _Terminated:
-        say(f"evalsuite: terminated (finished tasks are stored; continue with the same command: {command})")
-        raise SystemExit(143) from None
-    finally:
-        if main:
-            signal.signal(signal.SIGTERM, old)
 
 
 def dry_run(cfg) -> int:

@@ -158,7 +158,7 @@ def test_csr_sigterm_outside_dpo_says_rerun_the_same_command(csr_argv, tmp_path,
     """Item 6: CSR stopped by SIGTERM outside its DPO stage: the line gives the command that continues it
     (the same command; the CSR command rejects --resume_from_checkpoint), and that command does continue."""
     import training.csr.loop as loop
-    from training.outdir import Terminated
+    from evalsuite.interrupts import Terminated
 
     def terminated(*a, **k):
         raise Terminated()

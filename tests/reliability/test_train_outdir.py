@@ -113,7 +113,7 @@ def test_G4_G5_metrics_history_is_kept_across_resume(tiny_vlm_dir, world_dir, pa
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
 def test_G4_G5_signal_is_one_line(sig, code, word, capsys):
     """G4/G5 (the exit): SIGINT / SIGTERM inside training's guard is one line and exit 130 / 143."""
-    from training.outdir import interrupt_exit
+    from evalsuite.interrupts import interrupt_exit
 
     with pytest.raises(SystemExit) as e:
         with interrupt_exit("train.py", " (hint)"):

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from evalsuite.errors import UserError
-from training.outdir import Terminated
+from evalsuite.interrupts import Terminated
 from training.signals import (
     REPEAT_WINDOW_S,
     StopRequest,

@@ -144,7 +144,11 @@ def build_report(store, out: str | Path, *, as_of=None, runs=None, base: str | N
         t = table.tidy
         return set(t.loc[t["ckpt_id"].isin(ids) | t["task"].isin([CSR_TASK, "csr_train"]), "run_id"])
 
-    table = compare(snap, base, n_boot, seed, as_of=as_of, runs=runs, problems=notes, also_read=browser_runs)
+    from evalsuite.store.objects import HALLUCINATED, MENTIONS
+
+    # the per-object section compares every checkpoint of a lineage, browsed or not: their objects are read too
+    table = compare(snap, base, n_boot, seed, as_of=as_of, runs=runs, problems=notes, also_read=browser_runs,
+                    fields=(MENTIONS, HALLUCINATED))
     tidy, records, records_of = table.tidy, table.records, table.records_of
     keep = set(table.ckpt_of_run)
     metas = snap.run_meta()

@@ -16,11 +16,12 @@ from evalsuite.errors import UserError
 
 def compare(snapshot, base: str | None = None, n_boot: int = 1000, seed: int = 0, *,
             metrics: list[str] | None = None, as_of=None, runs=None, samples: bool = True,
-            problems: list[str] | None = None, also_read=None, select=None):
+            problems: list[str] | None = None, also_read=None, select=None, fields: tuple[str, ...] = ()):
     """The `store.table.Table` of the selected runs with sample statistics; its `tidy` is the table.
 
     `samples=False` reads no per-sample records (stored CIs, MOVER deltas). The statistics read only each
-    record's stored values (`paired.STAT_FIELDS`); `also_read(table)` names runs whose records to read whole
+    record's stored values (`paired.STAT_FIELDS`, plus `fields`: what else the caller computes from every
+    record, e.g. the report's per-object statistics); `also_read(table)` names runs whose records to read whole
     (the report's browsers). `table.records` holds every record read, in store order, and
     `table.records_of` the same grouped by (run_id, task). Samples files that cannot be read are described
     in `problems`. `select(tidy) -> tidy` keeps some rows before any record is read (the table's
@@ -41,7 +42,8 @@ def compare(snapshot, base: str | None = None, n_boot: int = 1000, seed: int = 0
         slim = sample_runs(table.tidy) - whole
         order = {r: i for i, r in enumerate(snapshot.select_runs())}
         table.records = sorted(snapshot.sample_records(run_id=whole, problems=problems)
-                               + snapshot.sample_records(run_id=slim, problems=problems, fields=STAT_FIELDS),
+                               + snapshot.sample_records(run_id=slim, problems=problems,
+                                                         fields=STAT_FIELDS + tuple(fields)),
                                key=lambda r: order.get(r["run_id"], -1))      # stable: a run's order kept
         table.records_of = group_records(table.records)
         table.tidy = with_sample_stats(table.tidy, table.records_of, n_boot=n_boot, seed=seed)

@@ -78,3 +78,16 @@ def test_checkpoints_that_mention_nothing_say_so(tmp_path, capsys):
     assert "Neither checkpoint mentions any object." in sec and "<svg" not in sec and "<table" not in sec
     assert main(["table", "--store", str(store.path), "--by", "object"]) == 0
     assert "| (neither mentions any object) |" in capsys.readouterr().out
+
+
+def test_checkpoints_the_browsers_leave_out_keep_their_objects(tmp_path):
+    """With the browsers capped below the lineage's length (--max-ckpts), the per-object table still has
+    every checkpoint's counts: the statistics read every record's objects, not only the browsed ones'."""
+    base, later = unlearned(20)
+    store = Store(tmp_path / "store")
+    for it, caps in enumerate((base, later, later, later)):
+        write(store, it, [chair_result(caps)])
+    sec = section(build_report(store, tmp_path / "r", n_boot=200, max_ckpts=2).read_text(), "objects")
+    assert re.findall(r'<th data-type="num">([^<]*)<br>', sec) == ["iter_0", "iter_1", "iter_2", "iter_3"]
+    cat = sec[sec.index('data-v="cat"'):].split("</tr>")[0]
+    assert cat.count("0.000 <span class=\"ci\">(0/10)</span>") == 3   # iter_1 and iter_2 are not browsed

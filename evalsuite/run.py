@@ -79,7 +79,8 @@ def split_tasks(names: list[str]) -> tuple[list[str], list[str]]:
 
 
 def check_task_names(names: list[str], quick: bool = False) -> None:
-    """UserError for a name no task has. `quick`: only the check that needs no lmms-eval import."""
+    """UserError for a name no task has: `quick`, the check that needs no lmms-eval import (a name in no
+    lmms-eval yaml); else lmms-eval's own index (run_eval runs the quick check first)."""
     from evalsuite.tasks.registry import LMMS_LOCAL_TASKS, TASKS
 
     if not names:
@@ -89,9 +90,9 @@ def check_task_names(names: list[str], quick: bool = False) -> None:
         from evalsuite.lmms.names import refuse_unknown
         from evalsuite.lmms.task import validate_task_names
 
-        # a name in no lmms-eval yaml is refused now, before lmms-eval's import and index (10-30 s)
-        refuse_unknown(lmms, own=list(TASKS) + list(LMMS_LOCAL_TASKS))
-        if not quick:
+        if quick:   # a name in no lmms-eval yaml is refused now, before lmms-eval's import and index (10-30 s)
+            refuse_unknown(lmms, own=list(TASKS) + list(LMMS_LOCAL_TASKS))
+        else:       # run_eval made the quick check first
             validate_task_names(lmms, known_own=list(TASKS) + list(LMMS_LOCAL_TASKS))
 
 
@@ -151,7 +152,7 @@ class Step:
 def plan_own_tasks(ctx: RunContext, cfg: EvalConfig, own: list[str]) -> list[Step]:
     """Every own task planned (no model), tasks a task requires first; a required task not asked for
     is added as a dependency whose answers are used and whose result is not stored."""
-    from evalsuite.tasks.registry import load_task
+    from evalsuite.tasks.registry import load_task, section_of
 
     steps: dict[str, Step] = {}
 
@@ -159,9 +160,8 @@ def plan_own_tasks(ctx: RunContext, cfg: EvalConfig, own: list[str]) -> list[Ste
         if name in steps:
             return
         task = load_task(name)
-        # a task's options section: its own name, or the section several tasks share (amber_g, amber_d: amber);
-        # a task without an EvalConfig section: its defaults
-        opts = getattr(cfg, getattr(task, "section", name), None) or task.Options()
+        # a task's options section (amber_g and amber_d share `amber`); a task without one: its defaults
+        opts = getattr(cfg, section_of(name), None) or task.Options()
         requires = tuple(task.requires(opts, cfg.tasks))
         for dep in requires:
             add(dep)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from evalsuite.engines.seeds import stable_seed  # noqa: F401  (the engines' seed rule, re-exported)
 from evalsuite.errors import UserError
 
 

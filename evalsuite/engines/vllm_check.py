@@ -155,9 +155,9 @@ def check_memory(ckpt: Path, config: dict, spec, dtype: str, max_len: int | None
         log.info("vLLM memory check skipped: nvidia-smi cannot say the free GPU memory")
         return
     share = o.gpu_memory_utilization or VLLM_DEFAULT_GPU_SHARE
+    weights, kv = weights_bytes(ckpt, dtype), kv_bytes_per_token(config, dtype)   # headers read once, not per GPU
     for free, total in gpus:
-        why = memory_refusal(weights_bytes(ckpt, dtype), kv_bytes_per_token(config, dtype), max_len or 1, share,
-                             total, free, o.tensor_parallel_size)
+        why = memory_refusal(weights, kv, max_len or 1, share, total, free, o.tensor_parallel_size)
         if why:
             raise UserError(f"--engine vllm: {ckpt}: cannot fit: {why}")
 

@@ -207,10 +207,9 @@ def pairs_identity(cfg: CSRConfig) -> dict:
     from evalsuite.manifest import checkpoint_hash
     from training.config import without_earlier_meaning
     from training.csr.config import EARLIER_PAIRS
-    from training.csr.stages import tree_identity
+    from training.csr.stages import prompts_id, tree_identity
 
-    prompts = Path(cfg.prompts)
-    return {"prompts": sha256_file(prompts) if prompts.is_file() else str(prompts),
+    return {"prompts": prompts_id(cfg),
             "image_root": str(cfg.image_root), "limit": cfg.limit, "tree": tree_identity(cfg.tree),
             "reward": options_identity(cfg.reward),
             "pairs": without_earlier_meaning(options_identity(cfg.pairs), EARLIER_PAIRS),

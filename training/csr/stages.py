@@ -84,10 +84,11 @@ def _drop(plain: dict, keys) -> dict:
 
 
 def prompts_id(cfg) -> str:
-    from evalsuite.files import sha256_file
+    """The prompts file by content (hashed once per process while it is unchanged), else its name."""
+    from evalsuite.identity import file_sha256
 
     p = Path(cfg.prompts)
-    return sha256_file(p) if p.is_file() else str(p)
+    return file_sha256(p) if p.is_file() else str(p)
 
 
 def stage_settings(cfg, stage: str) -> dict[str, Any]:

@@ -135,14 +135,16 @@ def latest_checkpoint(out: str | Path) -> tuple[Path | None, str]:
                    key=step_of, reverse=True) if out.is_dir() else []
     if not found:
         return None, f"{out} holds no checkpoint-N directory"
+    problems: list[str] = []   # of the folders checked so far (the last: every folder's)
     for p in found:
         why = checkpoint_problem(p)
         if why is None:
             return p, ""
         if why == WEIGHTS_ONLY:
             return None, f"{p}: {why} (no optimizer/scheduler state)"
+        problems.append(why)
         if p is found[-1]:
-            if any((checkpoint_problem(q) or "").startswith("damaged") for q in found):
+            if any(w.startswith("damaged") for w in problems):
                 shown = f"{p}/{why.removeprefix('damaged: ')} is damaged" if why.startswith("damaged") else f"{p}: {why}"
                 return None, (f"{shown}; no checkpoint-N in {out} loads: remove the damaged ones and resume "
                               "from an earlier save, or train afresh in another output_dir")

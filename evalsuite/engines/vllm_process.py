@@ -158,6 +158,16 @@ def image_payload(image) -> dict | None:
     return {"size": list(rgb.size), "rgb": base64.b64encode(rgb.tobytes()).decode("ascii")}
 
 
+def vllm_env(cpu: bool) -> dict:
+    """The environment of a process started in vLLM's own environment (the eval/CSR worker, a local judge):
+    ours without our interpreter's paths, offline, no usage reports; on the CPU build, the CPU target."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+    if cpu:
+        env.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    return env
+
+
 def _set_parent_death_signal() -> None:  # runs in the child before exec (Linux): die with the parent
     try:
         import ctypes
@@ -206,11 +216,8 @@ class VllmWorker:
         return cmd
 
     def env(self) -> dict:
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-        env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1",
-                   VLLM_CPU_KVCACHE_SPACE=str(max(1, round(self.spec.options.kv_cache_gib))))
-        if self.device == "cpu":
-            env.setdefault("VLLM_TARGET_DEVICE", "cpu")
+        env = vllm_env(cpu=self.device == "cpu")
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(self.spec.options.kv_cache_gib)))
         if self.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus)
         return env

@@ -70,15 +70,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _parent_death_signal() -> None:  # in the child before exec (Linux): die with evalsuite
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - not Linux: the other ways out still stop it
-        pass
-
-
 def _raise_exit(signum, frame):
     raise SystemExit(128 + signum)
 
@@ -114,16 +105,16 @@ class JudgeServer:
     def start(self) -> "JudgeServer":
         self.port = free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+        from evalsuite.engines.vllm_process import _set_parent_death_signal, vllm_env
+
+        env = vllm_env(cpu=self.cpu)
         if self.cpu:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-            env.setdefault("VLLM_TARGET_DEVICE", "cpu")
-        env.setdefault("VLLM_NO_USAGE_STATS", "1")
         log.info("starting the judge: vllm serve %s on port %d; its log: %s", self.model_dir, self.port, self.log_path)
         with open(self.log_path, "ab") as fh:
             self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
                                          env=env, start_new_session=True,
-                                         preexec_fn=_parent_death_signal if sys.platform == "linux" else None)
+                                         preexec_fn=_set_parent_death_signal if sys.platform == "linux" else None)
         atexit.register(self.stop)
         if threading.current_thread() is threading.main_thread() \
                 and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):

@@ -43,6 +43,18 @@ def shown_differences(diff: list[str]) -> str:
     return ", ".join(diff[:4]) + (", ..." if len(diff) > 4 else "")
 
 
+def shown_changes(old, new, diff: list[str] | None = None) -> str:
+    """The differing keys with their old and new values, "k: old -> new", the first four, then "..."."""
+    def at(d, key):
+        for k in key.split("."):
+            d = d.get(k) if isinstance(d, dict) else None
+        return d
+
+    diff = differences(old, new) if diff is None else diff
+    parts = [f"{k}: {json.dumps(at(old, k), default=str)} -> {json.dumps(at(new, k), default=str)}" for k in diff[:4]]
+    return ", ".join(parts) + (", ..." if len(diff) > 4 else "")
+
+
 def upgraded_config(config):
     """A run.json config written by an earlier release, in today's spelling, so that the same settings
     resume: the prompt settings that moved into `inputs:` (evalsuite/models/inputs.py MOVED_TO_INPUTS)."""

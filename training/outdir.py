@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from evalsuite.errors import UserError
-from evalsuite.outdir import shown_differences
+from evalsuite.outdir import shown_changes, shown_differences
 
 LOCK = ".lock"
 MARKER = "train_run.json"
@@ -98,20 +98,6 @@ def same_run_config(out: Path, cfg) -> tuple[bool, str]:
     if diff:
         return False, f"a run of another configuration: {shown_differences(diff)} differ"
     return True, ""
-
-
-def _shown(diff: list[str], old: dict, mine: dict) -> str:
-    """The differing fields with their recorded and new values (the first four)."""
-    old = _upgraded(old["config"])
-
-    def value(d, key):
-        for k in key.split("."):
-            d = d.get(k) if isinstance(d, dict) else None
-        return d
-
-    parts = [f"{k}: {json.dumps(value(old, k), default=str)} -> {json.dumps(value(mine, k), default=str)}"
-             for k in diff[:4]]
-    return ", ".join(parts) + (", ..." if len(diff) > 4 else "") + " differ"
 
 
 def _record(old: dict | None, mine: dict, cfg) -> dict:
@@ -201,7 +187,7 @@ def owned_output_dir(cfg):
                 if diff and resuming:
                     # the checkpoint's steps were taken under the recorded settings: continuing them under
                     # others would give weights no single configuration describes
-                    raise UserError(f"output_dir {out}: resuming a run of other settings ({_shown(diff, old, mine)}); "
+                    raise UserError(f"output_dir {out}: resuming a run of other settings ({shown_changes(_upgraded(old['config']), mine, diff)} differ); "
                                     "resume with the recorded settings, or train afresh in another directory")
                 if diff:
                     raise UserError(f"output_dir {out}: holds a training run of another configuration "

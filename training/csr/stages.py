@@ -31,7 +31,7 @@ from typing import Any
 
 from evalsuite.errors import UserError
 from evalsuite.files import write_json_atomic
-from evalsuite.outdir import EVAL_SPEED_KEYS
+from evalsuite.outdir import EVAL_SPEED_KEYS, shown_changes
 from training.outdir import TRAIN_SCHEDULING
 
 log = logging.getLogger(__name__)
@@ -200,19 +200,6 @@ def _name(where: str, stage: str | None) -> str:
     return where if stage is None else f"{where}/{stage}"
 
 
-def _shown(old, new) -> str:
-    from evalsuite.outdir import differences
-
-    def at(d, key):
-        for k in key.split("."):
-            d = d.get(k) if isinstance(d, dict) else None
-        return d
-
-    diff = differences(old, new)
-    parts = [f"{k}: {json.dumps(at(old, k))} -> {json.dumps(at(new, k))}" for k in diff[:4]]
-    return ", ".join(parts) + (", ..." if len(diff) > 4 else "")
-
-
 def check_rerun(cfg, restart_from: str | None = None, discard: bool = True) -> None:
     """Refuse (one line) a rerun whose settings differ from a stage that ran, or, with `restart_from`,
     discard what the change invalidates (module doc; `discard` false: only check, as the ranks other than
@@ -232,7 +219,7 @@ def check_rerun(cfg, restart_from: str | None = None, discard: bool = True) -> N
         old = data[where] if stage is None else data[where][stage]
         new = stage_settings(cfg, BASE if stage is None else stage)
         if old != new:
-            changed = (where, stage, _shown(old, new))
+            changed = (where, stage, shown_changes(old, new))
             break
     if target is None:
         if changed:

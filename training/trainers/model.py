@@ -192,9 +192,13 @@ def maps_tensor_to_tensor(module) -> bool:
 def language_model_linears(model) -> list[str]:
     """Full names of the nn.Linear (and quantised Linear) modules inside the language model (`language_model`),
     the output head excluded: never the vision tower, projector or Q-Former, whatever they are called."""
+    return _inside_language_model(model, model_linears(model))
+
+
+def _inside_language_model(model, names: list[str]) -> list[str]:
     lm = language_model(model)
     prefix = next(n for n, m in model.named_modules() if m is lm)
-    return [n for n in model_linears(model) if not prefix or n.startswith(prefix + ".")]
+    return [n for n in names if not prefix or n.startswith(prefix + ".")]
 
 
 def model_linears(model) -> list[str]:
@@ -227,7 +231,8 @@ def lora_targets(model, spec: str, scope: str) -> list[str]:
     model: on LLaVA, CLIP's q_proj/k_proj/v_proj take LoRA too; the projector (linear_1/2) does not.
     language_model: `auto` = every Linear of the language model; a listed name is matched inside the language
     model only, and the matches it has outside are left out with a warning naming how many."""
-    lm_linears = language_model_linears(model)
+    everywhere = model_linears(model)  # probes each Linear subclass once (maps_tensor_to_tensor)
+    lm_linears = _inside_language_model(model, everywhere)
     if not lm_linears:
         raise UserError("lora_target_modules: found no Linear layers in the language model")
     if spec.strip() == "auto":
@@ -238,7 +243,6 @@ def lora_targets(model, spec: str, scope: str) -> list[str]:
         wanted = [s.strip() for s in spec.split(",") if s.strip()]
     if "lm_head" in wanted:
         raise UserError("lora_target_modules: lm_head cannot take LoRA (TRL's fused LM head reads its weight)")
-    everywhere = model_linears(model)
     chosen: list[str] = []
     for w in wanted:
         hits = _suffix_hits(w, everywhere)
@@ -278,7 +282,7 @@ def lora_config(cfg, model):
 
     targets = lora_targets(model, cfg.lora_target_modules, cfg.lora_scope)
     extra = [m.strip() for m in cfg.modules_to_save.split(",") if m.strip()] or None
-    outside = len(set(targets) - set(language_model_linears(model)))
+    outside = len(set(targets) - set(_inside_language_model(model, targets)))
     log.info("LoRA r=%d alpha=%d on %d modules (%d outside the language model; lora_scope %s)",
              cfg.lora_r, cfg.lora_alpha, len(targets), outside, cfg.lora_scope)
     return LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, bias=cfg.lora_bias,

@@ -102,8 +102,26 @@ def _torch_file_problem(p: Path) -> str | None:
 def damaged_file(path: str | Path) -> str | None:
     """'NAME (why)' of the first file of checkpoint folder `path` that would not load, None when all read:
     safetensors headers, torch archives (optimizer, scheduler, RNG state) and JSON files, checked without
-    reading the tensors."""
-    for p in sorted(Path(path).iterdir()):
+    reading the tensors. The answer is kept per folder while no file's size or mtime changes: a resume asks
+    for the same folder at config load, at the check and in train()."""
+    files = sorted(p for p in Path(path).iterdir() if p.is_file())
+    try:
+        signature = (str(Path(path).resolve()), tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+    except OSError:
+        signature = None
+    if signature is not None and signature in _checked:
+        return _checked[signature]
+    why = _first_damaged(files)
+    if signature is not None:
+        _checked[signature] = why
+    return why
+
+
+_checked: dict[tuple, str | None] = {}
+
+
+def _first_damaged(files: list[Path]) -> str | None:
+    for p in files:
         if not p.is_file():
             continue
         try:

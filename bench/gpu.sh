@@ -10,7 +10,8 @@
 #
 # Part 1, always: bench/gpu_figures.py on random-init LLaVA-1.5-7B- and Qwen2-VL-7B-shaped models in
 #   bf16: evaluation tokens/s (evalsuite's generate vs plain HF generate, same batch and token count),
-#   CSR tree nodes/s and tokens/s (reference engine on 4 prompts, pool engine on 64, each with forwards per
+#   CSR tree nodes/s and tokens/s (reference engine on 4 prompts, pool engine on 64, vLLM (tree.engine vllm,
+#   LLaVA, where a vLLM environment is found) on the pool's 64, each with peak memory, forwards per
 #   1,000 sentences and the estimated hours of one 12,856-prompt iteration), LoRA DPO s/step and peak memory, each with MFU against the device's
 #   bf16 peak (the formulas: bench/gpu_models.py). The table is printed; the JSON goes to $W.
 # Part 2, >= 2 GPUs (needs `pip install -e '.[deepspeed]'`), else one "skipped" line; about 5 minutes:

@@ -173,6 +173,7 @@ def measure_csr(arch, vlm, counter, s: Sizes, images, root, clock, peak) -> list
         forwards = [0]
         hook = vlm.model.register_forward_pre_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
         counter.reset()
+        _reset_peak()
         clock.start()
         try:
             trees = gen.grow(recs, progress=False)
@@ -186,8 +187,79 @@ def measure_csr(arch, vlm, counter, s: Sizes, images, root, clock, peak) -> list
                  _row(arch, f"{label} candidate tokens", tokens / dt, "tok/s", tokens=tokens),
                  _row(arch, f"{label} forwards per 1,000 sentences", 1000 * forwards[0] / nodes, "fwd", forwards=forwards[0]),
                  _row(arch, f"{label} est. hours per 12,856-prompt iteration (100 sentences a tree)",
-                      ITERATION_SENTENCES / (nodes / dt) / 3600, "h")]
+                      ITERATION_SENTENCES / (nodes / dt) / 3600, "h"),
+                 _row(arch, f"{label} peak memory allocated", _peak_gib(), "GiB")]
+    try:  # its own FAILED row: the reference and pool figures above are kept
+        rows += measure_csr_vllm(arch, vlm, replace(pool_cfg, engine="vllm"), pool_records, root, clock)
+    except Exception as exc:  # noqa: BLE001
+        traceback.print_exc()
+        rows.append(_row(arch, f"csr vllm FAILED: {type(exc).__name__}: {exc}"[:200], None, "", failed=True))
     return rows
+
+
+def _reset_peak() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak_gib() -> float | None:
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
+
+
+def measure_csr_vllm(arch, vlm, cfg, records, root: Path, clock) -> list[dict]:
+    """The pool's prompts on `tree.engine: vllm`, as the CSR loop runs it: the weights saved (safetensors),
+    the HF model off the GPU while the worker runs, the worker's own KV capacity bounding the pool. GPU only
+    (vLLM's CPU kernels are not the figure), LLaVA only (the 8-minute bound), and only where a vLLM
+    environment is found ($EVALSUITE_VLLM_PYTHON; the lent machine cannot install one): otherwise one
+    'skipped' row saying why. Memory: the device memory in use while the worker holds its reservation."""
+    import torch
+
+    from evalsuite.engines.vllm_process import VllmOptions, resolve_engine
+    from evalsuite.errors import UserError
+    from evalsuite.models.vlm import load_vlm
+    from training.csr.engines import make_tree_engine
+    from training.csr.vllm_expand import VllmSampler
+
+    def skipped(why: str) -> list[dict]:
+        return [_row(arch, f"csr vllm tree skipped: {why}", None, "")]
+
+    if not torch.cuda.is_available():
+        return skipped("no CUDA device")
+    if arch != "llava":
+        return skipped("measured on llava only (the script's time bound)")
+    options = VllmOptions(gpu_memory_utilization=0.85)
+    try:
+        resolve_engine("vllm", options)
+    except UserError as exc:
+        return skipped(str(exc)[:120])
+    ckpt = root / "ckpt_vllm"
+    vlm.model.save_pretrained(ckpt, safe_serialization=True)
+    vlm.processor.save_pretrained(ckpt)
+    vlm.model.to("cpu")  # the worker holds the weights; this process keeps none on the GPU meanwhile
+    torch.cuda.empty_cache()
+    try:
+        shell = load_vlm(ckpt, device="cuda", dtype="bfloat16", weights=False)
+        with VllmSampler.open(shell.inputs, ckpt, cfg, options, dtype="bfloat16", device="cuda",
+                              log_path=root / "vllm_worker.log") as sampler:
+            engine = make_tree_engine(cfg, shell, root, sampler=sampler)
+            clock.start()
+            engine.grow(records, progress=False)
+            dt = clock.stop()
+            free, total = torch.cuda.mem_get_info()
+            calls = sampler.beam_stats.calls
+        nodes = engine.stats.sentences
+    finally:
+        vlm.model.to("cuda")
+    what = f"{len(records)} prompts, engine vllm"
+    return [_row(arch, f"csr vllm tree nodes ({what})", nodes / dt, "nodes/s", nodes=nodes),
+            _row(arch, "csr vllm tree calls per 1,000 sentences", 1000 * calls / nodes, "calls", calls=calls),
+            _row(arch, "csr vllm tree est. hours per 12,856-prompt iteration (100 sentences a tree)",
+                 ITERATION_SENTENCES / (nodes / dt) / 3600, "h"),
+            _row(arch, "csr vllm tree device memory in use", (total - free) / 2**30, "GiB")]
 
 
 def _pairs(vlm, s: Sizes, images, root: Path) -> Path:

@@ -33,6 +33,8 @@ def test_gpu_sh_tiny_on_cpu(tmp_path):
                              "csr pool tree nodes", "csr pool tree candidate tokens",
                              "csr pool tree forwards per 1,000 sentences",
                              "csr pool tree est. hours per 12,856-prompt iteration",
+                             "csr tree peak memory allocated", "csr pool tree peak memory allocated",
+                             "csr vllm tree skipped: no CUDA device",
                              "dpo step", "dpo peak memory allocated"}
         for name in ("eval evalsuite generate", "eval plain HF generate", "csr tree nodes", "dpo step"):
             r = mine[name]
@@ -45,6 +47,7 @@ def test_gpu_sh_tiny_on_cpu(tmp_path):
         assert mine["csr pool tree nodes"]["nodes"] == 80  # 4 prompts, the same trees' sizes
         assert mine["csr pool tree forwards per 1,000 sentences"]["value"] < mine["csr tree forwards per 1,000 sentences"]["value"]
         assert mine["dpo peak memory allocated"]["value"] is None  # CPU: not measured, printed n/a
+        assert mine["csr pool tree peak memory allocated"]["value"] is None
     # LLaVA by hand (tests/unit/test_gpu_figures.py: N_body 74,048, N_head 32,768, N_vis 125,056, 14 prompt
     # positions, 5 patches per image). Eval, 2 rows x 8 tokens: 2*74,048*(2*14 + 2*7) + 2*32,768*16
     # + 2*125,056*10 = 9,769,728. DPO step, 2 pairs = 4 rows of 14 prompt + 9 answer positions (8 words

@@ -13,7 +13,6 @@ stops vLLM's engine processes too.
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import signal
@@ -26,6 +25,7 @@ import urllib.request
 from pathlib import Path
 
 from evalsuite.errors import RunFailure, UserError
+from evalsuite.safeio import loads_json
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +42,10 @@ def check_servable(model_dir: str | Path, where: str = "--judge") -> Path:
                         "http://HOST:PORT/v1)")
     cfg = d / "config.json"
     try:
-        config = json.loads(cfg.read_text(encoding="utf-8"))
+        config = loads_json(cfg.read_bytes(), str(cfg))
     except FileNotFoundError:
         raise UserError(f"{where}: {d}: no config.json; not a servable model directory") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # UnicodeDecodeError, JSONDecodeError, JSONLimitError
         raise UserError(f"{where}: {cfg}: unreadable ({type(e).__name__})") from None
     if not isinstance(config, dict) or not config.get("architectures"):
         raise UserError(f"{where}: {cfg}: no architectures; not a servable model")
@@ -54,9 +54,9 @@ def check_servable(model_dir: str | Path, where: str = "--judge") -> Path:
     has_template = any((d / f).is_file() for f in CHAT_TEMPLATE_FILES)
     if not has_template and (d / "tokenizer_config.json").is_file():
         try:
-            has_template = bool(json.loads((d / "tokenizer_config.json").read_text(encoding="utf-8"))
-                                .get("chat_template"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            tok = loads_json((d / "tokenizer_config.json").read_bytes(), "tokenizer_config.json")
+            has_template = isinstance(tok, dict) and bool(tok.get("chat_template"))
+        except (OSError, ValueError):
             pass
     if not has_template:
         raise UserError(f"{where}: {d}: no chat template (chat_template.jinja or tokenizer_config.json's "

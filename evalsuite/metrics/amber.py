@@ -101,10 +101,14 @@ def _read_json(path: Path, what: str):
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UserError(f"amber.data_root: {path}: not UTF-8 (byte {e.start})") from None
+    from evalsuite.safeio import JSONLimitError, loads_json
+
     try:
-        return json.loads(text)
+        return loads_json(text, f"amber.data_root: {path}")
     except json.JSONDecodeError as e:
         raise UserError(f"amber.data_root: {path}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except JSONLimitError as e:
+        raise UserError(str(e)) from None
 
 
 def _read_text(path: Path, what: str) -> str:

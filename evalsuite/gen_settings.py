@@ -89,7 +89,7 @@ class GenOptions(GenSettings):
         """Sampling settings under greedy decoding (`GenConfig.as_kwargs` passes them only with do_sample)."""
         return [] if self.do_sample else [(n, "do_sample", False, True) for n in ("temperature", "top_p")]
 
-    def config(self, seed: int) -> "GenConfig":
+    def config(self, seed: int) -> GenConfig:
         return GenConfig(**shared(self, GenOptions), seed=seed)
 
 

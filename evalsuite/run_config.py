@@ -27,9 +27,9 @@ from typing import Any, Literal
 from evalsuite.config import check_fields, opt
 from evalsuite.engines.vllm_process import VllmOptions
 from evalsuite.errors import UserError
+from evalsuite.gen_settings import GenConfig, GenOptions
 from evalsuite.judge.config import JudgeConfig, is_url
 from evalsuite.models.inputs import MOVED_TO_INPUTS, InputConfig
-from evalsuite.gen_settings import GenConfig, GenOptions
 
 log = logging.getLogger(__name__)
 

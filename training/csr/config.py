@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from evalsuite.config import check_fields, opt
 from evalsuite.engines.vllm_process import VllmOptions
-from evalsuite.gen_settings import GroupBeamSettings, own_defaults
 from evalsuite.errors import UserError
+from evalsuite.gen_settings import GroupBeamSettings, own_defaults
 from evalsuite.models.inputs import IMAGE_ASPECTS, MOVED_TO_INPUTS, InputConfig
 from evalsuite.run_config import EvalConfig
 

@@ -111,3 +111,28 @@ def test_eval_generation_identity_is_unchanged():
     cfg = load(EvalConfig, None, ["ckpt=x", "tasks=[caption]", "world=true", "gen.do_sample=true",
                                   "gen.temperature=0.5", "gen.top_p=0.8", "gen.max_new_tokens=64", "seed=3"])
     assert digest(gen_identity(cfg.gen_config())) == "14e641c2acc1dadf"
+
+
+def test_the_tree_rules_hand_the_sampling_settings_to_the_search(vlm, tmp_path):
+    """tree.temperature / tree.top_p reach the sampling expander through the spec: near-zero temperature or
+    top_p draws the most likely sentence every time, the default draws different ones."""
+    from PIL import Image
+
+    from evalsuite.models.vlm import build_prompt, load_image
+    from training.csr.rules import TreeRules
+    from training.csr.search import sample_search
+
+    Image.new("RGB", (32, 32), (40, 200, 90)).save(tmp_path / "0.png")
+    enc = vlm.processor(images=[load_image(tmp_path / "0.png")], text=[build_prompt(vlm, "Describe the image.")],
+                        return_tensors="pt")
+
+    def draws(**kw):
+        tree = TreeConfig(expander="sample", num_samples=8, max_new_tokens=12, stop="sentence_marks", **kw)
+        spec = TreeRules(vlm, tree, tmp_path).spec
+        assert {n: getattr(spec, n) for n in BEAM} == {n: getattr(tree, n) for n in BEAM}
+        out = sample_search(vlm.model, [enc["input_ids"][0].tolist()], enc["pixel_values"], spec, 8, ["k"], seed=3)
+        return {h.ids for h in out[0]}
+
+    assert len(draws()) > 1
+    assert len(draws(temperature=1e-4)) == 1
+    assert len(draws(top_p=1e-4)) == 1

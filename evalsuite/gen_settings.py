@@ -10,9 +10,10 @@ generates inherits them, adding only what is its own.
         SearchSpec       the token-level search of one node (training/csr/search.py)
 
 A subclass gives an inherited field its own default, or says which switch reads it, with `own_defaults`
-(the type, range and help stay the shared declaration). The classes are frozen: a search spec is built
-from a config with `shared(cfg, GroupBeamSettings)`, not by copying fields by hand. Only evalsuite.config
-is imported, so this stays as light as evalsuite/types.py.
+(the type, range and help stay the shared declaration). The classes are frozen, as the search spec and
+GenConfig were (values handed to the engines); a narrower one is built from a wider one with `shared`
+(`SearchSpec(**shared(tree_cfg, GroupBeamSettings), ...)`), not by copying fields by hand. Only
+evalsuite.config is imported, so this stays as light as evalsuite/types.py.
 """
 from __future__ import annotations
 
@@ -45,8 +46,11 @@ def own_defaults(notes: dict[str, str] | None = None, **defaults: Any):
             meta = dict(f.metadata)
             if name in notes:
                 meta["help"] = notes[name].replace("{}", meta.get("help", ""))
-            default = defaults.get(name, f.default)
-            setattr(cls, name, dataclasses.field(default=default, metadata=meta))
+            if name in defaults or f.default_factory is dataclasses.MISSING:
+                new = dataclasses.field(default=defaults.get(name, f.default), metadata=meta)
+            else:
+                new = dataclasses.field(default_factory=f.default_factory, metadata=meta)
+            setattr(cls, name, new)
             own[name] = f.type   # the declared type, as text (from __future__ annotations)
         return cls
 
@@ -64,7 +68,7 @@ class GenSettings:
     """Decoding settings every generator of the project reads."""
 
     max_new_tokens: int = opt(512, "token cap of one generation (an answer; a tree's sentence)", ge=1)
-    num_beams: int = opt(1, "beam search width (1 = none)", ge=1)
+    num_beams: int = opt(1, "beam search width (1 = no beam search)", ge=1)
     temperature: float = opt(1.0, "sampling temperature", gt=0)
     top_p: float = opt(1.0, "nucleus sampling mass", gt=0, le=1)
 

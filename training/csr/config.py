@@ -51,14 +51,16 @@ EARLIER_PAIRS = {"tie_order": "node_id"}
 
 
 @dataclass(frozen=True)
-@own_defaults(notes={"num_beams": "group_beam: {} (children per node)", "num_beam_groups": "group_beam: {}",
+@own_defaults(notes={"num_beams": "group_beam: {}; the children of a node", "num_beam_groups": "group_beam: {}",
                      "diversity_penalty": "group_beam: {}", "length_penalty": "group_beam: {}",
                      "temperature": "sample: {}", "top_p": "sample: {}"})
 class TreeConfig(GroupBeamSettings):
     """Sentence-level search (docs/csr-method.md §2, §10.1.2). Defaults are the released code's; every
     switch naming our change, and what the released code does there, is in docs/csr-fidelity.md; the
     engines (pool, reference, vllm: the same trees) in docs/csr-engine.md. A field only another expander,
-    stop rule or engine reads is refused on the command line and warned about from a preset (`unread`)."""
+    stop rule or engine reads is refused on the command line and warned about from a preset (`unread`).
+    The generation settings (max_new_tokens, beams, groups, penalties, temperature, top_p) are declared in
+    evalsuite/gen_settings.py; this class adds which expander reads each to their help."""
 
     expander: Literal["group_beam", "sample"] = opt(
         "group_beam", "how a node's next sentences are drawn: diverse group beam search (the paper's) or sampling")

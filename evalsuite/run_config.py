@@ -27,9 +27,9 @@ from typing import Any, Literal
 from evalsuite.config import check_fields, opt
 from evalsuite.engines.vllm_process import VllmOptions
 from evalsuite.errors import UserError
+from evalsuite.gen_settings import GenConfig, GenOptions
 from evalsuite.judge.config import JudgeConfig, is_url
 from evalsuite.models.inputs import MOVED_TO_INPUTS, InputConfig
-from evalsuite.types import GenConfig
 
 log = logging.getLogger(__name__)
 
@@ -46,30 +46,6 @@ BASE_ALIASES: dict[str, tuple[str, ...]] = {
 # their types and ranges, and these two that only lmms-eval passes
 LMMS_ONLY_GEN_KWARGS: dict[str, type] = {"seed": int, "until": str}
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
-
-
-@dataclass
-class GenOptions:
-    """Decoding of evalsuite's own tasks (the run's `seed` seeds sampling)."""
-
-    max_new_tokens: int = opt(512, "token cap of an answer", ge=1)
-    do_sample: bool = opt(False, "sample instead of greedy decoding (seeded by the run's seed)")
-    temperature: float = opt(1.0, "sampling temperature (read only with do_sample)", gt=0)
-    top_p: float = opt(1.0, "nucleus sampling mass (read only with do_sample)", gt=0, le=1)
-    num_beams: int = opt(1, "beam search width (1 = none)", ge=1)
-    suppress_special_tokens: bool = opt(False, "true = ours: no <image>/pad/BOS in answers (false = plain "
-                                              "generate, as lmms-eval's backends and the released code)")
-
-    def __post_init__(self) -> None:
-        check_fields(self, "gen")
-
-    def unread(self) -> list[tuple[str, str, Any, Any]]:
-        """Sampling settings under greedy decoding (evalsuite/types.py passes them only with do_sample)."""
-        return [] if self.do_sample else [(n, "do_sample", False, True) for n in ("temperature", "top_p")]
-
-    def config(self, seed: int) -> GenConfig:
-        return GenConfig(self.max_new_tokens, self.do_sample, self.temperature, self.top_p, self.num_beams, seed,
-                         suppress_special_tokens=self.suppress_special_tokens)
 
 
 def parse_gen_kwargs(value: str | dict | None, where: str = "lmms.gen_kwargs") -> dict[str, Any]:

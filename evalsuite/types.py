@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from evalsuite.gen_settings import GenConfig  # noqa: F401  (declared with the other generation settings)
+
 
 @dataclass(frozen=True)
 class GenRequest:
@@ -16,30 +18,6 @@ class GenRequest:
     key: str
     image: Any
     prompt: str
-
-
-@dataclass(frozen=True)
-class GenConfig:
-    """Decoding settings; `as_kwargs()` gives the `generate()` keyword arguments."""
-
-    max_new_tokens: int = 512
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
-    num_beams: int = 1
-    seed: int = 0
-    # False = plain `generate` (what lmms-eval's backends and the released code run); True = never
-    # generate the image placeholder, pad or BOS (evalsuite.models.vlm.suppressed_token_ids)
-    suppress_special_tokens: bool = False
-
-    def as_kwargs(self) -> dict:
-        kw: dict = {"max_new_tokens": self.max_new_tokens, "do_sample": self.do_sample, "num_beams": self.num_beams}
-        if self.do_sample:
-            kw.update(temperature=self.temperature, top_p=self.top_p)
-        return kw
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass

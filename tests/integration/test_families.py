@@ -146,7 +146,7 @@ def test_csr_search_and_reward_pass_use_the_models_own_inputs(arch, ckpts, world
     image = sorted(images.iterdir())[0].name
     ids, feats = encode_prompt(vlm, images, image, "Describe the image.")
     tok = vlm.tokenizer
-    spec = SearchSpec(num_beams=5, num_groups=1, diversity_penalty=0.0, max_new_tokens=6,
+    spec = SearchSpec(num_beams=5, num_beam_groups=1, diversity_penalty=0.0, max_new_tokens=6,
                       stop_ids=tuple(sentence_end_ids(tok, [".", "!", "?"]) + [tok.eos_token_id]),
                       suppress_ids=tuple(i for i in suppressed_token_ids(vlm.processor, vlm.model.config, vlm.model.generation_config) if i != tok.eos_token_id),
                       pad_id=tok.pad_token_id, response_fill=response_fill(vlm))

@@ -79,7 +79,7 @@ def _check_search(vlm, real, grey) -> None:
     from training.csr.search import SearchSpec, group_beam_search
 
     tok = vlm.tokenizer
-    spec = SearchSpec(num_beams=3, num_groups=3, diversity_penalty=1.0, max_new_tokens=4,
+    spec = SearchSpec(num_beams=3, num_beam_groups=3, diversity_penalty=1.0, max_new_tokens=4,
                       stop_ids=tuple(sentence_end_ids(tok, [".", "!", "?"]) + [tok.eos_token_id]),
                       suppress_ids=tuple(i for i in suppressed_token_ids(vlm.processor, vlm.model.config, vlm.model.generation_config) if i != tok.eos_token_id),
                       pad_id=tok.pad_token_id, response_fill=response_fill(vlm))

@@ -58,7 +58,7 @@ def test_one_group_equals_transformers_beam_search(vlm, image_root, max_new):
     """G=1, B=5: our search returns HF `generate(num_beams=5, num_return_sequences=5)` exactly
     (same token ids, same `sequences_scores`), with the same stop ids and suppressed tokens."""
     enc = _inputs(vlm, image_root)
-    spec = _spec(vlm, num_beams=5, num_groups=1, diversity_penalty=0.0, max_new_tokens=max_new)
+    spec = _spec(vlm, num_beams=5, num_beam_groups=1, diversity_penalty=0.0, max_new_tokens=max_new)
     ours = group_beam_search(vlm.model, [enc["input_ids"][0].tolist()], enc["pixel_values"], spec)[0]
     hf = vlm.model.generate(**enc, num_beams=5, num_return_sequences=5, max_new_tokens=max_new,
                             eos_token_id=list(spec.stop_ids), suppress_tokens=list(spec.suppress_ids),
@@ -72,7 +72,7 @@ def test_one_group_equals_transformers_beam_search(vlm, image_root, max_new):
 def test_zero_penalty_groups_all_equal_greedy(vlm, image_root):
     """5 groups of 1 beam with penalty 0 are 5 independent greedy searches: all equal HF greedy."""
     enc = _inputs(vlm, image_root)
-    spec = _spec(vlm, num_beams=5, num_groups=5, diversity_penalty=0.0, max_new_tokens=10)
+    spec = _spec(vlm, num_beams=5, num_beam_groups=5, diversity_penalty=0.0, max_new_tokens=10)
     ours = group_beam_search(vlm.model, [enc["input_ids"][0].tolist()], enc["pixel_values"], spec)[0]
     greedy = vlm.model.generate(**enc, do_sample=False, num_beams=1, max_new_tokens=10,
                                 eos_token_id=list(spec.stop_ids), suppress_tokens=list(spec.suppress_ids),
@@ -85,7 +85,7 @@ def test_diversity_penalty_makes_groups_differ(vlm, image_root):
     """Penalty 3.0 on a near-uniform random model (token log-probs within ~1 nat of each other):
     every group's first token is pushed off the tokens earlier groups chose, so the 5 first tokens differ."""
     enc = _inputs(vlm, image_root)
-    spec = _spec(vlm, num_beams=5, num_groups=5, diversity_penalty=3.0, max_new_tokens=10)
+    spec = _spec(vlm, num_beams=5, num_beam_groups=5, diversity_penalty=3.0, max_new_tokens=10)
     ours = group_beam_search(vlm.model, [enc["input_ids"][0].tolist()], enc["pixel_values"], spec)[0]
     assert sorted(h.group for h in ours) == [0, 1, 2, 3, 4]
     assert len({h.ids[0] for h in ours}) == 5

@@ -31,7 +31,7 @@ def _search_spec(m: dict, search: dict | None = None):
     search = search or {"num_beams": 5, "num_beam_groups": 5, "diversity_penalty": 3.0}
     # generate() with pad_token_id None pads (and feeds the Hamming penalty) with the first eos id
     pad = m["pad"] if m["pad"] is not None else m["stop"]
-    return SearchSpec(num_beams=search["num_beams"], num_groups=search["num_beam_groups"],
+    return SearchSpec(num_beams=search["num_beams"], num_beam_groups=search["num_beam_groups"],
                       diversity_penalty=search["diversity_penalty"], length_penalty=m["length_penalty"],
                       max_new_tokens=m["max_new_tokens"], stop_ids=(m["stop"],), pad_id=pad)
 

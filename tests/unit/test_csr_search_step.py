@@ -40,7 +40,7 @@ def _run(spec, transform, normalized, nodes=4):
 
 
 def test_log_probs_in_step_exactly_as_logits():
-    spec = SearchSpec(num_beams=4, num_groups=2, diversity_penalty=1.0, max_new_tokens=6, stop_ids=(3,),
+    spec = SearchSpec(num_beams=4, num_beam_groups=2, diversity_penalty=1.0, max_new_tokens=6, stop_ids=(3,),
                       suppress_ids=(5, 7), pad_id=0)
     raw = _run(spec, lambda x: x, normalized=False)
     fed = _run(spec, lambda x: torch.log_softmax(x, -1), normalized=True)
@@ -51,7 +51,7 @@ def test_log_probs_in_step_exactly_as_logits():
 def test_top_n_log_probs_run_and_suppression_still_applies():
     """-inf outside each row's top 8 (and 5 among its best, then suppressed): every hypothesis is finite
     and made of top-N tokens only, none suppressed."""
-    spec = SearchSpec(num_beams=5, num_groups=5, diversity_penalty=3.0, max_new_tokens=5, stop_ids=(3,),
+    spec = SearchSpec(num_beams=5, num_beam_groups=5, diversity_penalty=3.0, max_new_tokens=5, stop_ids=(3,),
                       suppress_ids=(5,), pad_id=0)
 
     def top_n(x):

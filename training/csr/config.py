@@ -22,6 +22,7 @@ from typing import Any, Literal
 from evalsuite.config import check_fields, opt
 from evalsuite.engines.vllm_process import VllmOptions
 from evalsuite.errors import UserError
+from evalsuite.gen_settings import GroupBeamSettings, own_defaults
 from evalsuite.models.inputs import IMAGE_ASPECTS, MOVED_TO_INPUTS, InputConfig
 from evalsuite.run_config import EvalConfig
 
@@ -49,23 +50,21 @@ OWNED_SWITCHES = ("train.method", "train.dataset_name", "train.save_merged")
 EARLIER_PAIRS = {"tie_order": "node_id"}
 
 
-@dataclass
-class TreeConfig:
+@dataclass(frozen=True)
+@own_defaults(notes={"num_beams": "group_beam: {}; the children of a node", "num_beam_groups": "group_beam: {}",
+                     "diversity_penalty": "group_beam: {}", "length_penalty": "group_beam: {}",
+                     "temperature": "sample: {}", "top_p": "sample: {}"})
+class TreeConfig(GroupBeamSettings):
     """Sentence-level search (docs/csr-method.md §2, §10.1.2). Defaults are the released code's; every
     switch naming our change, and what the released code does there, is in docs/csr-fidelity.md; the
     engines (pool, reference, vllm: the same trees) in docs/csr-engine.md. A field only another expander,
-    stop rule or engine reads is refused on the command line and warned about from a preset (`unread`)."""
+    stop rule or engine reads is refused on the command line and warned about from a preset (`unread`).
+    The generation settings (max_new_tokens, beams, groups, penalties, temperature, top_p) are declared in
+    evalsuite/gen_settings.py; this class adds which expander reads each to their help."""
 
     expander: Literal["group_beam", "sample"] = opt(
         "group_beam", "how a node's next sentences are drawn: diverse group beam search (the paper's) or sampling")
-    num_beams: int = opt(5, "group_beam: beams (children per node)", ge=1)
-    num_beam_groups: int = opt(5, "group_beam: beam groups (5 of 5 = one beam per group); divides num_beams", ge=1)
-    diversity_penalty: float = opt(3.0, "group_beam: Hamming diversity penalty between groups", ge=0)
-    length_penalty: float = opt(1.0, "group_beam: length penalty of the beam scores")
     num_samples: int = opt(5, "sample: draws (children per node)", ge=1)
-    temperature: float = opt(1.0, "sample: sampling temperature", gt=0)
-    top_p: float = opt(1.0, "sample: nucleus sampling mass", gt=0, le=1)
-    max_new_tokens: int = opt(70, "token cap of one sentence", ge=1)
     stop: Literal["released", "sentence_marks"] = opt(
         "released", "where a sentence ends: at the '.' token (released: EOS does not stop, the branch runs on to "
         "its '.' and is final) or at any of sentence_end or EOS")
@@ -104,11 +103,11 @@ class TreeConfig:
         None, "image preparation of generation and LM scoring: crop (the released sampler's), pad, or null = "
               "inputs.image_aspect")
 
+    SECTION = "tree"
+
     def __post_init__(self) -> None:
-        w = "tree"
-        check_fields(self, w)
-        _check(self.num_beams % self.num_beam_groups == 0, f"{w}.num_beam_groups",
-               f"must divide num_beams ({self.num_beams})")
+        super().__post_init__()   # declared choices and ranges; num_beam_groups divides num_beams
+        w = self.SECTION
         _check(any(getattr(self, n) is not None for n in ("max_chars", "max_response_tokens", "max_depth")),
                f"{w}.max_chars",
                "at least one of max_chars, max_response_tokens, max_depth must be set (else a tree may never end)")

@@ -54,8 +54,7 @@ def hf_expander(rules: TreeRules) -> Expander:
         if cfg.expander == "group_beam":
             return group_beam_search(model, contexts, features, rules.spec)
         keys = [f"{p.tree.id}/{nid}" for p, nid in chunk]
-        return sample_search(model, contexts, features, rules.spec, cfg.num_samples, keys,
-                             seed=cfg.seed, temperature=cfg.temperature, top_p=cfg.top_p)
+        return sample_search(model, contexts, features, rules.spec, cfg.num_samples, keys, seed=cfg.seed)
 
     return expand
 

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from evalsuite.gen_settings import GroupBeamSettings, shared
 from training.csr.clean import junk_reason
 from training.csr.config import TreeConfig
 
@@ -182,9 +183,7 @@ class TreeRules:
         pad = tok.pad_token_id if tok.pad_token_id is not None else stops[0]
         self.pad_id = tok.pad_token_id
         self.image_id = tok.convert_tokens_to_ids(vlm.inputs.image_token)  # a str even where the processor holds an AddedToken
-        self.spec = SearchSpec(num_beams=cfg.num_beams, num_groups=cfg.num_beam_groups,
-                               diversity_penalty=cfg.diversity_penalty, length_penalty=cfg.length_penalty,
-                               max_new_tokens=cfg.max_new_tokens, stop_ids=tuple(stops),
+        self.spec = SearchSpec(**shared(cfg, GroupBeamSettings), stop_ids=tuple(stops),
                                suppress_ids=tuple(suppress), pad_id=pad, response_fill=response_fill(vlm))
 
     def start(self, record: dict) -> Prompt:

@@ -30,6 +30,7 @@ from typing import Sequence
 import torch
 
 from evalsuite.engines.seeds import stable_seed
+from evalsuite.gen_settings import GroupBeamSettings
 
 NEG = -1.0e9
 
@@ -44,12 +45,10 @@ class Hyp:
 
 
 @dataclass(frozen=True)
-class SearchSpec:
-    num_beams: int = 5
-    num_groups: int = 5
-    diversity_penalty: float = 3.0
-    length_penalty: float = 1.0
-    max_new_tokens: int = 70
+class SearchSpec(GroupBeamSettings):
+    """The search of one node: the generation settings (evalsuite/gen_settings.py; training/csr/rules.py takes
+    them from the tree config) and the token ids the tree rules resolved."""
+
     stop_ids: tuple[int, ...] = ()
     suppress_ids: tuple[int, ...] = ()
     pad_id: int = 0
@@ -149,10 +148,8 @@ class GroupBeams:
     FIELDS = ("t", "run_score", "run_tok", "fin_score", "fin_tok", "fin_len", "fin_set", "fin_ord", "open_")
 
     def __init__(self, spec: SearchSpec, device):
-        if spec.max_new_tokens < 1:
-            raise ValueError(f"SearchSpec.max_new_tokens must be >= 1, got {spec.max_new_tokens}")
-        self.spec, self.device = spec, device
-        G, B = spec.num_groups, spec.num_beams
+        self.spec, self.device = spec, device   # its ranges checked when it was built (gen_settings.py)
+        G, B = spec.num_beam_groups, spec.num_beams
         self.G, self.B, self.S = G, B, B // G
         self.T = spec.max_new_tokens
         self.K = max(2, 1 + len(spec.stop_ids)) * self.S
@@ -317,8 +314,7 @@ def _collect(score: torch.Tensor, toks: torch.Tensor, lens: torch.Tensor, order:
 
 @torch.inference_mode()
 def sample_search(model, contexts: Sequence[Sequence[int]], features, spec: SearchSpec,
-                  num_samples: int, keys: Sequence[str], seed: int = 0, temperature: float = 1.0,
-                  top_p: float = 1.0) -> list[list[Hyp]]:
+                  num_samples: int, keys: Sequence[str], seed: int = 0) -> list[list[Hyp]]:
     """`num_samples` sampled continuations per context, each scored by its mean token log-prob.
 
     Each row draws from its own generator seeded by (seed, context key, sample index), so a context
@@ -335,7 +331,7 @@ def sample_search(model, contexts: Sequence[Sequence[int]], features, spec: Sear
     alive = torch.arange(n * k)  # rows still in `batch`, in batch order
     for t in range(T):
         lp = _log_probs(batch.logits, suppress).cpu()
-        probs = _filtered_probs(lp, temperature, top_p)
+        probs = _filtered_probs(lp, spec.temperature, spec.top_p)
         u = torch.tensor([torch.rand(1, generator=gens[r]).item() for r in alive.tolist()])
         cdf = probs.cumsum(-1)
         token = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None]).squeeze(1).clamp(max=lp.shape[-1] - 1)

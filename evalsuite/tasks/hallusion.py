@@ -192,7 +192,7 @@ class HallusionTask:
         items = []
         for i, rec in asked[: ctx.limit]:
             path = image_path(root, rec, i)
-            items.append({**rec, "index": i, "id": rec["key"], "path": str(path), "prompt": rec["question"],
+            items.append({**rec, "index": i, "id": i, "path": str(path), "prompt": rec["question"],
                           "image_sha": file_sha256(path)[:16]})
         judge = Judge.resolve(ctx.judge, "hallusion")
         prompt_version = PROMPT_VERSION[opts.mode]
@@ -229,8 +229,10 @@ class HallusionTask:
         mode = plan.config["mode"]
         items, judge = plan.state["items"], plan.state["judge"]
         version = PROMPT_VERSION[mode]
-        samples = [{**a, **{f: it[f] for f in (*ID_FIELDS, "visual_input", "question", "gt_answer_details",
-                                                "gt_answer", "filename")}} for it, a in zip(items, answers)]
+        # key: the record's index in the file (the answers' key); record: its released ids joined
+        samples = [{**a, "record": it["key"], **{f: it[f] for f in (*ID_FIELDS, "visual_input", "question",
+                                                                     "gt_answer_details", "gt_answer", "filename")}}
+                   for it, a in zip(items, answers)]
         stats = {"asked": 0, "cached": 0}
         with judge.session():
             if mode == "judge":

@@ -7,8 +7,8 @@ Data: the released HallusionBench.json (a list of {category, subcategory, visual
 sample_note, question_id, question, gt_answer_details, gt_answer, filename}); the image of a record is
 IMAGE_ROOT/<filename> (the released relative path, ./hallusion_bench/VD/ocr/0_0.png: IMAGE_ROOT is the
 folder holding hallusion_bench/). Records with visual_input 0 (no image) are not asked: lmms-eval's
-hallusion_bench_image (its `image` split) and VLMEvalKit's HallusionBench.tsv hold only the questions with
-an image, and both variants' numbers are over those (extra.no_image_skipped counts them). The model under
+hallusion_bench_image scores the dataset's `image` split, the questions with an image, and VLMEvalKit
+sends every row with its image (extra.no_image_skipped counts them). The model under
 test answers the question as it is (both released tasks add no instruction).
 
 Modes (evalsuite/metrics/hallusion.py holds the rules):

@@ -152,8 +152,8 @@ def mark_groups(samples: list[dict], mode: str) -> None:
 
 
 def released_scores(samples: Iterable[dict], mode: str) -> dict[str, float]:
-    """{aAcc, fAcc, qAcc} in percent, straight from the released definitions (no per-sample rows): the
-    check on the per-sample form, and the numbers of a category's subset."""
+    """{aAcc, fAcc, qAcc} in percent of non-empty `samples`, straight from the released definitions (no
+    per-sample rows): what the released code returns, beside the values computed from the rows."""
     samples = list(samples)
     figs: dict[str, list[bool]] = {}
     qs: dict[str, list[bool]] = {}
@@ -162,6 +162,8 @@ def released_scores(samples: Iterable[dict], mode: str) -> dict[str, float]:
         if k is not None:
             figs.setdefault(k, []).append(bool(s["correct"]))
         qs.setdefault(question_key(s, mode), []).append(bool(s["correct"]))
-    return {"aAcc": 100 * sum(bool(s["correct"]) for s in samples) / len(samples),
-            "fAcc": 100 * sum(all(v) for v in figs.values()) / len(figs),
-            "qAcc": 100 * sum(all(v) for v in qs.values()) / len(qs)}
+    out = {"aAcc": 100 * sum(bool(s["correct"]) for s in samples) / len(samples),
+           "qAcc": 100 * sum(all(v) for v in qs.values()) / len(qs)}
+    if figs:    # only VS figure-0 questions (judge mode): no figure to score
+        out["fAcc"] = 100 * sum(all(v) for v in figs.values()) / len(figs)
+    return out

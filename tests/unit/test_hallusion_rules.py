@@ -129,3 +129,10 @@ def test_metric_rows_pair_by_group():
     assert samples[0]["values"]["fAcc"] == [0.0, 1.0] and "fAcc" not in samples[1]["values"]
     assert samples[0]["values"]["qAcc"] == [100.0, 1.0] and samples[1]["values"]["qAcc"] == [0.0, 1.0]
     assert {m.name for m in METRICS} >= {"aAcc", "fAcc", "qAcc", "aAcc_VD", "fAcc_VS", "unparsable_rate"}
+
+
+def test_no_figure_only_has_no_fAcc():
+    samples = [_s("VS", "map", "0", "0", "0", True), _s("VS", "map", "0", "0", "1", False)]
+    assert hb.released_scores(samples, "judge") == {"aAcc": 50.0, "qAcc": 50.0}   # two questions, one right
+    got = summarize(samples, "judge")
+    assert "fAcc" not in got and "fAcc_VS" not in got and got["aAcc_VS"] == 50.0

@@ -152,8 +152,7 @@ def load_records(path: str | Path) -> list[dict]:
 def image_path(root: Path, rec: dict, index: int) -> Path:
     from evalsuite.files import safe_join
 
-    rel = rec["filename"].strip()
-    rel = rel[2:] if rel.startswith("./") else rel
+    rel = rec["filename"].strip().removeprefix("./")
     path = safe_join(root, rel, field=f"hallusion.data: record {index}: filename")
     if not path.is_file():
         raise UserError(f"hallusion.image_root: {path}: no such file (record {index}, filename {rec['filename']!r})")

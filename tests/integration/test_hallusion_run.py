@@ -26,8 +26,8 @@ def hb_data(world_dir, tmp_path) -> tuple[Path, Path, list[dict]]:
     images = sorted(coco["images"], key=lambda im: im["id"])[:4]
     present = {im["id"]: {names[a["category_id"]] for a in coco["annotations"] if a["image_id"] == im["id"]}
                for im in images}
-    first = sorted(present[images[0]["id"]])[0]
-    absent = sorted(set(names.values()) - present[images[0]["id"]])[0]
+    first = min(present[images[0]["id"]])
+    absent = min(set(names.values()) - present[images[0]["id"]])
     root = tmp_path / "hb"
     records = []
     layout = [("VD", "figure", [("0", "1", images[0]), ("1", "2", images[1])]),

@@ -16,7 +16,8 @@ from tests.judge_fake import FakeJudge
 
 
 def main(cases_path: str, out_path: str) -> None:
-    cases = json.load(open(cases_path))
+    with open(cases_path) as f:
+        cases = json.load(f)
     by_prompt_key = {(c["question"], c["gt_answer_details"]): c for c in cases}
 
     def reply(messages):
@@ -41,13 +42,15 @@ def main(cases_path: str, out_path: str) -> None:
             values[metric] = fn([r[metric] for r in per_metric], args)
         saved = []
         for part in ("vd", "vs"):
-            saved += json.load(open(f"{tmp}/gpt_response/hallusion_output_{part}_model.json"))
+            with open(f"{tmp}/gpt_response/hallusion_output_{part}_model.json") as f:
+                saved += json.load(f)
         prompts = [r["messages"][-1]["content"] for r in fake.requests]
         out = {"values": values, "requests": len(fake.requests), "max_tokens": fake.requests[0]["max_tokens"],
                "prompts": prompts,
                "codes": [{k: s[k] for k in ("category", "subcategory", "set_id", "figure_id", "question_id",
                                             "gpt4v_output_gpt_check")} for s in saved]}
-    json.dump(out, open(out_path, "w"), indent=1, ensure_ascii=False)
+    with open(out_path, "w") as f:
+        json.dump(out, f, indent=1, ensure_ascii=False)
     print(json.dumps(values))
 
 

@@ -14,7 +14,6 @@ import sys
 import tempfile
 
 import pandas as pd
-
 from vlmeval.dataset.utils.yorn import Hallusion_rating, YOrN_auxeval, YOrN_Extraction
 
 
@@ -39,7 +38,8 @@ EXTRACTION = [
 
 
 def main(cases_path: str, out_path: str) -> None:
-    cases = json.load(open(cases_path))
+    with open(cases_path) as f:
+        cases = json.load(f)
     index = ["_".join([c["category"], c["subcategory"], c["visual_input"], c["set_id"], c["figure_id"],
                        c["question_id"]]) for c in cases]
     data = pd.DataFrame({"index": index, "question": [c["question"] for c in cases],
@@ -64,7 +64,8 @@ def main(cases_path: str, out_path: str) -> None:
            "extraction": [[t, YOrN_Extraction(t)] for t in EXTRACTION],
            "rows": [{"index": k, "rule": first[k], "extracted": ans_map[k], "judge_calls": calls.get(k, [])}
                     for k in data["index"]]}
-    json.dump(out, open(out_path, "w"), indent=1, ensure_ascii=False)
+    with open(out_path, "w") as f:
+        json.dump(out, f, indent=1, ensure_ascii=False)
     print(table.to_string())
 
 

@@ -151,7 +151,7 @@ class EvalSettings:
     inputs: InputConfig = opt(help="prompt and image settings of every request (part of every result's identity)",
                               factory=InputConfig)
     gen: GenOptions = opt(help="decoding of evalsuite's own tasks", factory=GenOptions)
-    judge: JudgeConfig = opt(help="the LLM judge of judged tasks (mmhal): --judge MODEL_DIR, or --judge URL "
+    judge: JudgeConfig = opt(help="the LLM judge of judged tasks (mmhal, hallusion): --judge MODEL_DIR, or --judge URL "
                                   "--judge-model NAME (docs/judge.md)", factory=JudgeConfig)
     engine: Literal["hf", "vllm"] = opt("hf", "what generates answers: transformers, or a vLLM worker in its own "
                                          "environment (make vllm-env; docs/engines.md); part of results' identity")

@@ -19,6 +19,8 @@ def main(args) -> int:
         print(f"{name:12s} lmms-eval  {local.lmms_task}: {local.about}, local data from --data-root")
     print("(mmhal needs its own data, mmhal.data=response_template.json mmhal.image_root=DIR, and a judge: "
           "--judge MODEL_DIR or --judge URL --judge-model NAME; docs/judge.md)")
+    print("(hallusion needs its own data, hallusion.data=HallusionBench.json hallusion.image_root=DIR, and a judge; "
+          "hallusion.mode=judge (lmms-eval's scoring, default) or rule (VLMEvalKit's); docs/judge.md)")
     print("(any other lmms-eval task, group or tag runs through lmms-eval's evaluator; map its data with "
           "lmms.data.<task> in the eval config)")
     print(f"yamls for `lmms-eval --include_path`: {YAML_DIR}")

@@ -1,4 +1,5 @@
-"""An LLM judge for judged tasks (mmhal): a local model served by `vllm serve`, or any OpenAI-compatible server.
+"""An LLM judge for judged tasks (mmhal, hallusion): a local model served by `vllm serve`, or any
+OpenAI-compatible server.
 
     config.py   JudgeConfig, the `judge:` section (--judge PATH|URL, --judge-model NAME)
     client.py   the chat-completions client: bounded concurrency, bounded retries, a reply size cap

@@ -40,6 +40,9 @@ class Judge:
     identity: dict
     python: str | None = None       # the vLLM environment of a local judge
     stats: dict = field(default_factory=lambda: {"asked": 0, "cached": 0})
+    # inside session(): the open server (client, model) its ask() calls share, started on first need
+    _session: object = field(default=None, repr=False, compare=False)
+    _held: tuple | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def resolve(cls, cfg: JudgeConfig | None, where: str) -> "Judge":
@@ -99,15 +102,36 @@ class Judge:
             shown["source"] = str(self.config.model)
         return shown
 
+    def session(self):
+        """A context in which ask() calls share one judge server (a local judge starts once, when first
+        needed, and stops when the context ends): for a task that asks again for some replies."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def ctx():
+            with contextlib.ExitStack() as stack:
+                self._session, self._held = stack, None
+                try:
+                    yield self
+                finally:
+                    self._session, self._held = None, None
+
+        return ctx()
+
     def ask(self, requests: list[list[dict]], cache_root: Path | None, task: str, prompt_version: str,
-            log_dir: Path | None) -> list[dict]:
+            log_dir: Path | None, temperature: float | None = None) -> list[dict]:
         """One reply {"content", "model"} per request (a list of chat messages), in order: cached replies
-        first, the rest asked concurrently, each stored as soon as it arrives."""
+        first, the rest asked concurrently, each stored as soon as it arrives. `temperature` replaces the
+        judge's for these requests (and is part of their cache keys)."""
+        import contextlib
+
         from evalsuite.identity import digest
         from evalsuite.models.cache import ResponseCache
 
         judge_key = self.key(prompt_version)
-        keys = [digest([judge_key, messages], 64) for messages in requests]
+        # keys without a temperature override are those of the judge's own temperature (as before overrides)
+        keys = [digest([judge_key, messages] if temperature is None else [judge_key, messages, float(temperature)], 64)
+                for messages in requests]
         cache = ResponseCache(Path(cache_root) / "judge", judge_key, task) if cache_root else None
         replies: dict[int, dict] = {}
         if cache is not None:
@@ -117,11 +141,15 @@ class Judge:
         if replies:
             log.info("%s: %d of %d judgments taken from the cache, %d to ask", task, len(replies), len(keys), len(todo))
         if todo:
-            with self._serving(log_dir) as (client, model):
+            if self._session is not None and self._held is None:
+                self._held = self._session.enter_context(self._serving(log_dir))
+            with (contextlib.nullcontext(self._held) if self._held is not None else self._serving(log_dir)) \
+                    as (client, model):
                 cfg = self.config
+                temp = cfg.temperature if temperature is None else float(temperature)
 
                 def one(j: int) -> dict:
-                    return client.chat(model, requests[todo[j]], cfg.temperature, cfg.max_tokens)
+                    return client.chat(model, requests[todo[j]], temp, cfg.max_tokens)
 
                 def done(j: int, reply: dict) -> None:
                     i = todo[j]

@@ -23,6 +23,7 @@ TASKS: dict[str, str] = {
     "amber_g": "evalsuite.tasks.amber:AmberGenerativeTask",
     "caption": "evalsuite.tasks.caption:CaptionTask",
     "chair": "evalsuite.tasks.chair:ChairTask",
+    "hallusion": "evalsuite.tasks.hallusion:HallusionTask",
     "mmhal": "evalsuite.tasks.mmhal:MmhalTask",
     "relevance": "evalsuite.tasks.relevance:RelevanceTask",
 }

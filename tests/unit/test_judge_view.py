@@ -8,50 +8,7 @@ import pytest
 
 from evalsuite.store import Store
 from evalsuite.store.compare import JUDGE_DIFFERS, compare, judge_label, split_judge
-from evalsuite.tasks.metric_spec import score, specs_extra
-from evalsuite.tasks.mmhal import METRICS as MMHAL_METRICS
-from evalsuite.types import MetricValue, TaskResult
-
-WEIGHTS_A = "a1b2c3d4e5f60718"
-JUDGE_A = {"kind": "local", "weights": WEIGHTS_A, "prompt_files": "p0", "server": "vllm-0.11",
-           "serve_args": [], "temperature": 0.0, "max_tokens": 512}
-JUDGE_B = {"kind": "server", "model": "judge-<b>", "served": {"id": "judge-<b>", "root": "/m/qwen"},
-           "temperature": 0.0, "max_tokens": 512}
-SOURCE_A = "/judges/qwen-judge-a/"
-
-
-def mmhal_result(ratings: list[int], judge: dict, source: str) -> TaskResult:
-    """An mmhal result as the task stores it: ratings per question (two question types), the judge in the
-    identity (with the prompt version) and its description in the config."""
-    samples = [{"key": str(i), "image_id": f"img{i}", "prompt": "What is shown?", "answer": "a dog",
-                "question_type": ("attribute", "counting")[i % 2], "rating": r, "parsed": True,
-                "judge_text": f"rating: {r}"} for i, r in enumerate(ratings)]
-    metrics = score(samples, MMHAL_METRICS, n_boot=200, seed=0)
-    identity = {"data": "d0", "images": "i0", "n": len(samples), "judge": {**judge, "prompt": "mmhal-llava-rlhf-1"}}
-    return TaskResult("mmhal", "1", metrics, samples=samples, config={"judge": {**judge, "source": source}},
-                      identity=identity, extra={"metric_specs": specs_extra(MMHAL_METRICS)})
-
-
-def chair_plain(v: float) -> TaskResult:
-    return TaskResult("chair", "1", [MetricValue("CHAIRs", v, False, 8, v - 0.05, v + 0.05)], identity={"n": 8})
-
-
-def judged_store(tmp_path) -> Store:
-    """Lineage c0 -> c1 -> c2. mmhal: c0 and c1 judged by local judge A (mean 2.0 -> 3.0 over 8 questions,
-    every rating +1), c1 also by server judge B, c2 by judge B only; chair (no judge) in every one."""
-    store = Store(tmp_path / "s")
-    base = [2, 1, 3, 2, 2, 1, 3, 2]
-    runs = {0: [("A", base)], 1: [("A", [r + 1 for r in base]), ("B", [r + 2 for r in base])],
-            2: [("B", [r + 3 for r in base])]}
-    for it, judged in runs.items():
-        for which, ratings in judged:
-            judge, source = (JUDGE_A, SOURCE_A) if which == "A" else (JUDGE_B, "http://127.0.0.1:8000/v1")
-            store.write_run({"ckpt": f"/c/{it}", "ckpt_hash": f"h{it}", "iteration": it,
-                             "parent": f"/c/{it - 1}" if it else None},
-                            [mmhal_result(ratings, judge, source)] + ([chair_plain(0.5 - 0.1 * it)] if which == "A"
-                                                                      or it == 2 else []))
-    return store
-
+from tests.report_data import JUDGE_A, JUDGE_B, SOURCE_A, judged_store, mmhal_result
 
 def test_split_judge_finds_the_judge_at_any_level_and_labels_are_short():
     assert split_judge({"n": 1, "judge": {"kind": "local"}}) == ({"kind": "local"}, {"n": 1})

@@ -125,6 +125,11 @@ def headline(rows: list[dict], ckpts: list[dict]) -> dict | None:
                  "from": b["value"], "to": c["value"], "delta": c["delta"], "dci": c["dci"],
                  "method": c["method"], "n_paired": c["n_paired"], "arrow": ARROW.get(r["direction"], "")}
         out[c["cls"] if c["cls"] in out else "noci"].append(entry)
+    # judged metrics the last checkpoint has only under another judge than the base's: named, not compared
+    out["judge_differs"] = [{"name": r["label"] + (f" [{r['setup']}]" if r["setup"] else ""), "task": r["task"],
+                             "judge": r["judge"], "base_judge": c["base_judge"]}
+                            for r in rows for c in r["cells"]
+                            if c is not None and c["note"] and c["raw"]["checkpoint"] == last_name]
     out["sentence"] = headline_sentence(out)
     return out
 

@@ -379,5 +379,8 @@ def test_judged_rows_name_their_judge_and_never_pair_two_judges(tmp_path):
     assert "Δ +1.000" in row_a and "judge differs" not in row_a
     assert row_b.count("Δ judge differs") == 2 and "(base: qwen-judge-a@a1b2c3d4)" in row_b
     assert not re.search(r"Δ [+-]\d", row_b)
+    head = section(html, "headline")
+    assert "From <b>0</b> to <b>1</b>" in head and "Not compared, the base was scored by another judge: " \
+        "score [judge=&#39;&lt;script&gt;document" in head and "base: qwen-judge-a@a1b2c3d4)" in head
     chair = re.search(r'<tr data-metric="CHAIRs".*?</tr>', summary, flags=re.S).group(0)
     assert "tag judge" not in chair and "Δ -0.200" in chair

@@ -177,7 +177,8 @@ def iteration_plots(tidy, rows: list[dict], ckpts: list[dict]) -> list[dict]:
         r = shown.get((key, setup))
         if r is None:
             continue
-        title = (f"{key} [{setup}]" if setup else key) + (f" judge {r['judge']}" if r["judge"] else "")
+        named = r["judge"] and r["judge"] not in (setup or "")   # a setup label may already name the judge
+        title = (f"{key} [{setup}]" if setup else key) + (f" judge {r['judge']}" if named else "")
         also = f"= {' = '.join(r['also'])} (equal values)" if r["also"] else ""
         out.append({"key": title, "also": also, "svg": metric_plot(title, _points(g, ckpts), r["direction"])})
     return out

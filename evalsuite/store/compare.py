@@ -108,8 +108,17 @@ def with_judges(tidy, run_meta: list[dict] | None = None):
     from evalsuite.identity import digest
     from evalsuite.store.table import _num
 
+    out = tidy.copy()
+    out.attrs.update(tidy.attrs)
+    setups = dict(zip(tidy["eval_key"].tolist(), tidy["eval_setup"].tolist()))
+    if not any(split_judge(v)[0] is not None for v in setups.values() if isinstance(v, dict)):
+        out["judge"], out["delta_note"], out["base_judge"] = None, "", None    # nothing judged: nothing to do
+        return out
     meta_of = {m["run_id"]: m for m in run_meta or []}
-    rows = tidy.to_dict("records")
+    cols = ("checkpoint", "ckpt_id", "run_id", "metric_key", "task", "eval_key", "eval_setup", "base", "is_base",
+            "delta", "setup")
+    # only the columns read: a whole-frame to_dict costs seconds at thousands of runs
+    rows = [dict(zip(cols, vals)) for vals in zip(*(tidy[c].tolist() for c in cols))]
     of_key: dict = {}       # eval_key -> (judge digest or None, judge, the rest of the setup's digest)
     for r in rows:
         if r["eval_key"] not in of_key:
@@ -145,10 +154,8 @@ def with_judges(tidy, run_meta: list[dict] | None = None):
                   if labels[k] != labels[i]]
         if theirs:
             notes[i], base_judges[i] = JUDGE_DIFFERS, ", ".join(dict.fromkeys(t or "no judge" for t in theirs))
-    out = tidy.copy()
     out["judge"], out["delta_note"], out["base_judge"] = labels, notes, base_judges
     out["setup"] = _judge_setups(rows, of_key, label_of, meta_of, judged_tasks)
-    out.attrs.update(tidy.attrs)
     return out
 
 

@@ -237,7 +237,8 @@ def _sections(tidy, table, records, records_of, meta_of, metas, keep, notes, *, 
     train_tidy = tidy[tidy["task"] == csr.TRAIN_TASK]
     ctx["training"] = csr.training_section(train_tidy, _present(all_ckpts, train_tidy), records)
     ctx["relevance_density"] = relevance_density(samples, eval_tidy, shown)
-    view = build_view(samples, of_run, shown, max_images, roots, notes)
+    judges = dict(zip(tidy["eval_key"], tidy["judge"])) if "judge" in tidy.columns else {}
+    view = build_view(samples, of_run, shown, max_images, roots, notes, judges=judges)
     qa = build_qa(records_of, eval_tidy[eval_tidy["ckpt_id"].isin(shown_ids)], shown, max_questions)
     ctx["browsed"] = {"shown": [c["name"] for c in shown], "total": len(ctx["ckpts"]),
                       "left_out": left_out_text(picked.get("left_out", [])), "max": picked.get("max")}

@@ -5,8 +5,10 @@ the small sorting/paging/filtering script are inlined. Sections: a headline (bas
 which changes are significant), the summary table (report/summary.py), metrics across iterations, per-object hallucination
 (report/objects.py), CSR
 pairs and DPO training curves (report/csr.py), relevance densities, the caption browser
-(report/samples.py), the question browser for POPE/MME (report/qa.py), provenance. Every string from the store (answers, prompts, paths,
-configs) goes through Jinja's autoescape; the script only moves and hides existing elements.
+(report/samples.py), the question browser for POPE/MME (report/qa.py), provenance. Judged results carry
+their judge everywhere (store/compare.py `with_judges`: summary tags, "judge differs" cells, the judge
+replies in the browser). Every string from the store (answers, prompts, paths, configs, judge names and
+replies) goes through Jinja's autoescape; the script only moves and hides existing elements.
 """
 from __future__ import annotations
 

@@ -176,3 +176,48 @@ def demo_store(root: Path, n_images: int = 10, payload: str | None = None) -> St
         if it:
             store.write_run({**meta, "run_id": f"train-{it}"}, [train_result(it)])
     return store
+
+
+# MMHal-Bench results scored by two judges (store.compare.with_judges)
+WEIGHTS_A = "a1b2c3d4e5f60718"
+JUDGE_A = {"kind": "local", "weights": WEIGHTS_A, "prompt_files": "p0", "server": "vllm-0.11",
+           "serve_args": [], "temperature": 0.0, "max_tokens": 512}
+JUDGE_B = {"kind": "server", "model": "judge-<b>", "served": {"id": "judge-<b>", "root": "/m/qwen"},
+           "temperature": 0.0, "max_tokens": 512}
+SOURCE_A = "/judges/qwen-judge-a/"
+
+
+def mmhal_result(ratings: list[int], judge: dict, source: str, reply: str = "") -> TaskResult:
+    """An mmhal result as the task stores it: ratings per question (two question types), the judge in the
+    identity (with the prompt version) and its description in the config."""
+    from evalsuite.tasks.mmhal import METRICS as MMHAL_METRICS
+
+    samples = [{"key": str(i), "image_id": f"img{i}", "prompt": "What is shown?", "answer": "a dog",
+                "question_type": ("attribute", "counting")[i % 2], "rating": r, "parsed": True,
+                "judge_text": f"{reply}rating: {r}"} for i, r in enumerate(ratings)]
+    metrics = score(samples, MMHAL_METRICS, n_boot=200, seed=0)
+    identity = {"data": "d0", "images": "i0", "n": len(samples), "judge": {**judge, "prompt": "mmhal-llava-rlhf-1"}}
+    return TaskResult("mmhal", "1", metrics, samples=samples, config={"judge": {**judge, "source": source}},
+                      identity=identity, extra={"metric_specs": specs_extra(MMHAL_METRICS)})
+
+
+def chair_plain(v: float) -> TaskResult:
+    return TaskResult("chair", "1", [MetricValue("CHAIRs", v, False, 8, v - 0.05, v + 0.05)], identity={"n": 8})
+
+
+def judged_store(tmp_path, judge_b: dict = JUDGE_B, reply_b: str = "") -> Store:
+    """Lineage c0 -> c1 -> c2. mmhal: c0 and c1 judged by local judge A (mean 2.0 -> 3.0 over 8 questions,
+    every rating +1), c1 also by server judge B (its replies start with `reply_b`), c2 by judge B only;
+    chair (no judge) in every one."""
+    store = Store(tmp_path / "s")
+    base = [2, 1, 3, 2, 2, 1, 3, 2]
+    runs = {0: [("A", base)], 1: [("A", [r + 1 for r in base]), ("B", [r + 2 for r in base])],
+            2: [("B", [r + 3 for r in base])]}
+    for it, judged in runs.items():
+        for which, ratings in judged:
+            judge, source = (JUDGE_A, SOURCE_A) if which == "A" else (judge_b, "http://127.0.0.1:8000/v1")
+            store.write_run({"ckpt": f"/c/{it}", "ckpt_hash": f"h{it}", "iteration": it,
+                             "parent": f"/c/{it - 1}" if it else None},
+                            [mmhal_result(ratings, judge, source, reply_b if which == "B" else "")] + ([chair_plain(0.5 - 0.1 * it)] if which == "A"
+                                                                      or it == 2 else []))
+    return store

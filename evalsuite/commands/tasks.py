@@ -1,26 +1,76 @@
-"""`evalsuite tasks`: list the registered task names (no heavy imports)."""
+"""`evalsuite tasks`: list the registered task names and what each needs (no heavy imports).
+
+A task's needs come from the registry, never from a list kept here: `--data-root` when it reads it (an
+own task's `reads_data_root`, default True; every lmms-eval local task), its Options fields declared
+`required=True` (`section.field`, with the field's convenience flag), and `judge` when it reads the
+`judge:` section (`uses_judge`). The README's task table is checked against `needs` (tests/unit).
+"""
 from __future__ import annotations
+
+JUDGE = "judge"
+DATA_ROOT = "--data-root"
 
 
 def register(sub) -> None:
-    p = sub.add_parser("tasks", help="list the available tasks",
+    p = sub.add_parser("tasks", help="list the available tasks and what each needs",
                        description="List evalsuite's own tasks and the lmms-eval tasks shipped with local-data "
-                                   "yamls. Any other lmms-eval task name is also accepted by `run`.")
+                                   "yamls, each with what a run of it needs: --data-root, its required options "
+                                   "(section.field) and a judge (--judge; docs/judge.md). Any other lmms-eval "
+                                   "task name is also accepted by `run`.")
+    p.add_argument("--format", choices=["text", "json"], default="text",
+                   help="text (default): one line per task; json: [{name, kind, target, needs}]")
     p.set_defaults(func=main)
 
 
-def main(args) -> int:
-    from evalsuite.lmms import YAML_DIR
+def required_fields(options_cls, section: str) -> list[str]:
+    """`section.field` (and its flag, `--alias`) of every Options field declared `required=True`."""
+    import dataclasses
+
+    out = []
+    for f in dataclasses.fields(options_cls):
+        if f.metadata.get("required"):
+            alias = f.metadata.get("alias")
+            out.append(f"{section}.{f.name}" + (f" (--{alias.replace('_', '-')})" if alias else ""))
+    return out
+
+
+def needs(name: str) -> list[str]:
+    """What a run of task `name` needs (module doc), in the order: --data-root, options, judge."""
+    from evalsuite.tasks.registry import LMMS_LOCAL_TASKS, section_of, task_class
+
+    if name in LMMS_LOCAL_TASKS:
+        local = LMMS_LOCAL_TASKS[name]
+        return [DATA_ROOT] + ([JUDGE] if getattr(local, "uses_judge", False) else [])
+    cls = task_class(name)
+    out = [DATA_ROOT] if getattr(cls, "reads_data_root", True) else []
+    out += required_fields(cls.Options, section_of(name))
+    return out + ([JUDGE] if getattr(cls, "uses_judge", False) else [])
+
+
+def listing() -> list[dict]:
+    """Every listed task: {name, kind ("evalsuite" | "lmms-eval"), target, about, needs}."""
     from evalsuite.tasks.registry import LMMS_LOCAL_TASKS, TASKS
 
-    for name, target in TASKS.items():
-        print(f"{name:12s} evalsuite  {target}")
-    for name, local in LMMS_LOCAL_TASKS.items():
-        print(f"{name:12s} lmms-eval  {local.lmms_task}: {local.about}, local data from --data-root")
-    print("(mmhal needs its own data, mmhal.data=response_template.json mmhal.image_root=DIR, and a judge: "
-          "--judge MODEL_DIR or --judge URL --judge-model NAME; docs/judge.md)")
-    print("(hallusion needs its own data, hallusion.data=HallusionBench.json hallusion.image_root=DIR, and a judge; "
-          "hallusion.mode=judge (lmms-eval's scoring, default) or rule (VLMEvalKit's); docs/judge.md)")
+    out = [{"name": n, "kind": "evalsuite", "target": t, "about": "", "needs": needs(n)} for n, t in TASKS.items()]
+    out += [{"name": n, "kind": "lmms-eval", "target": local.lmms_task, "about": local.about, "needs": needs(n)}
+            for n, local in LMMS_LOCAL_TASKS.items()]
+    return out
+
+
+def main(args) -> int:
+    import json
+
+    from evalsuite.lmms import YAML_DIR
+
+    rows = listing()
+    if getattr(args, "format", "text") == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        what = r["target"] if r["kind"] == "evalsuite" else f"{r['target']}: {r['about']}"
+        print(f"{r['name']:12s} {r['kind']:10s} needs: {', '.join(r['needs']) or 'nothing'}  ({what})")
+    print(f"({JUDGE}: --judge MODEL_DIR (served locally with vLLM) or --judge URL --judge-model NAME; docs/judge.md. "
+          "section.field: pass as section.field=VALUE)")
     print("(any other lmms-eval task, group or tag runs through lmms-eval's evaluator; map its data with "
           "lmms.data.<task> in the eval config)")
     print(f"yamls for `lmms-eval --include_path`: {YAML_DIR}")

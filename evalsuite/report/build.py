@@ -5,8 +5,10 @@ the small sorting/paging/filtering script are inlined. Sections: a headline (bas
 which changes are significant), the summary table (report/summary.py), metrics across iterations, per-object hallucination
 (report/objects.py), CSR
 pairs and DPO training curves (report/csr.py), relevance densities, the caption browser
-(report/samples.py), the question browser for POPE/MME (report/qa.py), provenance. Every string from the store (answers, prompts, paths,
-configs) goes through Jinja's autoescape; the script only moves and hides existing elements.
+(report/samples.py), the question browser for POPE/MME (report/qa.py), provenance. Judged results carry
+their judge everywhere (store/compare.py `with_judges`: summary tags, "judge differs" cells, the judge
+replies in the browser). Every string from the store (answers, prompts, paths, configs, judge names and
+replies) goes through Jinja's autoescape; the script only moves and hides existing elements.
 """
 from __future__ import annotations
 
@@ -237,7 +239,8 @@ def _sections(tidy, table, records, records_of, meta_of, metas, keep, notes, *, 
     train_tidy = tidy[tidy["task"] == csr.TRAIN_TASK]
     ctx["training"] = csr.training_section(train_tidy, _present(all_ckpts, train_tidy), records)
     ctx["relevance_density"] = relevance_density(samples, eval_tidy, shown)
-    view = build_view(samples, of_run, shown, max_images, roots, notes)
+    judges = dict(zip(tidy["eval_key"], tidy["judge"])) if "judge" in tidy.columns else {}
+    view = build_view(samples, of_run, shown, max_images, roots, notes, judges=judges)
     qa = build_qa(records_of, eval_tidy[eval_tidy["ckpt_id"].isin(shown_ids)], shown, max_questions)
     ctx["browsed"] = {"shown": [c["name"] for c in shown], "total": len(ctx["ckpts"]),
                       "left_out": left_out_text(picked.get("left_out", [])), "max": picked.get("max")}

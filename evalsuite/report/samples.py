@@ -168,12 +168,35 @@ def cell(rec: dict | None) -> dict | None:
     }
 
 
+JUDGE_TEXT_CHARS = 1500     # a judge's reply shown at most this long (the page stays bounded)
+
+
+def judgments(records: list[dict] | None, judges: dict) -> list[dict]:
+    """The judge replies among one answer's records (a judged task's `judge_text`), each with its judge's
+    label (`judges`: eval_key -> label, from the table), rating and whether the rating rule could read it."""
+    out = []
+    for r in records or ():
+        text = r.get("judge_text")
+        if not isinstance(text, str):
+            continue
+        parsed = r.get("parsed")
+        out.append({"task": str(r.get("task") or ""), "judge": judges.get(r.get("eval_key")) or "",
+                    "rating": _rating(r.get("rating")), "unparsable": parsed is False,
+                    "text": text if len(text) <= JUDGE_TEXT_CHARS else text[:JUDGE_TEXT_CHARS] + " …"})
+    return out
+
+
+def _rating(v) -> str | None:
+    x = _num(v)
+    return None if x is None else str(int(x)) if x.is_integer() else f"{x:.3g}"
+
+
 def build_view(samples, ckpt_of_run: dict, ckpts: list[dict], max_images: int, roots: list[Path],
-               notes: list[str] | None = None) -> dict:
+               notes: list[str] | None = None, judges: dict | None = None) -> dict:
     """Rows for the per-sample section: [{image_id, image_name (the file name only: no machine path on
     the page), key, prompt, thumb, cells: [cell per checkpoint], flags ("changed": the checkpoints'
     answers differ; "hal": one names a hallucinated object)}]; images without a thumbnail are named in
-    `notes`."""
+    `notes`. A judged answer's cell lists its judge replies (`judgments`; `judges`: eval_key -> judge label)."""
     if samples.empty or "answer" not in samples.columns:
         return {"rows": [], "total": 0, "ckpts": []}
     # captions only: questions with a target answer (POPE, MME) have their own browser (report/qa.py)
@@ -200,6 +223,9 @@ def build_view(samples, ckpt_of_run: dict, ckpts: list[dict], max_images: int, r
     for (img, prompt), per in groups.items():
         merged = {cid: _merge(recs) for cid, recs in per.items()}
         cells = [cell(merged.get(cid)) for cid in order]
+        for cid, c in zip(order, cells):
+            if c is not None:
+                c["judgments"] = judgments(per.get(cid), judges or {})
         ranked.append((_spread(cells), img, prompt, merged, cells))
     ranked.sort(key=lambda t: (-t[0], t[1], t[2]))
     cache: dict = {}

@@ -6,6 +6,8 @@ direction; a delta with no CI is never coloured and says so; a diagnostic (direc
 length, the model's POPE yes ratio) is marked "changed" when significant, never better or worse.
 Metrics of one task and setup whose values agree in every checkpoint, and differ between checkpoints
 (relevance_mean = relevance_whole_mean for one-sentence captions), share one row and one plot.
+A judged metric's row names its judge (one setup = one judge); a checkpoint whose base was scored only by
+another judge shows "judge differs" where its delta would be (`store.compare.with_judges`).
 """
 from __future__ import annotations
 
@@ -52,7 +54,13 @@ def _cell(r) -> dict:
             "sort": sortv, "is_base": bool(r["is_base"]), "n": None if _num(r["n"]) is None else int(r["n"]),
             "method": r["delta_method"] if isinstance(r["delta_method"], str) else "",
             "n_paired": None if _num(r["n_paired"]) is None else int(r["n_paired"]),
-            "ci_source": r["ci_source"] if isinstance(r["ci_source"], str) else "", "raw": r}
+            "ci_source": r["ci_source"] if isinstance(r["ci_source"], str) else "", "raw": r,
+            # the base was scored by another judge: the cell says so instead of a delta
+            "note": _text(r.get("delta_note")) if not delta else "", "base_judge": _text(r.get("base_judge"))}
+
+
+def _text(v) -> str:
+    return v if isinstance(v, str) else ""
 
 
 def _signature(rows) -> tuple:
@@ -79,7 +87,7 @@ def summary(tidy, ckpts: list[dict]) -> list[dict]:
             continue
         row = {"key": key, "task": first["task"], "metric": first["metric"], "label": _label(first), "setup": setup,
                "variant": first["variant"] if isinstance(first["variant"], str) else "",
-               "direction": first["direction"], "also": [],
+               "direction": first["direction"], "also": [], "judge": _text(first.get("judge")),
                "source": source_text(first["data"], first["split"], first["limit"]),
                "cells": [_cell(by[c["ckpt_id"]]) if c["ckpt_id"] in by else None for c in ckpts]}
         seen[sig] = row
@@ -117,6 +125,11 @@ def headline(rows: list[dict], ckpts: list[dict]) -> dict | None:
                  "from": b["value"], "to": c["value"], "delta": c["delta"], "dci": c["dci"],
                  "method": c["method"], "n_paired": c["n_paired"], "arrow": ARROW.get(r["direction"], "")}
         out[c["cls"] if c["cls"] in out else "noci"].append(entry)
+    # judged metrics the last checkpoint has only under another judge than the base's: named, not compared
+    out["judge_differs"] = [{"name": r["label"] + (f" [{r['setup']}]" if r["setup"] else ""), "task": r["task"],
+                             "judge": r["judge"], "base_judge": c["base_judge"]}
+                            for r in rows for c in r["cells"]
+                            if c is not None and c["note"] and c["raw"]["checkpoint"] == last_name]
     out["sentence"] = headline_sentence(out)
     return out
 
@@ -164,7 +177,8 @@ def iteration_plots(tidy, rows: list[dict], ckpts: list[dict]) -> list[dict]:
         r = shown.get((key, setup))
         if r is None:
             continue
-        title = f"{key} [{setup}]" if setup else key
+        named = r["judge"] and r["judge"] not in (setup or "")   # a setup label may already name the judge
+        title = (f"{key} [{setup}]" if setup else key) + (f" judge {r['judge']}" if named else "")
         also = f"= {' = '.join(r['also'])} (equal values)" if r["also"] else ""
         out.append({"key": title, "also": also, "svg": metric_plot(title, _points(g, ckpts), r["direction"])})
     return out

@@ -413,6 +413,8 @@ def cell_text(r) -> str:
         if _num(r["delta_low"]) is not None:
             s += f" [{fmt(r['delta_low'], signed=True)}, {fmt(r['delta_high'], signed=True)}]"
             s += "*" if significant(r) else ""
+    elif isinstance(r.get("delta_note"), str) and r.get("delta_note"):
+        s += f" Δ {r['delta_note']}"      # the base was scored by another judge: no number pairs the two
     if _num(r["n"]) is not None:
         s += f" (n={int(r['n'])})"
     return s
@@ -424,7 +426,8 @@ def to_markdown(tidy) -> str:
     keys = list(dict.fromkeys(tidy["metric_key"]))
     arrow = {r["metric_key"]: ARROWS[direction_of(r)] for _, r in tidy.drop_duplicates("metric_key").iterrows()}
     with_setup = bool((tidy["setup"] != "").any())
-    head = ["checkpoint", "iter", "method"] + (["setup"] if with_setup else []) + \
+    with_judge = "judge" in tidy.columns and bool(tidy["judge"].notna().any())
+    head = ["checkpoint", "iter", "method"] + (["setup"] if with_setup else []) + (["judge"] if with_judge else []) + \
         [f"{k} {arrow[k]}" for k in keys]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (name, setup), g in tidy.groupby(["checkpoint", "setup"], sort=False):
@@ -434,12 +437,26 @@ def to_markdown(tidy) -> str:
         method = first["method"] if isinstance(first["method"], str) else "-"
         label = f"{name} (base)" if first["is_base"] else name
         lines.append("| " + " | ".join([_md(label), it, _md(method)] + ([_md(setup or "-")] if with_setup else [])
+                                       + ([_md(row_judges(g))] if with_judge else [])
                                        + [cells.get(k, "-") for k in keys]) + " |")
     return "\n".join(lines + _notes(tidy))
 
 
+def row_judges(g) -> str:
+    """The judges of one table row's judged cells: one label, or "task: label" each when they differ."""
+    judged = g[g["judge"].notna()].drop_duplicates(["task", "judge"])
+    if judged.empty:
+        return "-"
+    if judged["judge"].nunique() == 1:
+        return str(judged["judge"].iloc[0])
+    return "; ".join(f"{t}: {j}" for t, j in zip(judged["task"], judged["judge"]))
+
+
 def _notes(tidy) -> list[str]:
     out = _ci_notes(tidy)
+    if "delta_note" in tidy.columns and (tidy["delta_note"] == "judge differs").any():
+        out.append("Δ judge differs: the base was scored by another judge (a judged metric is compared only "
+                   "between results of one judge; evaluate the base with the same judge for a Δ).")
     if tidy.attrs.get("left_out"):
         out.append(f"Headline metrics only (each task's lead metric); {tidy.attrs['left_out']} more with --all "
                    "or --metric, every one in --format csv/json.")

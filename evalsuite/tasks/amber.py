@@ -42,8 +42,9 @@ TASK_NAMES = ("amber_g", "amber_d")
 @dataclass
 class AmberOptions:
     data_root: str | None = opt(None, "the released AMBER repository's folder (data/annotations.json, data/query/...)",
-                                path="dir", identity=False)
-    image_root: str | None = opt(None, "the AMBER images folder (AMBER_<n>.jpg)", path="dir", identity=False)
+                                path="dir", identity=False, required=True)
+    image_root: str | None = opt(None, "the AMBER images folder (AMBER_<n>.jpg)", path="dir", identity=False,
+                                 required=True)
     # identity False: the pipeline enters the identity by its name, version and vectors digest
     spacy_model: str = opt("en_core_web_lg", "spaCy pipeline with word vectors: an installed name or a directory "
                                              "(never downloaded)", identity=False)

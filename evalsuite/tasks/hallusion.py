@@ -86,9 +86,10 @@ def summarize(samples: list[dict], mode: str, n_boot: int = 0, seed: int = 0) ->
 @dataclass
 class HallusionOptions:
     # paths are not identity: the file's and the images' contents are (a moved copy is the same data)
-    data: str | None = opt(None, "HallusionBench's released HallusionBench.json", path="file", identity=False)
+    data: str | None = opt(None, "HallusionBench's released HallusionBench.json", path="file", identity=False,
+                             required=True)
     image_root: str | None = opt(None, "the folder its `filename` paths are relative to (holds hallusion_bench/)",
-                                 path="dir", identity=False)
+                                 path="dir", identity=False, required=True)
     mode: Literal["judge", "rule"] = opt(
         "judge", "judge = lmms-eval's hallusion_bench_image (the judge decides every answer's correctness); "
                  "rule = VLMEvalKit's (Yes/No by rule, the judge only for answers the rule cannot read)")

@@ -142,9 +142,10 @@ def summarize(samples: list[dict], n_boot: int = 0, seed: int = 0) -> dict:
 @dataclass
 class MmhalOptions:
     # paths are not identity: the file's and the images' contents are (a moved copy is the same data)
-    data: str | None = opt(None, "MMHal-Bench's released response_template.json", path="file", identity=False)
+    data: str | None = opt(None, "MMHal-Bench's released response_template.json", path="file", identity=False,
+                           required=True)
     image_root: str | None = opt(None, "folder of its images (file name = basename of image_src)", path="dir",
-                                 identity=False)
+                                 identity=False, required=True)
     n_boot: int = opt(1000, "bootstrap resamples of the confidence intervals (0 = none)", identity=False, ge=0)
 
     def __post_init__(self) -> None:

@@ -4,8 +4,9 @@ tasks evalsuite ships local-data yamls for. Listing tasks never imports torch.
 An own task is its file plus its line in `TASKS`. The class's `Options` dataclass is the task's section
 of the eval config (`name:` in a preset, `name.key=value` on the command line), its fields' `alias`
 metadata its convenience flags and their `help` its `evalsuite run --help` lines
-(evalsuite/run_config.py builds all three from here); `requires` says which other tasks' answers (and
-so sections) it reads. Optional class attributes: `section` (a section shared by several tasks, e.g.
+(evalsuite/run_config.py builds all three from here), and `required=True` metadata marks an option a run
+cannot do without (`evalsuite tasks` and the README's task table list them, with --data-root and judge);
+`requires` says which other tasks' answers (and so sections) it reads. Optional class attributes: `section` (a section shared by several tasks, e.g.
 amber_g and amber_d read `amber`), `reads_data_root = False` (a task with its own data options needs no
 --data-root), `uses_judge = True` (it reads the `judge:` section) and `unread(tasks)` (the section's fields that the tasks of this run never read).
 

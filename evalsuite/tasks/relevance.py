@@ -32,7 +32,7 @@ class RelevanceOptions:
     # identity False: the judge enters by its weights' hash, the source by its eval_key; batching
     # does not change a score
     clip: str | None = opt(None, "a local CLIP/SigLIP checkpoint directory (required)", path="dir", identity=False,
-                           alias="clip")
+                           alias="clip", required=True)
     batch_size: int = opt(32, "CLIP batch size", identity=False, ge=1)
     source: Literal["caption", "chair"] | None = opt(
         None, "the task whose answers are scored (null = caption if in the run, else chair if it is, else caption)",

@@ -358,3 +358,39 @@ def test_pair_statistics_fit_the_page_and_the_reward_gap_has_a_bootstrap_ci(tmp_
     reps = np.array([c @ gaps / 5 for c in resample_counts(5, 200, 3)]).ravel()
     low, high = np.percentile(reps, [2.5, 97.5])
     assert f"{fmt(gaps.mean())} [{fmt(low, signed=True)}, {fmt(high, signed=True)}]" in section
+
+
+def test_judged_rows_name_their_judge_and_never_pair_two_judges(tmp_path):
+    """mmhal scored by judge A (c0, c1) and by a server judge B whose model id is markup (c1, c2): each
+    summary row is one judge and names it, escaped; c1's delta under A is +1.000 (paired); under B, where
+    the base has only A's score, the cells say "judge differs" and name the base's judge instead of a delta."""
+    from tests.report_data import JUDGE_B, judged_store
+
+    store = judged_store(tmp_path, judge_b={**JUDGE_B, "model": PAYLOAD, "served": {"id": PAYLOAD}},
+                         reply_b=PAYLOAD + " ")
+    html = build_report(store, tmp_path / "r", n_boot=200).read_text()
+    assert PAYLOAD not in html and "<img src=x" not in html and html.count("<script") == 1
+    assert not [a for t, a in parse(html).tags if any(k.startswith("on") for k in a)]
+    summary = section(html, "summary")
+    rows = re.findall(r'<tr data-metric="score" data-key="mmhal/score".*?</tr>', summary, flags=re.S)
+    assert len(rows) == 2
+    row_a = next(r for r in rows if "judge qwen-judge-a@a1b2c3d4" in r)
+    row_b = next(r for r in rows if r is not row_a)
+    assert '<span class="tag judge"' in row_b and "judge &lt;script&gt;document" in row_b
+    assert "Δ +1.000" in row_a and "judge differs" not in row_a
+    assert row_b.count("Δ judge differs") == 2 and "(base: qwen-judge-a@a1b2c3d4)" in row_b
+    assert not re.search(r"Δ [+-]\d", row_b)
+    head = section(html, "headline")
+    assert "From <b>0</b> to <b>1</b>" in head and "Not compared, the base was scored by another judge: " \
+        "score [judge=&#39;&lt;script&gt;document" in head and "base: qwen-judge-a@a1b2c3d4)" in head
+    # the answer browser: each judged answer with its judge's reply, named and escaped
+    samples = section(html, "samples")
+    replies = re.findall(r'<details class="judgment small"><summary>(.*?)</summary><div class="judge-text">(.*?)</div>',
+                         samples)
+    assert ("mmhal judge qwen-judge-a@a1b2c3d4: rating 3", "rating: 3") in replies
+    assert ("mmhal judge &lt;script&gt;document.body.dataset.pwned=&#34;1&#34;&lt;/script&gt;&lt;img src=x "
+            "onerror=&#34;document.body.dataset.pwned=2&#34;&gt;: rating 4",
+            "&lt;script&gt;document.body.dataset.pwned=&#34;1&#34;&lt;/script&gt;&lt;img src=x "
+            "onerror=&#34;document.body.dataset.pwned=2&#34;&gt; rating: 4") in replies
+    chair = re.search(r'<tr data-metric="CHAIRs".*?</tr>', summary, flags=re.S).group(0)
+    assert "tag judge" not in chair and "Δ -0.200" in chair

@@ -125,7 +125,7 @@ def answer_items(ctx, items: list[dict], gen: GenConfig, data_id: str, task: str
     answers: dict[str, str] = {k: cache.get(k) for k in keys if k in cache} if cache is not None else {}
     todo = [i for i, k in enumerate(keys) if k not in answers]
     if answers:
-        log.info("%s: %d of %d answers taken from the resume cache, %d to generate", task, len(answers),
+        log.info("%s answers: %d of %d taken from the resume cache, %d to generate", task, len(answers),
                  len(keys), len(todo))
     batches = [todo[s:s + ctx.batch_size] for s in range(0, len(todo), ctx.batch_size)]
     for batch in progress_bar(batches, desc=task, unit="batch", disable=len(batches) < 2):

@@ -110,6 +110,9 @@ def answer_items(ctx, items: list[dict], gen: GenConfig, data_id: str, task: str
     from evalsuite.models.cache import request_key
     from evalsuite.progress import progress_bar
 
+    bad = next((it for it in items if not isinstance(it["id"], int) or isinstance(it["id"], bool)), None)
+    if bad is not None:   # the key's doc id is an int: a task with other ids passes their index
+        raise TypeError(f"answer_items: {task}: item id {bad['id']!r} is not an int")
     mine = ctx.dist.shard(items)
     cache = _cache(ctx, "answers" if namespace == "answers" else f"{namespace}_answers")
     setting = {"data": data_id, "inputs": inputs_identity(ctx.loader.inputs), "device": ctx.device_type}
@@ -134,9 +137,10 @@ def answer_items(ctx, items: list[dict], gen: GenConfig, data_id: str, task: str
         answers.update((keys[i], a) for i, a in zip(batch, out))
         if cache is not None:  # durable after every batch: a kill loses at most the batch in progress
             cache.put_many((keys[i], mine[i]["id"], "generate", a) for i, a in zip(batch, out))
-    prompts = ctx.loader.prompts()
+    prompts = ctx.loader.prompts()   # the text the processor received (template, system prompt), per question
+    sent = {p: prompts.prompt(p) for p in {it["prompt"] for it in mine}}
     records = [{"key": str(it["id"]), "image_id": it.get("image_id", it["id"]), "image": it["path"],
-                "prompt": it["prompt"], "prompt_text": prompts.prompt(it["prompt"]), "answer": answers[k]}
+                "prompt": it["prompt"], "prompt_text": sent[it["prompt"]], "answer": answers[k]}
                for it, k in zip(mine, keys)]
     parts = ctx.dist.gather(records)
     records = None if parts is None else ctx.dist.unshard(parts)

@@ -170,3 +170,11 @@ def test_empty_answers_fail_on_every_rank_with_the_task_named(tmp_path):
     assert all(isinstance(e, RunFailure) for e in errors) and str(errors[0]) == str(errors[1])
     assert str(errors[0]).startswith("objhal: 3 of 4 answers are empty") and "prompt 'USER: <image>\\nQ0? ASSISTANT:'" \
         in str(errors[0])
+
+
+def test_an_item_id_that_is_not_an_int_is_a_programming_error(tmp_path):
+    from evalsuite.tasks.answers import answer_items
+
+    with pytest.raises(TypeError, match="answer_items: hallusion: item id 'q1' is not an int"):
+        answer_items(_ctx(tmp_path), [{"id": "q1", "path": "x.jpg", "prompt": "Q?"}], GenConfig(), "d", "hallusion")
+    assert _cached(tmp_path) == {}

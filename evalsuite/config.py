@@ -357,6 +357,9 @@ def build(cls, data: dict[str, Any], where: str = "config", origins: dict[str, s
         field_name = head.split(".")[-1]
         # a section's own check names its bare field ("data_root: ..."): name it as the user wrote it
         shown = f"{prefix}{e}" if prefix and head == field_name and field_name in flds else str(e)
+        # a nested section naming itself ("judge.url: ..." inside a CSR preset's eval:): its full key
+        if prefix and head != field_name and f"{prefix}{field_name}".endswith(f".{head}"):
+            shown = f"{prefix}{field_name}{str(e)[len(head):]}"
         src = _source(origins, prefix + field_name, where)
         # a top-level check may name a key inside an untyped section ("train.image_aspect"): its own origin
         raise UserError(f"{_source(origins, head, src) if not prefix else src}: {shown}") from None

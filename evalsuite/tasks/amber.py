@@ -20,7 +20,6 @@ bootstrap over the per-sample rows. With amber_g in the same run, amber_d also s
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,46 +170,6 @@ def _identity(ctx: RunContext, data_fp: dict, items: list[dict], gen) -> dict:
             "inputs": inputs_identity(ctx.loader.inputs), **ctx.model_setup()}
 
 
-# ---------------------------------------------------------------------------------------- answers
-
-def generate_query_answers(ctx: RunContext, items: list[dict], gen, data_id: str, task: str) -> list[dict] | None:
-    """Answer records {key, image_id, image, prompt, answer} for `items` ({id, path, prompt}: one question
-    each), resumable and sharded as evalsuite/tasks/answers.py's generate_answers (same cache, same keys)."""
-    from evalsuite.progress import progress_bar
-
-    from evalsuite.identity import inputs_identity
-    from evalsuite.models.cache import request_key
-    from evalsuite.tasks.answers import _cache, answers_failure, fail_together
-    from evalsuite.types import GenRequest
-
-    mine = ctx.dist.shard(items)
-    cache = _cache(ctx)
-    setting = {"data": data_id, "inputs": inputs_identity(ctx.loader.inputs), "device": ctx.device_type}
-    if ctx.dtype:
-        setting["dtype"] = ctx.dtype
-    setting.update(ctx.engine_identity())
-    keys = [request_key(ctx.ckpt_id, "answers", "generate", it["id"], json.dumps([it["prompt"], setting], sort_keys=True),
-                        gen.to_dict()) for it in mine]
-    answers: dict[str, str] = {k: cache.get(k) for k in keys if k in cache} if cache is not None else {}
-    todo = [i for i, k in enumerate(keys) if k not in answers]
-    if answers:
-        log.info("%s: %d of %d answers taken from the resume cache", task, len(answers), len(keys))
-    batches = [todo[s:s + ctx.batch_size] for s in range(0, len(todo), ctx.batch_size)]
-    for batch in progress_bar(batches, desc=task, unit="batch", disable=len(batches) < 2):
-        out = ctx.generate([GenRequest(key=str(mine[i]["id"]), image=mine[i]["path"], prompt=mine[i]["prompt"])
-                            for i in batch], gen)
-        answers.update((keys[i], a) for i, a in zip(batch, out))
-        if cache is not None:
-            cache.put_many((keys[i], mine[i]["id"], "generate", a) for i, a in zip(batch, out))
-    prompts = ctx.loader.prompts()
-    records = [{"key": str(it["id"]), "image_id": it["id"], "image": it["path"], "prompt": it["prompt"],
-                "prompt_text": prompts.prompt(it["prompt"]), "answer": answers[k]} for it, k in zip(mine, keys)]
-    parts = ctx.dist.gather(records)
-    records = None if parts is None else ctx.dist.unshard(parts)
-    fail_together(ctx.dist, None if records is None else answers_failure(task, records))
-    return records
-
-
 # ------------------------------------------------------------------------------------------ tasks
 
 class _AmberTask:
@@ -223,8 +182,11 @@ class _AmberTask:
     name: str
 
     def answers(self, ctx: RunContext, plan: Plan) -> list[dict] | None:
+        """Each query asked with its own text, in the cache caption and chair share (`answer_items`)."""
+        from evalsuite.tasks.answers import answer_items
+
         s = plan.state
-        return generate_query_answers(ctx, s["items"], s["gen"], s["data_id"], self.name)
+        return answer_items(ctx, s["items"], s["gen"], s["data_id"], self.name)
 
 
 class AmberGenerativeTask(_AmberTask):

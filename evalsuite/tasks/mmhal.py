@@ -23,7 +23,6 @@ judge prompt or judge decoding never reuses a stored result. docs/judge.md.
 """
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -32,7 +31,7 @@ from evalsuite.config import check_fields, opt
 from evalsuite.errors import RunFailure, UserError
 from evalsuite.tasks.base import Plan, RunContext
 from evalsuite.tasks.metric_spec import MetricSpec, score
-from evalsuite.types import GenRequest, TaskResult
+from evalsuite.types import TaskResult
 
 log = logging.getLogger(__name__)
 
@@ -219,34 +218,13 @@ class MmhalTask:
         return Plan.of(self, opts, identity, resolved, state={"items": items, "data_id": data_id, "judge": judge})
 
     def answers(self, ctx: RunContext, plan: Plan) -> list[dict] | None:
-        """The model's answer to every question (rank 0: all, in file order; other ranks: None), resumable."""
-        from evalsuite.identity import inputs_identity
-        from evalsuite.models.cache import ResponseCache, request_key
-        from evalsuite.tasks.answers import answers_failure, fail_together
+        """The model's answer to every question (rank 0: all, in file order; other ranks: None), resumable,
+        in mmhal's own cache keyed by record index, question and image bytes (`answer_items`)."""
+        from evalsuite.tasks.answers import answer_items
 
-        mine = ctx.dist.shard(plan.state["items"])
-        setting = {"data": plan.state["data_id"], "inputs": inputs_identity(ctx.loader.inputs),
-                   "device": ctx.device_type, **({"dtype": ctx.dtype} if ctx.dtype else {}), **ctx.engine_identity()}
-        keys = [request_key(ctx.ckpt_id, "mmhal", "generate", it["index"],
-                            json.dumps([it["question"], it["image_sha"], setting], sort_keys=True), ctx.gen.to_dict())
-                for it in mine]
-        cache = None if ctx.resume_root is None else \
-            ResponseCache(Path(ctx.resume_root) / "own", ctx.ckpt_id, "mmhal_answers", rank=ctx.dist.rank)
-        got = {k: cache.get(k) for k in keys if k in cache} if cache is not None else {}
-        todo = [i for i, k in enumerate(keys) if k not in got]
-        for s in range(0, len(todo), ctx.batch_size):
-            batch = todo[s:s + ctx.batch_size]
-            out = ctx.generate([GenRequest(key=str(mine[i]["index"]), image=mine[i]["path"], prompt=mine[i]["question"])
-                                for i in batch], ctx.gen)
-            got.update((keys[i], a) for i, a in zip(batch, out))
-            if cache is not None:   # durable per batch: a kill loses at most the batch in progress
-                cache.put_many((keys[i], mine[i]["index"], "generate", a) for i, a in zip(batch, out))
-        records = [{"key": str(it["index"]), "image_id": it["image_id"], "image": it["path"], "prompt": it["question"],
-                    "answer": got[k]} for it, k in zip(mine, keys)]
-        parts = ctx.dist.gather(records)
-        records = None if parts is None else ctx.dist.unshard(parts)
-        fail_together(ctx.dist, None if records is None else answers_failure(self.name, records))
-        return records
+        items = [{"id": it["index"], "path": it["path"], "prompt": it["question"], "image_id": it["image_id"],
+                  "image_sha": it["image_sha"]} for it in plan.state["items"]]
+        return answer_items(ctx, items, ctx.gen, plan.state["data_id"], self.name, namespace="mmhal")
 
     def run(self, ctx: RunContext, plan: Plan, inputs: dict) -> TaskResult | None:
         from evalsuite.tasks.answers import fail_together

@@ -1,6 +1,7 @@
 """`evalsuite run --engine vllm` end to end on the tiny world: a worker killed mid-run is one line and the
-same command resumes; the stored scores and answers are the HF engine's; the engine is part of every
-result's identity, so HF's answers and results in the same store are neither reused nor mixed."""
+same command resumes; the stored scores and answers are the HF engine's (caption, chair, pope; mmhal with
+a fake judge, amber_g, amber_d); the engine is part of every result's identity, so HF's answers and results
+in the same store are neither reused nor mixed."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,10 @@ import time
 from pathlib import Path
 
 from tests.conftest import REPO, run_cli
+from tests.integration.test_amber_run import PIPELINE as AMBER_PIPELINE
+from tests.integration.test_amber_run import amber_world  # noqa: F401  (fixture)
+from tests.integration.test_mmhal_run import mmhal_data  # noqa: F401  (fixture)
+from tests.unit.test_amber import nltk_ready  # noqa: F401  (fixture)
 
 TASKS = "caption,chair,pope"
 
@@ -108,3 +113,50 @@ def test_run_vllm_killed_resumes_and_stores_hf_scores(vllm_spec, vllm_ckpts, wor
         assert ours[name]["identity"]["engine"]["name"] == "vllm" and "engine" not in ref[name]["identity"]
     summary = json.loads((tmp_path / "vllm" / "summary.json").read_text())
     assert not any(t.get("reused") for t in summary.values())
+
+
+def test_mmhal_and_amber_on_vllm_equal_hf(vllm_spec, vllm_ckpts, mmhal_data, amber_world, nltk_ready, tmp_path):  # noqa: F811
+    """mmhal (judged by the fake judge) and amber_g/amber_d with --engine vllm for the model under test:
+    vLLM's answers, hence AMBER's scores and the judge's requests, are HF's; the judge is not asked again
+    (its replies are cached by request), and each result is the vLLM engine's own (another eval_key)."""
+    import nltk
+
+    from tests.judge_fake import FakeJudge
+
+    ckpt, store = vllm_ckpts["llava"], tmp_path / "store"
+    data, root = mmhal_data
+    tasks = ("mmhal", "amber_g", "amber_d")
+    env = {"EVALSUITE_VLLM_PYTHON": vllm_spec.python, "NLTK_DATA": ":".join(nltk.data.path)}
+    with FakeJudge(models=("judge-a",)) as fake:
+        def run(engine):
+            return run_cli("run", "--ckpt", str(ckpt), "--tasks", ",".join(tasks), "--engine", engine,
+                           "--store", str(store), "--output", str(tmp_path / engine), "--batch-size", "1",
+                           "--max-new-tokens", "8", f"mmhal.data={data}", f"mmhal.image_root={root}", "mmhal.n_boot=0",
+                           "--judge", fake.url, "--judge-model", "judge-a", f"amber.data_root={amber_world}",
+                           f"amber.image_root={amber_world / 'image'}", f"amber.spacy_model={AMBER_PIPELINE}",
+                           "amber.n_boot=0", env=env, timeout=900)
+
+        hf = run("hf")
+        assert hf.returncode == 0, hf.stderr[-3000:]
+        assert len(fake.requests) == 4
+        vllm = run("vllm")
+        assert vllm.returncode == 0, vllm.stderr[-3000:]
+        assert len(fake.requests) == 4   # the same answers: the same judge requests, served from its cache
+
+    def results(out: Path) -> dict:
+        summary = json.loads((out / "summary.json").read_text())
+        return {t: {"metrics": {(m["metric"], m["variant"]): m["value"] for m in summary[t]["metrics"]},
+                    "eval_key": summary[t]["eval_key"], "identity": summary[t]["identity"], "extra": summary[t]["extra"],
+                    "answers": [json.loads(line)["answer"] for line in (out / t / "samples.jsonl").read_text().splitlines()]}
+                for t in tasks}
+
+    ours, ref = results(tmp_path / "vllm"), results(tmp_path / "hf")
+    assert [len(ref[t]["answers"]) for t in tasks] == [4, 3, 18]
+    assert any(a.strip() for t in tasks for a in ref[t]["answers"])
+    for t in tasks:
+        assert ours[t]["answers"] == ref[t]["answers"], t
+        assert ours[t]["metrics"] == ref[t]["metrics"], t
+        assert ours[t]["eval_key"] != ref[t]["eval_key"], t
+        assert ours[t]["identity"]["engine"]["name"] == "vllm" and "engine" not in ref[t]["identity"], t
+    assert ours["mmhal"]["extra"]["judge_requests"] == {"asked": 0, "cached": 4}
+    assert ours["mmhal"]["identity"]["judge"] == ref["mmhal"]["identity"]["judge"]

@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from evalsuite.cli import main as cli_main
+from tests.integration.test_amber_run import PIPELINE as AMBER_PIPELINE
+from tests.integration.test_amber_run import amber_world  # noqa: F401  (fixture)
 from tests.judge_fake import FakeJudge
+from tests.unit.test_amber import nltk_ready  # noqa: F401  (fixture)
 
 TYPES = ["attribute", "adversarial", "comparison", "counting"]
 
@@ -164,35 +167,73 @@ def test_mmhal_killed_while_judging_resumes(tiny_vlm_dir, mmhal_data, tmp_path):
 
 
 @pytest.mark.slow
-def test_mmhal_two_ranks(tiny_vlm_dir, mmhal_data, tmp_path):
-    """torchrun --nproc_per_node 2 (CPU, gloo): the ranks share the answering, rank 0 alone asks the judge
-    (4 requests, not 8) and stores once; a judge that ignores the format fails on both ranks with one line."""
+def test_mmhal_two_ranks(tiny_vlm_dir, mmhal_data, amber_world, nltk_ready, tmp_path):  # noqa: F811
+    """torchrun --nproc_per_node 2 (CPU, gloo), mmhal with amber_g and amber_d in the same run: the ranks
+    share every task's answering (each rank's own resume cache file), rank 0 alone asks the judge (4
+    requests, not 8) and stores each task once, the records back in query order; a judge that ignores the
+    format fails on both ranks with one line."""
     import os
     import re
     import sys
 
+    import nltk
+
     from tests.conftest import REPO, launch
 
     data, root = mmhal_data
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "NLTK_DATA": ":".join(nltk.data.path)}
+    amber = [f"amber.data_root={amber_world}", f"amber.image_root={amber_world / 'image'}",
+             f"amber.spacy_model={AMBER_PIPELINE}", "amber.n_boot=0"]
 
-    def run(fake, model, out):
+    def run(fake, model, out, tasks="mmhal", extra=()):
         def cmd(port):
             return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-                    "-m", "evalsuite", "run", "--ckpt", str(tiny_vlm_dir), "--tasks", "mmhal", f"mmhal.data={data}",
+                    "-m", "evalsuite", "run", "--ckpt", str(tiny_vlm_dir), "--tasks", tasks, f"mmhal.data={data}",
                     f"mmhal.image_root={root}", "mmhal.n_boot=0", "--judge", fake.url, "--judge-model", model,
                     "--batch-size", "1", "--max-new-tokens", "3", "--device", "cpu", "--store", str(tmp_path / "s"),
-                    "--output", str(tmp_path / out)]
+                    "--output", str(tmp_path / out), *extra]
         return launch(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
 
     with FakeJudge(models=("judge-a", "judge-b")) as fake:
-        ok = run(fake, "judge-a", "a")
+        ok = run(fake, "judge-a", "a", "mmhal,amber_g,amber_d", amber)
         assert ok.returncode == 0, ok.stderr[-3000:]
-        assert len(fake.requests) == 4 and _stored(tmp_path / "s") == 1
+        assert len(fake.requests) == 4 and _stored(tmp_path / "s") == 3
         assert _summary(tmp_path / "a")["mmhal"]["extra"]["judged"] == 4
+        for task, ids in (("mmhal", range(4)), ("amber_g", range(1, 4)), ("amber_d", range(4, 22))):
+            samples = [json.loads(line) for line in (tmp_path / "a" / task / "samples.jsonl").read_text().splitlines()]
+            assert [s["key"] for s in samples] == [str(i) for i in ids], task
+        own = tmp_path / "s" / ".resume" / "own"
+        for name in ("answers", "mmhal_answers"):   # amber's entries in the shared cache, mmhal's in its own
+            assert sorted(p.name for p in own.glob(f"*/{name}.rank*.jsonl")) == [f"{name}.rank0.jsonl",
+                                                                                  f"{name}.rank1.jsonl"]
         fake.reply = lambda messages: "no score"
         bad = run(fake, "judge-b", "b")
         assert bad.returncode == 1, bad.stderr[-3000:]
         lines = re.findall(r"evalsuite: failed: [^\n\r]*", bad.stderr)
         assert len(lines) == 2 and lines[0] == lines[1] and "mmhal: 4 of 4 judge replies" in lines[0], bad.stderr[-3000:]
-        assert _stored(tmp_path / "s") == 1
+        assert _stored(tmp_path / "s") == 3
+
+
+def test_csr_loop_eval_section_runs_mmhal_with_its_judge(tiny_vlm_dir, mmhal_data, tmp_path):
+    """The CSR loop's coupled evaluation (training/csr/loop.py stage_eval, as for the base and every
+    iteration) with `eval: {tasks: [mmhal], judge: ..., mmhal: ...}`: judged by the eval section's judge,
+    stored with it in the identity under the loop's label and store; the next checkpoint's evaluation of
+    the same weights is served from the store without asking the judge."""
+    from training.csr.config import load_config
+    from training.csr.loop import stage_eval
+
+    data, root = mmhal_data
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    with FakeJudge(models=("judge-a",)) as fake:
+        cfg = load_config(configs / "csr_tiny.yaml", [
+            f"model={tiny_vlm_dir}", f"store={tmp_path / 'store'}", f"output_dir={tmp_path / 'run'}",
+            "eval.tasks=[mmhal]", f"eval.judge.url={fake.url}", "eval.judge.model=judge-a",
+            "eval.judge.retries=0", f"eval.mmhal.data={data}", f"eval.mmhal.image_root={root}", "eval.mmhal.n_boot=0",
+            "eval.gen.max_new_tokens=3"])
+        stage_eval(cfg, str(tiny_vlm_dir), "csr_tiny/base", tmp_path / "run" / "base_eval")
+        got = _summary(tmp_path / "run" / "base_eval")["mmhal"]
+        assert len(fake.requests) == 4 and _stored(tmp_path / "store") == 1
+        assert got["identity"]["judge"]["model"] == "judge-a" and got["extra"]["judged"] == 4
+        assert all(r["model"] == "judge-a" and r["max_tokens"] == cfg.eval.judge.max_tokens for r in fake.requests)
+        stage_eval(cfg, str(tiny_vlm_dir), "csr_tiny/again", tmp_path / "run" / "again")
+        assert _summary(tmp_path / "run" / "again")["mmhal"]["reused"] and len(fake.requests) == 4

@@ -101,6 +101,7 @@ def test_tasks_store_the_released_numbers(scored, tmp_path, monkeypatch):
     stored value is the released printout, the AMBER score (100 - CHAIR + F1) / 2 comes with amber_d, and
     each per-sample row is kept for the CIs."""
     from evalsuite.tasks import amber as task_mod
+    from evalsuite.tasks import answers as answers_mod
     from evalsuite.tasks.base import RunContext
     from evalsuite.types import GenConfig
 
@@ -111,11 +112,11 @@ def test_tasks_store_the_released_numbers(scored, tmp_path, monkeypatch):
         for q in json.loads((DATA / f"data/query/{name}.json").read_text()):
             (images / q["image"]).touch()
 
-    def fake_answers(ctx, items, gen, data_id, task):
+    def fake_answers(ctx, items, gen, data_id, task, namespace="answers"):
         return [{"key": str(it["id"]), "image_id": it["id"], "image": it["path"], "prompt": it["prompt"],
                  "answer": responses[it["id"]]} for it in items]
 
-    monkeypatch.setattr(task_mod, "generate_query_answers", fake_answers)
+    monkeypatch.setattr(answers_mod, "answer_items", fake_answers)
     ctx = RunContext(ckpt=str(tmp_path), data_root=None, output_dir=tmp_path, gen=GenConfig(max_new_tokens=8),
                      device="cpu", ckpt_id="ck")
     opts = task_mod.AmberOptions(data_root=str(DATA), image_root=str(images), spacy_model=str(DATA / "pipeline"),

@@ -161,3 +161,45 @@ def test_readme_evaluates_csr_checkpoints_with_the_presets_prompt_settings(tmp_p
 def test_eval_section_without_a_data_root_names_eval_data_root():
     with pytest.raises(UserError, match=re.escape("csr.yaml: eval.data_root: not given (chair needs one)")):
         load_config(CONFIGS / "csr.yaml", ["eval.tasks=[chair]"])
+
+
+def test_eval_section_carries_the_judge_of_judged_tasks(tmp_path):
+    """The loop's eval: is an evalsuite run config, its judge: section included (the one of `evalsuite
+    run`): a preset evaluating mmhal names its judge there, every evaluation gets it, and a bad judge or
+    mmhal setting fails at load in one line naming the key under eval."""
+    import yaml
+
+    from evalsuite.config import missing_paths
+    from evalsuite.judge.config import JudgeConfig
+
+    preset = yaml.safe_load((CONFIGS / "csr.yaml").read_text())
+    preset["eval"] = {"tasks": ["mmhal"], "judge": {"url": "http://127.0.0.1:8000/v1", "model": "qwen-judge",
+                                                     "max_concurrency": 2, "max_tokens": 256},
+                      "mmhal": {"data": str(tmp_path / "response_template.json"), "image_root": str(tmp_path)}}
+    path = tmp_path / "csr_mmhal.yaml"
+    path.write_text(yaml.safe_dump(preset))
+    cfg = load_config(path)
+    want = JudgeConfig(model="qwen-judge", url="http://127.0.0.1:8000/v1", max_concurrency=2, max_tokens=256)
+    assert cfg.eval.judge == want and cfg.evaluates
+    assert not [u for u in cfg.unread() if u[0].startswith(("eval.judge", "eval.mmhal"))]
+    ev = cfg.eval_config(tmp_path, "csr/iter_1", tmp_path / "e")
+    assert ev.judge == want and ev.tasks == ["mmhal"] and ev.used_sections() >= {"judge", "mmhal"}
+    # the template must exist before the loop starts (check_ready lists every missing path)
+    assert f"eval.mmhal.data: {tmp_path / 'response_template.json'} (no such file)" in missing_paths(cfg)
+
+    other = CONFIGS / "csr.yaml"
+    cases = [
+        (path, ["eval.judge.url=ftp://x"], "eval.judge.url: 'ftp://x' is not an http:// or https:// URL"),
+        (path, ["eval.judge.max_concurrency=0"], "eval.judge.max_concurrency: must be >= 1, got 0"),
+        (path, ["eval.judge.bogus=1"], "unknown key 'eval.judge.bogus'"),
+        (path, ["eval.judge.serve_args=[--enforce-eager]"], "eval.judge.serve_args: has no effect with eval.judge.url"),
+        (path, ["eval.mmhal.n_boot=-1"], "eval.mmhal.n_boot: must be >= 0, got -1"),
+        # a judge no task of eval.tasks reads is refused, not ignored
+        (other, ["eval.tasks=[chair]", "eval.data_root=/tmp", "eval.judge.url=http://127.0.0.1:1/v1",
+                 "eval.judge.model=j"], "eval.judge.model: has no effect with eval.tasks chair"),
+        # one judge section, the evaluation's: none at the top level
+        (other, ["judge.url=http://127.0.0.1:1/v1"], "unknown key 'judge'"),
+    ]
+    for preset_path, overrides, message in cases:
+        with pytest.raises(UserError, match=re.escape(message)):
+            load_config(preset_path, overrides)

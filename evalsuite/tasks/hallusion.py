@@ -207,9 +207,9 @@ class HallusionTask:
 
     def answers(self, ctx: RunContext, plan: Plan) -> list[dict] | None:
         """The model's answer to every asked question (rank 0: all, in file order; other ranks: None)."""
-        from evalsuite.tasks.amber import generate_query_answers
+        from evalsuite.tasks.answers import answer_items
 
-        return generate_query_answers(ctx, plan.state["items"], ctx.gen, plan.state["data_id"], self.name)
+        return answer_items(ctx, plan.state["items"], ctx.gen, plan.state["data_id"], self.name)
 
     def run(self, ctx: RunContext, plan: Plan, inputs: dict) -> TaskResult | None:
         from evalsuite.tasks.answers import fail_together

@@ -104,6 +104,7 @@ class TaskNode:
     config: dict = field(default_factory=dict)
     children: list["TaskNode"] = field(default_factory=list)
     item: str | dict = ""
+    path: str = ""                          # a task's yaml file (its `!function` modules are beside it)
 
     def leaves(self) -> list["TaskNode"]:
         return [self] if self.kind == "task" else [leaf for c in self.children for leaf in c.leaves()]
@@ -119,7 +120,8 @@ def task_node(tm, item: str | dict) -> TaskNode | None:
         return None
     if entry["type"] in ("task", "python_task"):
         config = load_yaml_config(entry["yaml_path"], mode="simple")
-        return TaskNode(name, "task", {**config, **item} if isinstance(item, dict) else config, item=item)
+        return TaskNode(name, "task", {**config, **item} if isinstance(item, dict) else config, item=item,
+                        path=str(entry["yaml_path"]) if isinstance(entry.get("yaml_path"), str) else "")
     subtasks, own = entry.get("task"), {}
     if entry["type"] == "group" and entry.get("yaml_path", -1) != -1:
         own = load_yaml_config(entry["yaml_path"], mode="simple")

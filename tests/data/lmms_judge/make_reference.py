@@ -1,0 +1,90 @@
+"""Writes reference.json: lmms-eval 0.7.3's own judged-task scoring, unmodified, on the recorded judge
+replies of cases.json (README.md). Run from the repository root with the project's venv:
+
+    PYTHONPATH=. python tests/data/lmms_judge/make_reference.py
+
+lmms-eval's task utils modules are executed from the installed package as lmms-eval itself loads them
+(`!function`: spec_from_file_location + exec_module), with its judge settings in the environment
+(API_TYPE=openai, OPENAI_API_URL, OPENAI_API_KEY, MODEL_VERSION), so its own OpenAIProvider (openai
+client) asks tests/judge_fake.py, which answers the recorded replies. Nothing of lmms-eval is patched.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ANSWER = "A model answer."
+VERSION = ""   # the model's answer in every judge prompt (the scores depend on the replies only)
+
+
+def load_utils(task_dir: str):
+    import lmms_eval
+
+    path = Path(lmms_eval.__file__).parent / "tasks" / task_dir / "utils.py"
+    spec = importlib.util.spec_from_file_location("utils", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, path
+
+
+def main() -> None:
+    sys.path.insert(0, str(HERE.parents[2]))
+    from tests.judge_fake import FakeJudge, canned_replies
+
+    cases = json.loads((HERE / "cases.json").read_text())
+    every = cases["mmvet"] + cases["llava_in_the_wild"]
+    out: dict = {}
+    with FakeJudge(models=("judge-a",), reply_body=canned_replies(every)) as fake:
+        os.environ.update({"API_TYPE": "openai", "OPENAI_API_URL": fake.url, "OPENAI_API_KEY": "not-a-key",
+                           "MODEL_VERSION": "judge-a"})
+        from importlib.metadata import version
+
+        import lmms_eval
+
+        global VERSION
+        VERSION = version("lmms_eval")
+        mmvet, path = load_utils("mmvet")
+        start = len(fake.requests)
+        rows = [mmvet.mmvet_process_results({k: c[k] for k in ("question_id", "question", "answer", "capability")},
+                                            [ANSWER])["gpt_eval_score"] for c in cases["mmvet"]]
+        out["mmvet"] = {
+            "source": f"lmms_eval {VERSION} {path.relative_to(Path(lmms_eval.__file__).parent)}",
+            "per_doc": [{"question_id": r["question_id"], "score": r["score"]} for r in rows],
+            "metrics": {"gpt_eval_score": mmvet.mmvet_aggregate_results(rows)},
+            "requests": _requests(fake.requests[start:], cases["mmvet"]),
+        }
+        llava, path = load_utils("llava-in-the-wild")
+        start = len(fake.requests)
+        docs = [{k: c[k] for k in ("question_id", "question", "category", "gpt_answer", "caption")}
+                for c in cases["llava_in_the_wild"]]
+        per = [llava.llava_process_results(d, [ANSWER]) for d in docs]
+        aggs = {"gpt_eval_llava_all": llava.llava_all_aggregation, "gpt_eval_llava_conv": llava.llava_conv_aggregation,
+                "gpt_eval_llava_detail": llava.llava_detail_aggregation,
+                "gpt_eval_llava_complex": llava.llava_complex_aggregation}
+        out["llava_in_the_wild"] = {
+            "source": f"lmms_eval {VERSION} {path.relative_to(Path(lmms_eval.__file__).parent)}",
+            "per_doc": [{"question_id": d["question_id"], "scores": p["gpt_eval_llava_all"]["scores"],
+                         "review": p["gpt_eval_llava_all"]["review"]} for d, p in zip(docs, per)],
+            "metrics": {m: fn([p[m] for p in per]) for m, fn in aggs.items()},
+            "requests": _requests(fake.requests[start:], cases["llava_in_the_wild"]),
+        }
+    (HERE / "reference.json").write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps({t: v["metrics"] for t, v in out.items()}))
+
+
+def _requests(bodies: list[dict], cases: list[dict]) -> list[dict]:
+    """What the judge was asked, in order: the case, temperature and max_tokens of each request."""
+    out = []
+    for b in bodies:
+        text = b["messages"][-1]["content"]
+        marker = next(c["marker"] for c in cases if c["marker"] in text)
+        out.append({"case": marker, "temperature": b.get("temperature"), "max_tokens": b.get("max_tokens")})
+    return out
+
+
+if __name__ == "__main__":
+    main()

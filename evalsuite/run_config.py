@@ -299,9 +299,9 @@ def sections_for(tasks: list[str], options: dict[str, Any] | None = None) -> set
         used.add("gen")
     if any(not is_own_task(t) for t in tasks):
         used.add("lmms")
-    from evalsuite.lmms.judged import HONOURS_JUDGE
+    from evalsuite.lmms.judged import JUDGE_SECTION_TASKS
 
-    if any(getattr(task_class(t), "uses_judge", False) for t in seen) or any(t in HONOURS_JUDGE for t in tasks):
+    if any(getattr(task_class(t), "uses_judge", False) for t in seen) or any(t in JUDGE_SECTION_TASKS for t in tasks):
         used.add("judge")
     return used
 

@@ -33,6 +33,11 @@ HONOURS_JUDGE = {
     "llava_bench_coco": "utils.py: OpenAIVerifier(MODEL_VERSION, API_TYPE) -> get_server",
 }
 
+# judged tasks whose scoring does not go through that provider (refused): named so that `--judge` with them is
+# read (run_config.sections_for) and the refusal says why
+NETWORK_TASKS = {"hallusion_bench_image": "evaluate_hb.py -> utils.py: requests.post(OPENAI_API_URL) with its own key"}
+JUDGE_SECTION_TASKS = set(HONOURS_JUDGE) | set(NETWORK_TASKS)
+
 # what a scoring module's source contains when it asks a model over the network
 NETWORK_MARKERS = ("llm_judge", "get_server", "OpenAIVerifier", "verifiers.openai", "requests.post", "requests.get",
                    "import openai", "from openai", "OpenAI(", "AzureOpenAI", "httpx", "urllib.request", "aiohttp",

@@ -1,0 +1,120 @@
+"""lmms-eval's judged tasks (mmvet, llava_in_the_wild) through `evalsuite run` with evalsuite's judge: the
+tiny kit VLM answers on local constructed data, tests/judge_fake.py answers the recorded replies of
+tests/data/lmms_judge/cases.json, lmms-eval's own scoring turns them into numbers. The stored numbers
+equal reference.json, written by lmms-eval's unmodified scoring functions on the same replies
+(tests/data/lmms_judge/README.md). Also: the judge in the identity (reuse; another judge recomputes),
+the reply cache (a rerun asks nothing), refusals before any model loads."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evalsuite.cli import main as cli_main
+from tests.integration.test_lmms import _scratch_caches, _to_parquet  # noqa: F401
+from tests.judge_fake import FakeJudge, canned_replies
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "lmms_judge"
+CASES = json.loads((DATA / "cases.json").read_text())
+REFERENCE = json.loads((DATA / "reference.json").read_text())
+TASKS = ("mmvet", "llava_in_the_wild")
+
+
+@pytest.fixture(scope="module")
+def judged_data(tmp_path_factory) -> dict[str, Path]:
+    """mmvet and llava_in_the_wild parquet files with the hub datasets' columns (Image feature)."""
+    import datasets
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("lmms-judged")
+    out = {}
+    for task, fields in (("mmvet", ("question_id", "question", "answer", "capability")),
+                         ("llava_in_the_wild", ("question_id", "question", "category", "gpt_answer", "caption"))):
+        rows = [{**{k: c[k] for k in fields}, "image": Image.new("RGB", (32, 32), (40 * i, 90, 200 - 30 * i))}
+                for i, c in enumerate(CASES[task])]
+        out[task] = root / f"{task}.parquet"
+        _to_parquet(datasets, rows, out[task])
+    return out
+
+
+def _base(ckpt, data: dict, store: Path, out: Path, tasks=TASKS) -> list[str]:
+    return ["run", "--ckpt", str(ckpt), "--tasks", ",".join(tasks), *(f"lmms.data.{t}={data[t]}" for t in tasks),
+            "lmms.gen_kwargs=max_new_tokens=3", "lmms.bootstrap_iters=0", "--device", "cpu", "--store", str(store),
+            "--output", str(out)]
+
+
+def _summary(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+def _values(entry: dict) -> dict:
+    return {m["metric"]: m["value"] for m in entry["metrics"] if m.get("variant") is None}
+
+
+def test_judged_tasks_equal_lmms_evals_own_scoring(tiny_vlm_dir, judged_data, tmp_path):
+    store = tmp_path / "store"
+    every = CASES["mmvet"] + CASES["llava_in_the_wild"]
+    with FakeJudge(models=("judge-a", "judge-b"), reply_body=canned_replies(every)) as fake:
+        def run(out: str, model: str, *extra: str) -> int:
+            return cli_main([*_base(tiny_vlm_dir, judged_data, store, tmp_path / out), "--judge", fake.url,
+                             "--judge-model", model, *extra])
+
+        assert run("a", "judge-a") == 0
+        a = _summary(tmp_path / "a")
+        for task in TASKS:
+            got = _values(a[task])
+            want = {k: v for k, v in REFERENCE[task]["metrics"].items() if v is not None}
+            assert got == pytest.approx(want), task   # lmms-eval's own numbers on the recorded replies
+            assert a[task]["identity"]["judge"]["model"] == "judge-a"
+            assert a[task]["extra"]["judge"]["model"] == "judge-a"
+        # lmms-eval's requests as its own provider sends them (mmvet: max_tokens 128, temperature 0.5 after
+        # an unparsable reply); a repeated request is answered from the reply cache
+        asked = [(b["messages"][-1]["content"], b.get("temperature"), b.get("max_tokens")) for b in fake.requests]
+        want_asked = {(r["case"], r["temperature"], r["max_tokens"]) for t in TASKS for r in REFERENCE[t]["requests"]}
+        got_asked = {(next(c["marker"] for c in every if c["marker"] in text), temp, mt) for text, temp, mt in asked}
+        assert got_asked == want_asked and len(asked) == len(want_asked)
+        assert all(b["model"] == "judge-a" for b in fake.requests)
+        # per sample, lmms-eval's own process_results output (mmvet's score, llava's [reference, model] scores)
+        assert {s["doc"]["question_id"]: s["gpt_eval_score"]["score"] for s in _samples(tmp_path / "a" / "mmvet")} \
+            == {r["question_id"]: r["score"] for r in REFERENCE["mmvet"]["per_doc"]}
+        assert {s["doc"]["question_id"]: s["gpt_eval_llava_all"]["scores"]
+                for s in _samples(tmp_path / "a" / "llava_in_the_wild")} \
+            == {r["question_id"]: r["scores"] for r in REFERENCE["llava_in_the_wild"]["per_doc"]}
+        assert a["mmvet"]["extra"]["judge_replies"] == {"asked": 6, "cached": 3}   # 9 requests, 3 repeats
+
+        n = len(fake.requests)
+        assert run("a2", "judge-a") == 0        # the same judge: served from the store, nothing asked
+        assert all(_summary(tmp_path / "a2")[t].get("reused") for t in TASKS) and len(fake.requests) == n
+
+        assert run("a3", "judge-a", "--rerun") == 0   # recomputed: every reply from the judge cache
+        assert len(fake.requests) == n
+        assert _summary(tmp_path / "a3")["mmvet"]["extra"]["judge_replies"]["asked"] == 0
+
+        assert run("b", "judge-b") == 0         # another judge: another identity, asked again
+        b = _summary(tmp_path / "b")
+        assert len(fake.requests) == 2 * n
+        for task in TASKS:
+            assert b[task]["eval_key"] != a[task]["eval_key"] and not b[task].get("reused")
+
+
+def _samples(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_judged_task_refusals_before_the_model_loads(tiny_vlm_dir, judged_data, tmp_path, capsys):
+    store, out = tmp_path / "store", tmp_path / "out"
+    capsys.readouterr()
+    assert cli_main(_base(tiny_vlm_dir, judged_data, store, out)) == 2     # no --judge: would call api.openai.com
+    err = capsys.readouterr().err.strip().splitlines()
+    assert any("--tasks mmvet, llava_in_the_wild: scored by lmms-eval with an LLM judge; give --judge" in line
+               for line in err), err
+    data = {"hallusion_bench_image": judged_data["mmvet"]}    # its scoring posts to OPENAI_API_URL itself
+    with FakeJudge() as fake:
+        assert cli_main([*_base(tiny_vlm_dir, data, store, out, ("hallusion_bench_image",)), "--judge", fake.url,
+                         "--judge-model", "judge-a"]) == 2
+        assert not fake.requests
+    err = capsys.readouterr().err
+    assert ("--tasks hallusion_bench_image: lmms-eval scores it by calling a model over the network "
+            "(lmms_eval/tasks/hallusion_bench/utils.py: requests.post)") in err
+    assert not (store / ".resume" / "lmms").exists() and not (store / "metrics").exists()

@@ -1,4 +1,4 @@
-"""lmms-eval's judged tasks (mmvet, llava_in_the_wild) through `evalsuite run` with evalsuite's judge: the
+"""lmms-eval's judged tasks (mmvet, llava_in_the_wild, llava_bench_coco) through `evalsuite run` with evalsuite's judge: the
 tiny kit VLM answers on local constructed data, tests/judge_fake.py answers the recorded replies of
 tests/data/lmms_judge/cases.json, lmms-eval's own scoring turns them into numbers. The stored numbers
 equal reference.json, written by lmms-eval's unmodified scoring functions on the same replies
@@ -18,19 +18,21 @@ from tests.judge_fake import FakeJudge, canned_replies
 DATA = Path(__file__).resolve().parents[1] / "data" / "lmms_judge"
 CASES = json.loads((DATA / "cases.json").read_text())
 REFERENCE = json.loads((DATA / "reference.json").read_text())
-TASKS = ("mmvet", "llava_in_the_wild")
+TASKS = ("mmvet", "llava_in_the_wild", "llava_bench_coco")
+FIELDS = {"mmvet": ("question_id", "question", "answer", "capability"),
+          "llava_in_the_wild": ("question_id", "question", "category", "gpt_answer", "caption"),
+          "llava_bench_coco": ("question_id", "question", "category", "answer", "gpt_answer", "caption")}
 
 
 @pytest.fixture(scope="module")
 def judged_data(tmp_path_factory) -> dict[str, Path]:
-    """mmvet and llava_in_the_wild parquet files with the hub datasets' columns (Image feature)."""
+    """mmvet, llava_in_the_wild and llava_bench_coco parquet files with the hub datasets' columns (Image feature)."""
     import datasets
     from PIL import Image
 
     root = tmp_path_factory.mktemp("lmms-judged")
     out = {}
-    for task, fields in (("mmvet", ("question_id", "question", "answer", "capability")),
-                         ("llava_in_the_wild", ("question_id", "question", "category", "gpt_answer", "caption"))):
+    for task, fields in FIELDS.items():
         rows = [{**{k: c[k] for k in fields}, "image": Image.new("RGB", (32, 32), (40 * i, 90, 200 - 30 * i))}
                 for i, c in enumerate(CASES[task])]
         out[task] = root / f"{task}.parquet"
@@ -54,8 +56,8 @@ def _values(entry: dict) -> dict:
 
 def test_judged_tasks_equal_lmms_evals_own_scoring(tiny_vlm_dir, judged_data, tmp_path):
     store = tmp_path / "store"
-    every = CASES["mmvet"] + CASES["llava_in_the_wild"]
-    with FakeJudge(models=("judge-a", "judge-b"), reply_body=canned_replies(every)) as fake:
+    every = [c for task in TASKS for c in CASES[task]]
+    with FakeJudge(models=("judge-a", "judge-b", "judge-c"), reply_body=canned_replies(every)) as fake:
         def run(out: str, model: str, *extra: str) -> int:
             return cli_main([*_base(tiny_vlm_dir, judged_data, store, tmp_path / out), "--judge", fake.url,
                              "--judge-model", model, *extra])
@@ -78,9 +80,9 @@ def test_judged_tasks_equal_lmms_evals_own_scoring(tiny_vlm_dir, judged_data, tm
         # per sample, lmms-eval's own process_results output (mmvet's score, llava's [reference, model] scores)
         assert {s["doc"]["question_id"]: s["gpt_eval_score"]["score"] for s in _samples(tmp_path / "a" / "mmvet")} \
             == {r["question_id"]: r["score"] for r in REFERENCE["mmvet"]["per_doc"]}
-        assert {s["doc"]["question_id"]: s["gpt_eval_llava_all"]["scores"]
-                for s in _samples(tmp_path / "a" / "llava_in_the_wild")} \
-            == {r["question_id"]: r["scores"] for r in REFERENCE["llava_in_the_wild"]["per_doc"]}
+        for task in TASKS[1:]:
+            assert {s["doc"]["question_id"]: s["gpt_eval_llava_all"]["scores"] for s in _samples(tmp_path / "a" / task)} \
+                == {r["question_id"]: r["scores"] for r in REFERENCE[task]["per_doc"]}
         assert a["mmvet"]["extra"]["judge_replies"] == {"asked": 6, "cached": 3}   # 9 requests, 3 repeats
 
         n = len(fake.requests)
@@ -97,6 +99,13 @@ def test_judged_tasks_equal_lmms_evals_own_scoring(tiny_vlm_dir, judged_data, tm
         for task in TASKS:
             assert b[task]["eval_key"] != a[task]["eval_key"] and not b[task].get("reused")
 
+        # a judge that fails for good: lmms-eval would score the failure 0; evalsuite fails in one line
+        stored = sorted((store / "metrics").glob("*.parquet"))
+        fake.fail_first = 1
+        assert run("c", "judge-c", "judge.retries=0") == 1
+        assert sorted((store / "metrics").glob("*.parquet")) == stored
+        assert not (tmp_path / "c" / "summary.json").exists() or "mmvet" not in _summary(tmp_path / "c")
+
 
 def _samples(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines() if line.strip()]
@@ -107,7 +116,7 @@ def test_judged_task_refusals_before_the_model_loads(tiny_vlm_dir, judged_data, 
     capsys.readouterr()
     assert cli_main(_base(tiny_vlm_dir, judged_data, store, out)) == 2     # no --judge: would call api.openai.com
     err = capsys.readouterr().err.strip().splitlines()
-    assert any("--tasks mmvet, llava_in_the_wild: scored by lmms-eval with an LLM judge; give --judge" in line
+    assert any("--tasks mmvet, llava_in_the_wild, llava_bench_coco: scored by lmms-eval with an LLM judge; give --judge" in line
                for line in err), err
     data = {"hallusion_bench_image": judged_data["mmvet"]}    # its scoring posts to OPENAI_API_URL itself
     with FakeJudge() as fake:

@@ -36,7 +36,7 @@ def main() -> None:
     from tests.judge_fake import FakeJudge, canned_replies
 
     cases = json.loads((HERE / "cases.json").read_text())
-    every = cases["mmvet"] + cases["llava_in_the_wild"]
+    every = [c for task_cases in cases.values() for c in task_cases]
     out: dict = {}
     with FakeJudge(models=("judge-a",), reply_body=canned_replies(every)) as fake:
         os.environ.update({"API_TYPE": "openai", "OPENAI_API_URL": fake.url, "OPENAI_API_KEY": "not-a-key",
@@ -57,21 +57,25 @@ def main() -> None:
             "metrics": {"gpt_eval_score": mmvet.mmvet_aggregate_results(rows)},
             "requests": _requests(fake.requests[start:], cases["mmvet"]),
         }
-        llava, path = load_utils("llava-in-the-wild")
-        start = len(fake.requests)
-        docs = [{k: c[k] for k in ("question_id", "question", "category", "gpt_answer", "caption")}
-                for c in cases["llava_in_the_wild"]]
-        per = [llava.llava_process_results(d, [ANSWER]) for d in docs]
-        aggs = {"gpt_eval_llava_all": llava.llava_all_aggregation, "gpt_eval_llava_conv": llava.llava_conv_aggregation,
-                "gpt_eval_llava_detail": llava.llava_detail_aggregation,
-                "gpt_eval_llava_complex": llava.llava_complex_aggregation}
-        out["llava_in_the_wild"] = {
-            "source": f"lmms_eval {VERSION} {path.relative_to(Path(lmms_eval.__file__).parent)}",
-            "per_doc": [{"question_id": d["question_id"], "scores": p["gpt_eval_llava_all"]["scores"],
-                         "review": p["gpt_eval_llava_all"]["review"]} for d, p in zip(docs, per)],
-            "metrics": {m: fn([p[m] for p in per]) for m, fn in aggs.items()},
-            "requests": _requests(fake.requests[start:], cases["llava_in_the_wild"]),
-        }
+        for task, folder, fields in (
+                ("llava_in_the_wild", "llava-in-the-wild", ("question_id", "question", "category", "gpt_answer", "caption")),
+                ("llava_bench_coco", "llava-bench-coco", ("question_id", "question", "category", "answer", "gpt_answer",
+                                                          "caption"))):
+            llava, path = load_utils(folder)
+            start = len(fake.requests)
+            docs = [{k: c[k] for k in fields} for c in cases[task]]
+            per = [llava.llava_process_results(d, [ANSWER]) for d in docs]
+            aggs = {"gpt_eval_llava_all": llava.llava_all_aggregation,
+                    "gpt_eval_llava_conv": llava.llava_conv_aggregation,
+                    "gpt_eval_llava_detail": llava.llava_detail_aggregation,
+                    "gpt_eval_llava_complex": llava.llava_complex_aggregation}
+            out[task] = {
+                "source": f"lmms_eval {VERSION} {path.relative_to(Path(lmms_eval.__file__).parent)}",
+                "per_doc": [{"question_id": d["question_id"], "scores": p["gpt_eval_llava_all"]["scores"],
+                             "review": p["gpt_eval_llava_all"]["review"]} for d, p in zip(docs, per)],
+                "metrics": {m: fn([p[m] for p in per]) for m, fn in aggs.items()},
+                "requests": _requests(fake.requests[start:], cases[task]),
+            }
     (HERE / "reference.json").write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({t: v["metrics"] for t, v in out.items()}))
 

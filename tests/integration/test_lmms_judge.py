@@ -54,12 +54,12 @@ def _values(entry: dict) -> dict:
     return {m["metric"]: m["value"] for m in entry["metrics"] if m.get("variant") is None}
 
 
-def test_judged_tasks_equal_lmms_evals_own_scoring(tiny_vlm_dir, judged_data, tmp_path):
+def test_judged_tasks_equal_lmms_evals_own_scoring(tiny_vlm_dir, judged_data, tmp_path, capsys):
     store = tmp_path / "store"
     every = [c for task in TASKS for c in CASES[task]]
     with FakeJudge(models=("judge-a", "judge-b", "judge-c"), reply_body=canned_replies(every)) as fake:
-        def run(out: str, model: str, *extra: str) -> int:
-            return cli_main([*_base(tiny_vlm_dir, judged_data, store, tmp_path / out), "--judge", fake.url,
+        def run(out: str, model: str, *extra: str, tasks=TASKS) -> int:
+            return cli_main([*_base(tiny_vlm_dir, judged_data, store, tmp_path / out, tasks), "--judge", fake.url,
                              "--judge-model", model, *extra])
 
         assert run("a", "judge-a") == 0
@@ -93,16 +93,20 @@ def test_judged_tasks_equal_lmms_evals_own_scoring(tiny_vlm_dir, judged_data, tm
         assert len(fake.requests) == n
         assert _summary(tmp_path / "a3")["mmvet"]["extra"]["judge_replies"]["asked"] == 0
 
-        assert run("b", "judge-b") == 0         # another judge: another identity, asked again
-        b = _summary(tmp_path / "b")
-        assert len(fake.requests) == 2 * n
-        for task in TASKS:
-            assert b[task]["eval_key"] != a[task]["eval_key"] and not b[task].get("reused")
+        coco = ("llava_bench_coco",)     # (mmvet sleeps 5 s on each unparsable reply, as lmms-eval does)
+        assert run("b", "judge-b", tasks=coco) == 0      # another judge: another identity, asked again
+        b = _summary(tmp_path / "b")["llava_bench_coco"]
+        assert len(fake.requests) == n + len(CASES["llava_bench_coco"])
+        assert b["eval_key"] != a["llava_bench_coco"]["eval_key"] and not b.get("reused")
+        assert b["identity"]["judge"]["model"] == "judge-b"
 
         # a judge that fails for good: lmms-eval would score the failure 0; evalsuite fails in one line
         stored = sorted((store / "metrics").glob("*.parquet"))
         fake.fail_first = 1
+        capsys.readouterr()
         assert run("c", "judge-c", "judge.retries=0") == 1
+        err = capsys.readouterr().err
+        assert "mmvet: judge failed (judge " in err and "HTTP 500" in err and "nothing of mmvet is stored" in err
         assert sorted((store / "metrics").glob("*.parquet")) == stored
         assert not (tmp_path / "c" / "summary.json").exists() or "mmvet" not in _summary(tmp_path / "c")
 

@@ -364,6 +364,9 @@ def resolve_judge(specs: list[LmmsSpec], judge_cfg, world_size: int = 1):
     from evalsuite.judge.judge import Judge
 
     judge = Judge.resolve(judge_cfg, ", ".join(lf.name for lf in leaves if lf.network))
+    if judge_cfg.decoding() != type(judge_cfg)().decoding():
+        log.warning("judge.temperature / judge.max_tokens do not apply to lmms-eval's judged tasks (%s): lmms-eval "
+                    "sets both per request (docs/lmms-eval.md)", ", ".join(lf.name for lf in leaves if lf.network))
     ident = judge_identity(judge)
     for lf in leaves:
         if lf.network:

@@ -16,6 +16,7 @@ next: a crash keeps what was finished.
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 from dataclasses import dataclass, field
@@ -144,9 +145,11 @@ def group_config(tm, name: str) -> dict:
 
 
 def evaluate(lm, tasks: list, *, limit=None, gen_kwargs: str | None = None, bootstrap_iters: int = 100,
-             include_defaults: bool = False, seed: int = 0) -> dict | None:
+             include_defaults: bool = False, seed: int = 0, output_path: str | None = None) -> dict | None:
     """One `simple_evaluate` call (names, override dicts, group dicts); None on ranks != 0.
-    `seed` sets lmms-eval's four seeds (python, numpy, torch, few-shot sampling), as `lmms-eval --seed N` does."""
+    `seed` sets lmms-eval's four seeds (python, numpy, torch, few-shot sampling), as `lmms-eval --seed N` does.
+    `output_path`: lmms-eval's `--output_path` as task code reads it (`task.args.output_path`: hallusion_bench
+    keeps its judgments there)."""
     import torch
 
     evaluator = import_evaluator()
@@ -161,6 +164,8 @@ def evaluate(lm, tasks: list, *, limit=None, gen_kwargs: str | None = None, boot
             gen_kwargs=gen_kwargs or None, task_manager=task_manager(include_defaults),
             verbosity="WARNING", distributed_executor_backend=backend, datetime_str=utc_stamp(),
             random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+            # process_with_media: the documents as without cli_args (lmms-eval's CLI default drops the media)
+            **({"cli_args": argparse.Namespace(output_path=output_path, process_with_media=True)} if output_path else {}),
         )
     except Exception as exc:  # process_results and downloads are retried 5x: surface the real cause
         raise unwrap_error(exc) from exc

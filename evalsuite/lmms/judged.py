@@ -10,8 +10,10 @@ tasks goes to evalsuite's judge (`evalsuite/judge`, the same server as `mmhal`'s
 and nothing goes to api.openai.com. lmms-eval's prompts, its decoding settings per request (mmvet: max
 128 tokens, temperature raised on an unparsable reply) and its parsing and aggregation stay its own.
 
-Tasks whose scoring posts to a URL of its own (hallusion_bench_image: `requests.post(OPENAI_API_URL)`) or
-uses another client are refused before any model loads: `network_calls` finds them from their source.
+hallusion_bench_image posts to `OPENAI_API_URL` itself (`requests.post`, read when its utils module is first
+imported): evalsuite points it at a local endpoint of its own that answers through the same judge.
+Every other task whose scoring calls out is refused before any model loads: `network_calls` finds them
+from their source.
 """
 from __future__ import annotations
 
@@ -31,12 +33,12 @@ HONOURS_JUDGE = {
     "mmvet": "utils.py: get_server(API_TYPE, ServerConfig(MODEL_VERSION, temperature 0, max_tokens 128))",
     "llava_in_the_wild": "utils.py: OpenAIVerifier(MODEL_VERSION, API_TYPE) -> get_server",
     "llava_bench_coco": "utils.py: OpenAIVerifier(MODEL_VERSION, API_TYPE) -> get_server",
+    "hallusion_bench_image": "evaluate_hb.py -> utils.py: requests.post(OPENAI_API_URL) when API_TYPE=openai",
 }
+# tasks whose aggregation writes (and re-reads, by position) files under lmms-eval's --output_path
+NEEDS_OUTPUT_PATH = {"hallusion_bench_image"}
 
-# judged tasks whose scoring does not go through that provider (refused): named so that `--judge` with them is
-# read (run_config.sections_for) and the refusal says why
-NETWORK_TASKS = {"hallusion_bench_image": "evaluate_hb.py -> utils.py: requests.post(OPENAI_API_URL) with its own key"}
-JUDGE_SECTION_TASKS = set(HONOURS_JUDGE) | set(NETWORK_TASKS)
+JUDGE_SECTION_TASKS = set(HONOURS_JUDGE)   # a run naming one reads the judge: section (run_config.sections_for)
 
 # what a scoring module's source contains when it asks a model over the network
 NETWORK_MARKERS = ("llm_judge", "get_server", "OpenAIVerifier", "verifiers.openai", "requests.post", "requests.get",
@@ -243,22 +245,63 @@ def _provider_class():
     return EvalsuiteProvider
 
 
-_INSTALLED = False
+class _Endpoint:
+    """An OpenAI chat-completions endpoint on 127.0.0.1 (a thread of this process) answering through the
+    bound judge: for task code that posts to OPENAI_API_URL itself (hallusion_bench). One per process:
+    such modules read the URL once, when first imported."""
+
+    def __init__(self):
+        import json
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                try:
+                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                    if _BOUND is None:
+                        raise JudgeAbort("an lmms-eval task asked a judge outside a judged run")
+                    reply = _BOUND.chat({k: v for k, v in body.items() if k != "model"})
+                    out = {"object": "chat.completion", "model": reply.get("model", ""), "choices": [
+                        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply["content"]}}]}
+                    code, payload = 200, json.dumps(out).encode()
+                except (JudgeAbort, ValueError, KeyError) as e:
+                    # the binding keeps the failure: the run fails once lmms-eval returns (it would score it)
+                    code, payload = 500, json.dumps({"error": {"message": str(e)}}).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/chat/completions"
+        threading.Thread(target=self.server.serve_forever, daemon=True, name="evalsuite-lmms-judge").start()
+
+
+_INSTALLED: _Endpoint | None = None
 
 
 def install(judge=None) -> None:
-    """Point lmms-eval's judge settings at evalsuite (before any judged task yaml is loaded): API_TYPE=openai
-    (hallusion_bench-style modules branch on it), MODEL_VERSION = the judge's served name (recorded by
-    lmms-eval as `eval_model`), and evalsuite's provider as lmms-eval's "openai"."""
+    """Point lmms-eval's judge settings at evalsuite (before any judged task yaml is loaded): API_TYPE=openai,
+    MODEL_VERSION = the judge's served name (recorded by lmms-eval as `eval_model`), evalsuite's provider as
+    lmms-eval's "openai", and OPENAI_API_URL = evalsuite's local endpoint (OPENAI_API_KEY a placeholder: the
+    real key, EVALSUITE_JUDGE_API_KEY, stays in evalsuite's client)."""
     global _INSTALLED
-    os.environ["API_TYPE"] = "openai"
-    if judge is not None:
-        os.environ["MODEL_VERSION"] = judge_model_name(judge)
-    if not _INSTALLED:
+    if _INSTALLED is None:
         from lmms_eval.llm_judge import ProviderFactory
 
         ProviderFactory.register_provider("openai", _provider_class())
-        _INSTALLED = True
+        _INSTALLED = _Endpoint()
+    os.environ.update({"API_TYPE": "openai", "OPENAI_API_URL": _INSTALLED.url, "OPENAI_API_KEY": "evalsuite-local"})
+    no_proxy = os.environ.get("NO_PROXY", os.environ.get("no_proxy", ""))
+    if "127.0.0.1" not in no_proxy:   # requests would send a 127.0.0.1 URL through an HTTP(S)_PROXY
+        os.environ["NO_PROXY"] = os.environ["no_proxy"] = ",".join(x for x in (no_proxy, "127.0.0.1") if x)
+    if judge is not None:
+        os.environ["MODEL_VERSION"] = judge_model_name(judge)
 
 
 def judge_model_name(judge) -> str:

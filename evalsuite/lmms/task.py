@@ -246,7 +246,10 @@ class LmmsRunner:
         try:
             with self._judging(spec) if judged else contextlib.nullcontext() as binding:
                 raw = lb.evaluate(lm, spec.tasks, limit=self.limit, gen_kwargs=self.gen_kwargs,
-                                  bootstrap_iters=self.bootstrap_iters, include_defaults=spec.builtin, seed=self.seed)
+                                  bootstrap_iters=self.bootstrap_iters, include_defaults=spec.builtin, seed=self.seed,
+                                  output_path=self._output_path(spec) if judged else None)
+                if judged and binding.failure:   # asked through the endpoint: lmms-eval scored the failure
+                    raise JudgeAbort(binding.failure)
         except UserError:
             raise
         except JudgeAbort as exc:
@@ -276,6 +279,22 @@ class LmmsRunner:
                     r.extra["judge"] = self.judge.describe()
                     r.extra["judge_replies"] = dict(binding.stats)   # of the whole name (one binding per name)
         return results
+
+    def _output_path(self, spec: LmmsSpec) -> str | None:
+        """A fresh folder for lmms-eval's `--output_path`, for tasks whose aggregation keeps files there
+        (hallusion_bench re-reads a previous run's judgments by position): OUT/lmms-eval/<name>."""
+        from evalsuite.lmms.judged import NEEDS_OUTPUT_PATH
+
+        if not any(lf.lmms_task in NEEDS_OUTPUT_PATH for lf in spec.leaves):
+            return None
+        import shutil
+        import tempfile
+
+        base = Path(self.judge_log_dir) if self.judge_log_dir else Path(tempfile.mkdtemp(prefix="evalsuite-lmms-"))
+        folder = base / "lmms-eval" / spec.name.replace("/", ".")
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        return str(folder)
 
     def _judging(self, spec: LmmsSpec):
         """lmms-eval's judge bound to the run's judge while `spec` runs (evalsuite/lmms/judged.py)."""

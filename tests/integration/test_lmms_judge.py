@@ -1,4 +1,4 @@
-"""lmms-eval's judged tasks (mmvet, llava_in_the_wild, llava_bench_coco) through `evalsuite run` with evalsuite's judge: the
+"""lmms-eval's judged tasks (mmvet, llava_in_the_wild, llava_bench_coco, hallusion_bench_image) through `evalsuite run` with evalsuite's judge: the
 tiny kit VLM answers on local constructed data, tests/judge_fake.py answers the recorded replies of
 tests/data/lmms_judge/cases.json, lmms-eval's own scoring turns them into numbers. The stored numbers
 equal reference.json, written by lmms-eval's unmodified scoring functions on the same replies
@@ -18,15 +18,17 @@ from tests.judge_fake import FakeJudge, canned_replies
 DATA = Path(__file__).resolve().parents[1] / "data" / "lmms_judge"
 CASES = json.loads((DATA / "cases.json").read_text())
 REFERENCE = json.loads((DATA / "reference.json").read_text())
-TASKS = ("mmvet", "llava_in_the_wild", "llava_bench_coco")
+TASKS = ("mmvet", "llava_in_the_wild", "llava_bench_coco", "hallusion_bench_image")
 FIELDS = {"mmvet": ("question_id", "question", "answer", "capability"),
           "llava_in_the_wild": ("question_id", "question", "category", "gpt_answer", "caption"),
-          "llava_bench_coco": ("question_id", "question", "category", "answer", "gpt_answer", "caption")}
+          "llava_bench_coco": ("question_id", "question", "category", "answer", "gpt_answer", "caption"),
+          "hallusion_bench_image": ("category", "subcategory", "set_id", "figure_id", "visual_input", "question_id",
+                                    "question", "gt_answer", "gt_answer_details")}
 
 
 @pytest.fixture(scope="module")
 def judged_data(tmp_path_factory) -> dict[str, Path]:
-    """mmvet, llava_in_the_wild and llava_bench_coco parquet files with the hub datasets' columns (Image feature)."""
+    """The judged tasks' parquet files with the hub datasets' columns (Image feature)."""
     import datasets
     from PIL import Image
 
@@ -80,10 +82,15 @@ def test_judged_tasks_equal_lmms_evals_own_scoring(tiny_vlm_dir, judged_data, tm
         # per sample, lmms-eval's own process_results output (mmvet's score, llava's [reference, model] scores)
         assert {s["doc"]["question_id"]: s["gpt_eval_score"]["score"] for s in _samples(tmp_path / "a" / "mmvet")} \
             == {r["question_id"]: r["score"] for r in REFERENCE["mmvet"]["per_doc"]}
-        for task in TASKS[1:]:
+        for task in ("llava_in_the_wild", "llava_bench_coco"):
             assert {s["doc"]["question_id"]: s["gpt_eval_llava_all"]["scores"] for s in _samples(tmp_path / "a" / task)} \
                 == {r["question_id"]: r["scores"] for r in REFERENCE[task]["per_doc"]}
         assert a["mmvet"]["extra"]["judge_replies"] == {"asked": 6, "cached": 3}   # 9 requests, 3 repeats
+        # hallusion_bench's aggregation keeps its judgments in lmms-eval's --output_path: a fresh folder per run
+        kept = json.loads((tmp_path / "a" / "lmms-eval" / "hallusion_bench_image" / "gpt_response" /
+                           "hallusion_output_vd_model.json").read_text())
+        assert [r["gpt4v_output_gpt_check"] for r in kept] == [
+            r["gpt4v_output_gpt_check"] for r in REFERENCE["hallusion_bench_image"]["per_doc"][:4]]
 
         n = len(fake.requests)
         assert run("a2", "judge-a") == 0        # the same judge: served from the store, nothing asked
@@ -120,14 +127,11 @@ def test_judged_task_refusals_before_the_model_loads(tiny_vlm_dir, judged_data, 
     capsys.readouterr()
     assert cli_main(_base(tiny_vlm_dir, judged_data, store, out)) == 2     # no --judge: would call api.openai.com
     err = capsys.readouterr().err.strip().splitlines()
-    assert any("--tasks mmvet, llava_in_the_wild, llava_bench_coco: scored by lmms-eval with an LLM judge; give --judge" in line
+    assert any(f"--tasks {', '.join(TASKS)}: scored by lmms-eval with an LLM judge; give --judge" in line
                for line in err), err
-    data = {"hallusion_bench_image": judged_data["mmvet"]}    # its scoring posts to OPENAI_API_URL itself
-    with FakeJudge() as fake:
-        assert cli_main([*_base(tiny_vlm_dir, data, store, out, ("hallusion_bench_image",)), "--judge", fake.url,
-                         "--judge-model", "judge-a"]) == 2
-        assert not fake.requests
+    data = {"mmbench_en_dev": judged_data["mmvet"]}    # its scoring asks GPT to match options, by itself
+    assert cli_main(_base(tiny_vlm_dir, data, store, out, ("mmbench_en_dev",))) == 2
     err = capsys.readouterr().err
-    assert ("--tasks hallusion_bench_image: lmms-eval scores it by calling a model over the network "
-            "(lmms_eval/tasks/hallusion_bench/utils.py: requests.post)") in err
+    assert ("--tasks mmbench_en_dev: lmms-eval scores it by calling a model over the network "
+            "(lmms_eval/tasks/mmbench/en_utils.py: OPENAI_API), which evalsuite's --judge does not reach; refused") in err
     assert not (store / ".resume" / "lmms").exists() and not (store / "metrics").exists()

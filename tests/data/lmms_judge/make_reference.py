@@ -21,11 +21,11 @@ ANSWER = "A model answer."
 VERSION = ""   # the model's answer in every judge prompt (the scores depend on the replies only)
 
 
-def load_utils(task_dir: str):
+def load_utils(task_dir: str, module: str = "utils"):
     import lmms_eval
 
-    path = Path(lmms_eval.__file__).parent / "tasks" / task_dir / "utils.py"
-    spec = importlib.util.spec_from_file_location("utils", path)
+    path = Path(lmms_eval.__file__).parent / "tasks" / task_dir / f"{module}.py"
+    spec = importlib.util.spec_from_file_location(module, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module, path
@@ -76,6 +76,27 @@ def main() -> None:
                 "metrics": {m: fn([p[m] for p in per]) for m, fn in aggs.items()},
                 "requests": _requests(fake.requests[start:], cases[task]),
             }
+        # hallusion_bench_image: process_results keeps the document; each aggregation asks the judge (the
+        # first; the others re-read the json it saved under lmms-eval's --output_path)
+        import argparse
+        import tempfile
+
+        hb, path = load_utils("hallusion_bench", "evaluate_hb")
+        start = len(fake.requests)
+        fields = ("category", "subcategory", "set_id", "figure_id", "visual_input", "question_id", "question",
+                  "gt_answer", "gt_answer_details")
+        docs = [{k: c[k] for k in fields} for c in cases["hallusion_bench_image"]]
+        per = [hb.hb_process_results(d, [ANSWER]) for d in docs]
+        args = argparse.Namespace(output_path=tempfile.mkdtemp(prefix="hallusion-ref-"))
+        metrics = {m: getattr(hb, f"hb_aggregation_result_{m}")([p[m] for p in per], args)
+                   for m in ("aAcc", "qAcc", "fAcc")}   # the yaml's metric_list order
+        out["hallusion_bench_image"] = {
+            "source": f"lmms_eval {VERSION} {path.relative_to(Path(lmms_eval.__file__).parent)}",
+            "per_doc": [{"marker": c["marker"], "gpt4v_output_gpt_check": p["aAcc"].get("gpt4v_output_gpt_check")}
+                        for c, p in zip(cases["hallusion_bench_image"], per)],
+            "metrics": metrics,
+            "requests": _requests(fake.requests[start:], cases["hallusion_bench_image"]),
+        }
     (HERE / "reference.json").write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({t: v["metrics"] for t, v in out.items()}))
 

@@ -93,3 +93,40 @@ def test_binding_stops_endless_repeats_and_failures(tmp_path):
         assert not any((tmp_path / "other").rglob("*.jsonl")) or all(
             not p.read_text().strip() for p in (tmp_path / "other").rglob("*.jsonl"))
     assert issubclass(judged.JudgeAbort, BaseException) and not issubclass(judged.JudgeAbort, Exception)
+
+
+def _post(url: str, body: dict) -> tuple[int, dict]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_endpoint_answers_through_the_bound_judge(tmp_path):
+    """The chat-completions endpoint hallusion_bench's requests.post reaches (OPENAI_API_URL)."""
+    endpoint = judged._Endpoint()
+    body = {"model": "gpt-4", "messages": [{"role": "user", "content": "Prediction answer: yes"}], "max_tokens": 16}
+    try:
+        code, reply = _post(endpoint.url, body)
+        assert code == 500 and "outside a judged run" in reply["error"]["message"]
+        with FakeJudge(reply_body=lambda b: "correct") as fake:
+            with judged.bound(_judge(fake), tmp_path, "lmms-hallusion_bench_image") as b:
+                code, reply = _post(endpoint.url, body)
+                assert code == 200 and reply["choices"][0]["message"]["content"] == "correct"
+                assert reply["model"] == "judge-a" and b.stats == {"asked": 1, "cached": 0}
+            # the task's model name is not sent on; no temperature in the request: none sent (server default)
+            assert fake.requests[0]["model"] == "judge-a" and "temperature" not in fake.requests[0]
+            assert fake.requests[0]["max_tokens"] == 16
+            fake.fail_first = 1
+            with judged.bound(_judge(fake), tmp_path / "other", "lmms-hallusion_bench_image") as b:
+                code, reply = _post(endpoint.url, body)
+                assert code == 500 and b.failure and "HTTP 500" in b.failure   # the runner raises it afterwards
+    finally:
+        endpoint.server.shutdown()
+        endpoint.server.server_close()

@@ -72,7 +72,7 @@ def _function_modules(config: dict) -> set[str]:
 
 
 _IMPORT = re.compile(r"^\s*from\s+(lmms_eval\.tasks\.[\w.]+|\.[\w.]*)\s+import|^\s*import\s+(lmms_eval\.tasks\.[\w.]+)",
-                     re.M)
+                     re.MULTILINE)
 
 
 def network_calls(yaml_path: str | os.PathLike, config: dict) -> list[str]:

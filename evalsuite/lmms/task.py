@@ -128,9 +128,8 @@ def _leaf_key(node) -> str:
 
 
 def _leaf_data(leaf: Leaf, node, top: str, data_opt, data_root, split: str) -> None:
-    from evalsuite.lmms.results import config_version
-
     from evalsuite.lmms.judged import network_calls
+    from evalsuite.lmms.results import config_version
 
     cfg = node.config
     leaf.version = config_version(cfg)

@@ -87,9 +87,9 @@ def test_binding_stops_endless_repeats_and_failures(tmp_path):
                 b.chat({**body, "temperature": 0.5})
         assert len(fake.requests) == 1
         fake.fail_first = 1
-        with judged.bound(_judge(fake), tmp_path / "other", "lmms-mmvet") as b:
-            with pytest.raises(judged.JudgeAbort, match=r"^lmms-mmvet: judge failed \(judge .*HTTP 500"):
-                b.chat(body)
+        with judged.bound(_judge(fake), tmp_path / "other", "lmms-mmvet") as b, \
+                pytest.raises(judged.JudgeAbort, match=r"^lmms-mmvet: judge failed \(judge .*HTTP 500"):
+            b.chat(body)
         assert not any((tmp_path / "other").rglob("*.jsonl")) or all(
             not p.read_text().strip() for p in (tmp_path / "other").rglob("*.jsonl"))
     assert issubclass(judged.JudgeAbort, BaseException) and not issubclass(judged.JudgeAbort, Exception)

@@ -359,11 +359,13 @@ class LmmsTask:
         return self.runner.run(plan.state)
 
 
-def lmms_tasks(ctx, names: list[str], opts, *, seed: int, backend, results_json=None) -> list[LmmsTask]:
+def lmms_tasks(ctx, names: list[str], opts, *, seed: int, backend, results_json=None,
+               judge_elsewhere: bool = False) -> list[LmmsTask]:
     """The lmms-eval names of a run as LmmsTasks sharing one runner, every name's data checked now
-    (before any model loads); `backend` is made on the first run (`LmmsRunner`)."""
+    (before any model loads); `backend` is made on the first run (`LmmsRunner`). `judge_elsewhere`: an own
+    task of the run reads the judge section too."""
     specs = resolve_specs(names, data=opts.data, data_root=ctx.data_root, split=opts.split, limit=ctx.limit)
-    judge = resolve_judge(specs, getattr(ctx, "judge", None), ctx.dist.world_size)
+    judge = resolve_judge(specs, getattr(ctx, "judge", None), ctx.dist.world_size, judge_elsewhere)
     runner = LmmsRunner(backend, batch_size=ctx.batch_size, cache_root=Path(ctx.resume_root) / "lmms"
                         if ctx.resume_root else None, dist=ctx.dist, gen_kwargs=opts.gen_kwargs_arg(),
                         bootstrap_iters=opts.bootstrap_iters, limit=ctx.limit, results_json=results_json, seed=seed)
@@ -371,13 +373,18 @@ def lmms_tasks(ctx, names: list[str], opts, *, seed: int, backend, results_json=
     return [LmmsTask(spec, runner, seed=seed, gen_kwargs=opts.gen_kwargs) for spec in specs]
 
 
-def resolve_judge(specs: list[LmmsSpec], judge_cfg, world_size: int = 1):
+def resolve_judge(specs: list[LmmsSpec], judge_cfg, world_size: int = 1, judge_elsewhere: bool = False):
     """The run's Judge when a leaf is scored by lmms-eval's LLM judge (else None), its identity set on those
-    leaves; a judged leaf that would call the network is a UserError now (evalsuite/lmms/judged.py)."""
-    from evalsuite.lmms.judged import check_leaves, judge_identity
+    leaves; a judged leaf that would call the network is a UserError now (evalsuite/lmms/judged.py).
+    `judge_elsewhere`: an own task of the run reads the judge too."""
+    from evalsuite.lmms.judged import HONOURS_JUDGE, check_leaves, judge_identity
 
     leaves = [lf for spec in specs for lf in spec.leaves]
     if not check_leaves(leaves, judge_cfg, world_size):
+        if judge_cfg is not None and judge_cfg.given and not judge_elsewhere:
+            log.warning("judge: no task of this run is scored by a judge (%s); the judge: section is not used "
+                        "(lmms-eval tasks that are: %s)", ", ".join(s.name for s in specs),
+                        ", ".join(sorted(HONOURS_JUDGE)))
         return None
     from evalsuite.judge.judge import Judge
 

@@ -130,3 +130,18 @@ def test_endpoint_answers_through_the_bound_judge(tmp_path):
     finally:
         endpoint.server.shutdown()
         endpoint.server.server_close()
+
+
+def test_judge_section_read_by_lmms_eval_names_and_unused_judge_warns(caplog):
+    from evalsuite.lmms.task import LmmsSpec, resolve_judge
+    from evalsuite.run_config import sections_for
+
+    assert "judge" in sections_for(["mmvet"]) and "judge" in sections_for(["scienceqa_full"])   # a group may hold one
+    assert "judge" not in sections_for(["mme", "pope_full"])      # evalsuite's local lmms tasks: never judged
+    spec = LmmsSpec("scienceqa_img", "scienceqa_img", "task", ["scienceqa_img"], [_leaf("scienceqa_img", ())])
+    with caplog.at_level("WARNING"):
+        assert resolve_judge([spec], JudgeConfig(url="http://127.0.0.1:9/v1", model="m")) is None
+    assert "judge: no task of this run is scored by a judge (scienceqa_img)" in caplog.text
+    caplog.clear()
+    assert resolve_judge([spec], JudgeConfig(url="http://127.0.0.1:9/v1", model="m"), judge_elsewhere=True) is None
+    assert resolve_judge([spec], JudgeConfig()) is None and not caplog.text

@@ -184,9 +184,11 @@ def plan_lmms_tasks(ctx: RunContext, cfg: EvalConfig, lmms: list[str]) -> list[S
     if not lmms:
         return []
     from evalsuite.lmms.task import lmms_tasks
+    from evalsuite.tasks.registry import is_own_task, task_class
 
+    own_judge = any(getattr(task_class(t), "uses_judge", False) for t in cfg.tasks if is_own_task(t))
     tasks = lmms_tasks(ctx, lmms, cfg.lmms, seed=cfg.seed, backend=lambda: ctx.backend(model_identity(ctx)),
-                       results_json=ctx.output_dir / "lmms_results.json")
+                       results_json=ctx.output_dir / "lmms_results.json", judge_elsewhere=own_judge)
     return [Step(t.name, t, t.plan(ctx, cfg.lmms, {}), (), stored=True) for t in tasks]
 
 

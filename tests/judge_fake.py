@@ -4,8 +4,10 @@
         fake.url            # http://127.0.0.1:PORT/v1
         fake.requests       # chat requests received (bodies), fake.max_in_flight, fake.auth headers
 
-Knobs (attributes, changeable while it runs): models, reply, fail_first (answer HTTP 500 to that many
-chat requests first), delay_s (sleep before answering), huge_bytes (answer a body of that many bytes).
+Knobs (attributes, changeable while it runs): models, reply, reply_body (a function of the whole request
+body, e.g. to answer by prompt and temperature: `canned_replies`; wins over reply), fail_first (answer HTTP
+500 to that many chat requests first), delay_s (sleep before answering), huge_bytes (answer a body of that
+many bytes).
 """
 from __future__ import annotations
 
@@ -22,10 +24,22 @@ def rating_reply(messages: list[dict]) -> str:
     return f"The response is plausible.\nRating: {len(answer.split()) % 7}"
 
 
+def canned_replies(cases: list[dict]):
+    """reply_body for recorded replies: the case whose `marker` is in the prompt answers
+    `replies[str(temperature)]` (else `replies["default"]`); a prompt no case marks is an AssertionError."""
+    def reply(body: dict) -> str:
+        text = "\n".join(str(m.get("content")) for m in body["messages"])
+        hits = [c for c in cases if c["marker"] in text]
+        assert len(hits) == 1, f"{len(hits)} cases match the judge prompt {text[-200:]!r}"
+        replies = hits[0]["replies"]
+        return replies.get(str(float(body.get("temperature", 0.0))), replies.get("default"))
+    return reply
+
+
 class FakeJudge:
     def __init__(self, models=("judge-a",), reply=rating_reply, fail_first: int = 0, delay_s: float = 0.0,
-                 huge_bytes: int = 0):
-        self.models, self.reply = list(models), reply
+                 huge_bytes: int = 0, reply_body=None):
+        self.models, self.reply, self.reply_body = list(models), reply, reply_body
         self.fail_first, self.delay_s, self.huge_bytes = fail_first, delay_s, huge_bytes
         self.requests: list[dict] = []
         self.auth: list[str | None] = []
@@ -74,7 +88,7 @@ class FakeJudge:
                     elif fake.huge_bytes:
                         status, payload = 200, b" " * fake.huge_bytes
                     else:
-                        content = fake.reply(body["messages"])
+                        content = fake.reply_body(body) if fake.reply_body else fake.reply(body["messages"])
                         out = {"id": "x", "object": "chat.completion", "model": body["model"],
                                "choices": [{"index": 0, "finish_reason": "stop",
                                             "message": {"role": "assistant", "content": content}}]}

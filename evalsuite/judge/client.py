@@ -98,10 +98,13 @@ class ChatClient:
             raise JudgeError(f"judge {self.url}/models: not an OpenAI model list")
         return data
 
-    def chat(self, model: str, messages: list[dict], temperature: float, max_tokens: int) -> dict:
-        """{"content": the reply text, "model": the model the server says answered}."""
-        reply = self.request("/chat/completions", {"model": model, "messages": messages,
-                                                   "temperature": temperature, "max_tokens": max_tokens})
+    def chat(self, model: str, messages: list[dict], temperature: float | None, max_tokens: int | None,
+             extra: dict | None = None) -> dict:
+        """{"content": the reply text, "model": the model the server says answered}. `extra`: more body
+        fields (top_p, response_format); a None setting is left out (the server's default)."""
+        body = {"model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens,
+                **(extra or {})}
+        reply = self.request("/chat/completions", {k: v for k, v in body.items() if v is not None})
         try:
             content = reply["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):

@@ -16,6 +16,7 @@ next: a crash keeps what was finished.
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 from dataclasses import dataclass, field
@@ -104,6 +105,7 @@ class TaskNode:
     config: dict = field(default_factory=dict)
     children: list["TaskNode"] = field(default_factory=list)
     item: str | dict = ""
+    path: str = ""                          # a task's yaml file (its `!function` modules are beside it)
 
     def leaves(self) -> list["TaskNode"]:
         return [self] if self.kind == "task" else [leaf for c in self.children for leaf in c.leaves()]
@@ -119,7 +121,8 @@ def task_node(tm, item: str | dict) -> TaskNode | None:
         return None
     if entry["type"] in ("task", "python_task"):
         config = load_yaml_config(entry["yaml_path"], mode="simple")
-        return TaskNode(name, "task", {**config, **item} if isinstance(item, dict) else config, item=item)
+        return TaskNode(name, "task", {**config, **item} if isinstance(item, dict) else config, item=item,
+                        path=str(entry["yaml_path"]) if isinstance(entry.get("yaml_path"), str) else "")
     subtasks, own = entry.get("task"), {}
     if entry["type"] == "group" and entry.get("yaml_path", -1) != -1:
         own = load_yaml_config(entry["yaml_path"], mode="simple")
@@ -142,9 +145,11 @@ def group_config(tm, name: str) -> dict:
 
 
 def evaluate(lm, tasks: list, *, limit=None, gen_kwargs: str | None = None, bootstrap_iters: int = 100,
-             include_defaults: bool = False, seed: int = 0) -> dict | None:
+             include_defaults: bool = False, seed: int = 0, output_path: str | None = None) -> dict | None:
     """One `simple_evaluate` call (names, override dicts, group dicts); None on ranks != 0.
-    `seed` sets lmms-eval's four seeds (python, numpy, torch, few-shot sampling), as `lmms-eval --seed N` does."""
+    `seed` sets lmms-eval's four seeds (python, numpy, torch, few-shot sampling), as `lmms-eval --seed N` does.
+    `output_path`: lmms-eval's `--output_path` as task code reads it (`task.args.output_path`: hallusion_bench
+    keeps its judgments there)."""
     import torch
 
     evaluator = import_evaluator()
@@ -159,6 +164,8 @@ def evaluate(lm, tasks: list, *, limit=None, gen_kwargs: str | None = None, boot
             gen_kwargs=gen_kwargs or None, task_manager=task_manager(include_defaults),
             verbosity="WARNING", distributed_executor_backend=backend, datetime_str=utc_stamp(),
             random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+            # process_with_media: the documents as without cli_args (lmms-eval's CLI default drops the media)
+            **({"cli_args": argparse.Namespace(output_path=output_path, process_with_media=True)} if output_path else {}),
         )
     except Exception as exc:  # process_results and downloads are retried 5x: surface the real cause
         raise unwrap_error(exc) from exc

@@ -21,18 +21,18 @@ LAYOUT_KEYS = ("results", "groups", "group_subtasks", "configs", "versions", "n-
 
 
 def leaf_identity(lmms_task: str, data_id, *, limit: int | None, gen_kwargs: str | dict | None,
-                  inputs: dict | None, setup: dict) -> dict:
+                  inputs: dict | None, setup: dict, judge: dict | None = None) -> dict:
     """What changes a leaf's numbers besides the checkpoint: its data (content fingerprint), the limit,
     the generation overrides (a typed dict, whatever order they were typed in: identity.gen_identity),
     non-default prompt settings (`inputs`; {} adds no key, so default runs keep their keys), and `setup` =
-    {"seed", "device", "dtype"}. Computed before the run too (evalsuite/run.py reuses a stored result of
+    {"seed", "device", "dtype"}; `judge`: a judged task's judge (evalsuite/lmms/judged.py). Computed before the run too (evalsuite/run.py reuses a stored result of
     the same identity), so both sides build it here."""
     from evalsuite.identity import gen_identity
     from evalsuite.run_config import parse_gen_kwargs
 
     gen = parse_gen_kwargs(gen_kwargs) if gen_kwargs is not None else None  # typed, order-free
     return {"lmms_task": lmms_task, "data": data_id, "limit": limit, "gen_kwargs": gen_identity(gen),
-            **({"inputs": inputs} if inputs else {}), **setup}
+            **({"inputs": inputs} if inputs else {}), **setup, **({"judge": judge} if judge else {})}
 
 
 def config_version(config: dict) -> str | None:
@@ -70,7 +70,8 @@ def to_task_results(spec, raw: dict, counts: dict, *, gen_kwargs: str | None, li
             extra={"lmms_eval_version": version, "lmms_task": task, "task_version": task_version, "n_samples": n,
                    "stderr_clt": stderr_clt, "responses": counts},
             identity=leaf_identity(task, leaf.data_id if leaf else None, limit=limit, gen_kwargs=gen_kwargs,
-                                   inputs=getattr(backend, "inputs_identity", None), setup=setup or {}),
+                                   inputs=getattr(backend, "inputs_identity", None), setup=setup or {},
+                                   judge=leaf.judge if leaf else None),
         )))
     leaves = {r.config["lmms_task"]: r for r in out}
     for group in _aggregated_groups(raw):

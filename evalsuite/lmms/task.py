@@ -20,6 +20,7 @@ get []. Scores are lmms-eval's own, converted to MetricValue without recomputati
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from evalsuite.errors import RunFailure, UserError
 from evalsuite.lmms.data import (
     DATA_KEY, check_hub_cached, content_fingerprint, data_fingerprint, data_override, world_files,
 )
+from evalsuite.lmms.judged import JudgeAbort
 from evalsuite.tasks.registry import LMMS_LOCAL_TASKS, local_name
 from evalsuite.types import TaskResult
 
@@ -49,6 +51,8 @@ class Leaf:
     data_id: str = ""       # content fingerprint of its data (TaskResult.identity)
     paired: bool = False
     version: str | None = None  # its yaml's metadata version (None: known only once lmms-eval ran it)
+    network: list = field(default_factory=list)   # where its scoring calls a model over the network (judged.py)
+    judge: dict | None = None   # the judge's identity, for a judged leaf of a run with --judge
 
 
 @dataclass
@@ -124,10 +128,12 @@ def _leaf_key(node) -> str:
 
 
 def _leaf_data(leaf: Leaf, node, top: str, data_opt, data_root, split: str) -> None:
+    from evalsuite.lmms.judged import network_calls
     from evalsuite.lmms.results import config_version
 
     cfg = node.config
     leaf.version = config_version(cfg)
+    leaf.network = network_calls(node.path, cfg) if node.path else []
     local = LMMS_LOCAL_TASKS.get(local_name(node.name) or "")
     leaf.paired = bool(local and local.paired)
     yaml_split = cfg.get("test_split") or cfg.get("validation_split")
@@ -189,7 +195,7 @@ def leaf_keys(spec: LmmsSpec, *, limit: int | None, gen_kwargs: str | dict | Non
     from evalsuite.types import eval_key
 
     return {lf.name: None if lf.version is None else eval_key(lf.name, lf.version, leaf_identity(
-        lf.lmms_task, lf.data_id, limit=limit, gen_kwargs=gen_kwargs, inputs=inputs, setup=setup))
+        lf.lmms_task, lf.data_id, limit=limit, gen_kwargs=gen_kwargs, inputs=inputs, setup=setup, judge=lf.judge))
         for lf in spec.leaves}
 
 
@@ -211,6 +217,7 @@ class LmmsRunner:
         self.dist = dist or Dist.current()
         self.gen_kwargs, self.bootstrap_iters, self.limit = gen_kwargs, bootstrap_iters, limit
         self.results_json, self.seed = results_json, seed
+        self.judge, self.judge_root, self.judge_log_dir = None, None, None   # lmms_tasks/resolve_judge
         self._lm = None
         self.layout: dict = {}
 
@@ -234,11 +241,19 @@ class LmmsRunner:
         log.info("lmms-eval %s %s (%s) on %s", spec.kind, spec.name, spec.lmms_name,
                  "; ".join(lf.source for lf in spec.leaves))
         lm.cache_tags.update({lf.lmms_task: lf.cache_tag for lf in spec.leaves})
+        judged = self.judge is not None and any(lf.judge for lf in spec.leaves)
         try:
-            raw = lb.evaluate(lm, spec.tasks, limit=self.limit, gen_kwargs=self.gen_kwargs,
-                              bootstrap_iters=self.bootstrap_iters, include_defaults=spec.builtin, seed=self.seed)
+            with self._judging(spec) if judged else contextlib.nullcontext() as binding:
+                raw = lb.evaluate(lm, spec.tasks, limit=self.limit, gen_kwargs=self.gen_kwargs,
+                                  bootstrap_iters=self.bootstrap_iters, include_defaults=spec.builtin, seed=self.seed,
+                                  output_path=self._output_path(spec) if judged else None)
+                if judged and binding.failure:   # asked through the endpoint: lmms-eval scored the failure
+                    raise JudgeAbort(binding.failure)
         except UserError:
             raise
+        except JudgeAbort as exc:
+            raise LmmsRunError(f"{exc}; nothing of {spec.name} is stored; the replies so far are cached and the "
+                               f"{lm.counts['generated']} newly finished answers are kept in {self.cache_root}") from None
         except Exception as exc:
             raise LmmsRunError(
                 f"{spec.name}: lmms-eval run failed ({type(exc).__name__}: {exc}); {lm.counts['generated']} "
@@ -254,9 +269,39 @@ class LmmsRunner:
             return []
         if self.results_json is not None:
             merge_layout(self.layout, raw, Path(self.results_json))
-        return to_task_results(spec, raw, dict(lm.counts), gen_kwargs=self.gen_kwargs, limit=self.limit,
-                               bootstrap_iters=self.bootstrap_iters, backend=self._backend,
-                               setup=backend_setup(self._backend, self.seed))
+        results = to_task_results(spec, raw, dict(lm.counts), gen_kwargs=self.gen_kwargs, limit=self.limit,
+                                  bootstrap_iters=self.bootstrap_iters, backend=self._backend,
+                                  setup=backend_setup(self._backend, self.seed))
+        if judged:
+            for r in results:
+                if r.identity.get("judge"):
+                    r.extra["judge"] = self.judge.describe()
+                    r.extra["judge_replies"] = dict(binding.stats)   # of the whole name (one binding per name)
+        return results
+
+    def _output_path(self, spec: LmmsSpec) -> str | None:
+        """A fresh folder for lmms-eval's `--output_path`, for tasks whose aggregation keeps files there
+        (hallusion_bench re-reads a previous run's judgments by position): OUT/lmms-eval/<name>."""
+        from evalsuite.lmms.judged import NEEDS_OUTPUT_PATH
+
+        if not any(lf.lmms_task in NEEDS_OUTPUT_PATH for lf in spec.leaves):
+            return None
+        import shutil
+        import tempfile
+
+        base = Path(self.judge_log_dir) if self.judge_log_dir else Path(tempfile.mkdtemp(prefix="evalsuite-lmms-"))
+        folder = base / "lmms-eval" / spec.name.replace("/", ".")
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        return str(folder)
+
+    def _judging(self, spec: LmmsSpec):
+        """lmms-eval's judge bound to the run's judge while `spec` runs (evalsuite/lmms/judged.py)."""
+        from evalsuite.lmms.judged import bound, install
+
+        install(self.judge)
+        return bound(self.judge, self.judge_root, f"lmms-{spec.name.replace('/', '.')}", self.judge_log_dir,
+                     self.dist.rank)
 
 
 def empty_answers_failure(spec: LmmsSpec, parts: list[dict]) -> str | None:
@@ -314,14 +359,44 @@ class LmmsTask:
         return self.runner.run(plan.state)
 
 
-def lmms_tasks(ctx, names: list[str], opts, *, seed: int, backend, results_json=None) -> list[LmmsTask]:
+def lmms_tasks(ctx, names: list[str], opts, *, seed: int, backend, results_json=None,
+               judge_elsewhere: bool = False) -> list[LmmsTask]:
     """The lmms-eval names of a run as LmmsTasks sharing one runner, every name's data checked now
-    (before any model loads); `backend` is made on the first run (`LmmsRunner`)."""
+    (before any model loads); `backend` is made on the first run (`LmmsRunner`). `judge_elsewhere`: an own
+    task of the run reads the judge section too."""
     specs = resolve_specs(names, data=opts.data, data_root=ctx.data_root, split=opts.split, limit=ctx.limit)
+    judge = resolve_judge(specs, getattr(ctx, "judge", None), ctx.dist.world_size, judge_elsewhere)
     runner = LmmsRunner(backend, batch_size=ctx.batch_size, cache_root=Path(ctx.resume_root) / "lmms"
                         if ctx.resume_root else None, dist=ctx.dist, gen_kwargs=opts.gen_kwargs_arg(),
                         bootstrap_iters=opts.bootstrap_iters, limit=ctx.limit, results_json=results_json, seed=seed)
+    runner.judge, runner.judge_root, runner.judge_log_dir = judge, ctx.resume_root, getattr(ctx, "output_dir", None)
     return [LmmsTask(spec, runner, seed=seed, gen_kwargs=opts.gen_kwargs) for spec in specs]
+
+
+def resolve_judge(specs: list[LmmsSpec], judge_cfg, world_size: int = 1, judge_elsewhere: bool = False):
+    """The run's Judge when a leaf is scored by lmms-eval's LLM judge (else None), its identity set on those
+    leaves; a judged leaf that would call the network is a UserError now (evalsuite/lmms/judged.py).
+    `judge_elsewhere`: an own task of the run reads the judge too."""
+    from evalsuite.lmms.judged import HONOURS_JUDGE, check_leaves, judge_identity
+
+    leaves = [lf for spec in specs for lf in spec.leaves]
+    if not check_leaves(leaves, judge_cfg, world_size):
+        if judge_cfg is not None and judge_cfg.given and not judge_elsewhere:
+            log.warning("judge: no task of this run is scored by a judge (%s); the judge: section is not used "
+                        "(lmms-eval tasks that are: %s)", ", ".join(s.name for s in specs),
+                        ", ".join(sorted(HONOURS_JUDGE)))
+        return None
+    from evalsuite.judge.judge import Judge
+
+    judge = Judge.resolve(judge_cfg, ", ".join(lf.name for lf in leaves if lf.network))
+    if judge_cfg.decoding() != type(judge_cfg)().decoding():
+        log.warning("judge.temperature / judge.max_tokens do not apply to lmms-eval's judged tasks (%s): lmms-eval "
+                    "sets both per request (docs/lmms-eval.md)", ", ".join(lf.name for lf in leaves if lf.network))
+    ident = judge_identity(judge)
+    for lf in leaves:
+        if lf.network:
+            lf.judge = ident
+    return judge
 
 
 def iter_lmms_tasks(names: list, *, ckpt=None, data_root=None, split: str = "val", data: dict | None = None,

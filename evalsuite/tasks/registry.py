@@ -24,6 +24,7 @@ TASKS: dict[str, str] = {
     "caption": "evalsuite.tasks.caption:CaptionTask",
     "chair": "evalsuite.tasks.chair:ChairTask",
     "mmhal": "evalsuite.tasks.mmhal:MmhalTask",
+    "objhal": "evalsuite.tasks.objhal:ObjhalTask",
     "relevance": "evalsuite.tasks.relevance:RelevanceTask",
 }
 

@@ -235,9 +235,9 @@ class ObjhalTask:
         if judged:
             from evalsuite.judge.judge import Judge
 
+            judge = Judge.resolve(ctx.judge, "objhal")
             nlp = load_pipeline(opts.spacy_model)
             spacy_id = pipeline_identity(nlp)
-            judge = Judge.resolve(ctx.judge, "objhal")
             identity.update(spacy=spacy_id, judge={**judge.identity, "prompt": PROMPT_VERSION})
             resolved.update(judge=judge.describe(), judge_prompt=PROMPT_VERSION)
             extra.update(spacy=spacy_id, judge=judge.describe(), judge_prompt=PROMPT_VERSION)

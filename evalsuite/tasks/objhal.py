@@ -68,6 +68,7 @@ class ObjhalOptions:
     tokenizer: Literal["nltk38", "nltk310"] = opt(
         "nltk38", "word tokenizer rules of the captions: NLTK <= 3.8's or 3.10's (evalsuite/metrics/chair_tokenize.py)")
     nltk_data: str | None = opt(None, "an NLTK data dir searched first", path="dir", identity=False)
+    cache_dir: str | None = opt(None, "ground-truth cache dir (null = ~/.cache/evalsuite/objhal_gt)", identity=False)
     n_boot: int = opt(1000, "bootstrap resamples of the confidence intervals (0 = none)", identity=False, ge=0)
 
     def __post_init__(self) -> None:
@@ -180,6 +181,31 @@ def pipeline_identity(nlp) -> dict:
             "spacy": spacy.__version__, "files": tree_sha256(Path(nlp.path))[:16]}
 
 
+def _cached_gt(cache_dir: str | None, key: str, build) -> tuple[dict[int, list[str]], set[int]]:
+    """The ground truth of these images from the cache (keyed by the annotation files', synonyms' and NLTK
+    data's content, the tokenizer and the image ids), else built and cached: COCO 2014's train annotations
+    alone are ~0.5 GB of JSON."""
+    from evalsuite.files import write_bytes_atomic
+    from evalsuite.metrics.chair_io import default_cache_dir
+
+    folder = Path(cache_dir) if cache_dir else default_cache_dir().parent / "objhal_gt"
+    path = folder / f"objhal_gt_{key}.json"
+    if path.is_file():
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            return {int(k): v for k, v in doc["gt"].items()}, set(doc["known"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            log.warning("objhal: %s unreadable; building the ground truth again", path)
+    gt, known = build()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(path, json.dumps({"gt": {str(k): v for k, v in gt.items()},
+                                             "known": sorted(i for i in gt if i in known)}).encode())
+    except OSError as e:
+        log.warning("objhal: ground-truth cache %s not written (%s)", path, e)
+    return gt, {i for i in gt if i in known}
+
+
 class ObjhalTask:
     name = "objhal"
     version = "1"
@@ -208,6 +234,8 @@ class ObjhalTask:
         judged = opts.extractor == "judge"
         if not judged and opts.spacy_model != ObjhalOptions.spacy_model:
             raise UserError("objhal.spacy_model: only read with objhal.extractor=judge; drop it")
+        if not judged and ctx.judge is not None and ctx.judge.given:
+            log.warning("objhal: extractor chair asks no judge; the judge: section is for the run's other tasks")
         get_tokenizer(opts.tokenizer, "objhal.tokenizer")
         vocab = rules.Vocab.load(opts.synonyms)
         records = load_records(opts.data)[: ctx.limit]
@@ -217,7 +245,12 @@ class ObjhalTask:
         resources = nltk_resources.resource_checksums((nltk_resources.PUNKT, nltk_resources.WORDNET))
         tokenize, lemmatize = Tokenizer(opts.tokenizer), rules.wordnet_noun_lemmatizer()
         instances, captions = coco_annotation_files(Path(ctx.data_root))
-        gt, known = rules.build_gt(instances, captions, {it["image_id"] for it in items}, vocab, tokenize, lemmatize)
+        ids = sorted({it["image_id"] for it in items})
+        gt_key = digest({"files": file_fingerprint([*instances, *captions]), "synonyms": file_sha256(opts.synonyms),
+                         "tokenizer": opts.tokenizer, "nltk": {r: v["sha256"] for r, v in resources.items()},
+                         "ids": ids, "schema": 1}, 32)
+        gt, known = _cached_gt(opts.cache_dir, gt_key, lambda: rules.build_gt(instances, captions, set(ids), vocab,
+                                                                              tokenize, lemmatize))
         for it in items:
             if it["image_id"] not in known:
                 raise UserError(f"objhal.data: {opts.data}:{it['line']}: image_id {it['image_id']} is in no "

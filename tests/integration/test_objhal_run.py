@@ -51,7 +51,7 @@ def test_objhal_run_reuse_chair_variant_and_unparsable(tiny_vlm_dir, world_dir, 
     def run(out: str, *extra: str) -> int:
         return cli_main(["run", "--ckpt", str(tiny_vlm_dir), "--tasks", "objhal", "--data-root", str(world_dir),
                          f"objhal.data={objhal_data}", f"objhal.synonyms={DATA / 'synonyms_refine.txt'}",
-                         "objhal.n_boot=0", "--max-new-tokens", "24", "--device", "cpu", "--store", str(store),
+                         "objhal.n_boot=0", f"objhal.cache_dir={tmp_path / 'gt'}", "--max-new-tokens", "24", "--device", "cpu", "--store", str(store),
                          "--output", str(tmp_path / out), *extra])
 
     judged = [f"objhal.spacy_model={DATA / 'pipeline'}", "judge.max_concurrency=2", "judge.retries=0"]
@@ -73,6 +73,9 @@ def test_objhal_run_reuse_chair_variant_and_unparsable(tiny_vlm_dir, world_dir, 
         assert metrics["correct_rate"] == pytest.approx(100 - metrics["CHAIRs_refine"])
         assert metrics["object_correct_rate"] == pytest.approx(100 - metrics["CHAIRi"])
         assert extra["overall"]["mention_count"] == 3 * asked
+        cached = list((tmp_path / "gt").glob("objhal_gt_*.json"))
+        assert len(cached) == 1 and set(json.loads(cached[0].read_text())["known"]) == \
+            {int(json.loads(x)["image_id"]) for x in objhal_data.read_text().splitlines()}
 
         assert run("a2", *judged, "--judge", fake.url, "--judge-model", "judge-a") == 0
         assert _summary(tmp_path / "a2")["objhal"]["reused"] and len(fake.requests) == asked and _stored(store) == 1
@@ -82,6 +85,7 @@ def test_objhal_run_reuse_chair_variant_and_unparsable(tiny_vlm_dir, world_dir, 
         c = _summary(tmp_path / "c")["objhal"]
         assert c["eval_key"] != a1["eval_key"] and "judge" not in c["identity"] and len(fake.requests) == asked
         assert c["extra"]["published_protocol"] is False and _stored(store) == 2
+        assert len(list((tmp_path / "gt").glob("objhal_gt_*.json"))) == 1    # the same ground truth, cached
 
         # a judge that answers prose: every judged reply unparsable, one line, nothing stored
         fake.reply = lambda messages: "I see a dog and a cat."

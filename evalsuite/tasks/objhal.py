@@ -339,8 +339,9 @@ class ObjhalTask:
             mentions = smp.pop("mention_list", [])
             smp.update(rules.score_response(mentions, s["gt"][smp["image_id"]]), n_words=rules.word_count(smp["caption"]))
         bad = [x for x in samples if not x["parsed"]]
-        if len(bad) > MAX_UNPARSABLE_SHARE * len(samples):
-            raise RunFailure(f"objhal: {len(bad)} of {len(samples)} judge replies are no JSON list of objects (more "
+        n_judged = sum(1 for x in samples if not x.get("short", True))   # replies the judge gave
+        if len(bad) > MAX_UNPARSABLE_SHARE * n_judged:
+            raise RunFailure(f"objhal: {len(bad)} of {n_judged} judge replies are no JSON list of objects (more "
                              f"than {MAX_UNPARSABLE_SHARE:.0%}); nothing stored. Sample reply: "
                              f"{bad[0]['judge_text'][:160]!r}")
         good = [x for x in samples if x["parsed"]]
@@ -354,7 +355,7 @@ class ObjhalTask:
         extra = {**s["extra"], "unparsable": len(bad), "scored": len(good),
                  "overall": released["overall"]}
         if judged:
-            extra.update(judged=sum(1 for x in samples if not x["short"]),
+            extra.update(judged=n_judged,
                          short_answers=sum(1 for x in samples if x["short"]),
                          judge_requests=dict(s["judge"].stats))
         return plan.result(kept, samples, extra)

@@ -140,3 +140,58 @@ def test_prompt_file_errors(tmp_path):
     f.write_text("")
     with pytest.raises(UserError, match="no records"):
         load_records(f)
+
+
+class _Judge:
+    """Replies by answer: a stand-in for evalsuite.judge.judge.Judge.ask."""
+
+    def __init__(self, replies: dict[str, str]):
+        self.replies, self.stats, self.asked = replies, {"asked": 0, "cached": 0}, []
+
+    def ask(self, requests, cache_root, task, prompt_version, log_dir):
+        self.asked += requests
+        out = []
+        for messages in requests:
+            answer = messages[0]["content"].split("[Start of Examiner's Answer]\n\n")[1].split("\n\n[End")[0]
+            out.append({"content": self.replies[answer], "model": "j"})
+        return out
+
+
+def _scored(nlp, vocab, answers, replies, gt):
+    from types import SimpleNamespace
+
+    from evalsuite.tasks.base import Plan
+    from evalsuite.tasks.objhal import METRICS, ObjhalTask
+
+    judge = _Judge(replies)
+    plan = Plan("objhal", "1", {}, {"extractor": "judge", "n_boot": 0},
+                state={"judge": judge, "nlp": nlp, "vocab": vocab, "gt": gt, "extra": {}}, specs=METRICS)
+    ctx = SimpleNamespace(resume_root=None, output_dir=None, gen=SimpleNamespace(seed=0))
+    rows = [{"key": str(i), "image_id": i, "prompt": "Describe.", "answer": a} for i, a in enumerate(answers)]
+    return ObjhalTask().scored(ctx, plan, rows), judge
+
+
+def test_unparsable_left_out_and_counted_short_not_asked(nlp, vocab):
+    from evalsuite.errors import RunFailure
+
+    answers = ["Assistant: A dog.", "There is a black dog and a cat here.", "A man rides a red bicycle today.",
+               "Nothing but a wooden chair here."]
+    replies = {"There is a black dog and a cat here.": '["black dog", "cat"]',
+               "A man rides a red bicycle today.": '["man", "bicycle"]',
+               "Nothing but a wooden chair here.": "A chair."}
+    gt = {0: ["dog"], 1: ["dog"], 2: ["bicycle", "person"], 3: ["chair"]}
+    result, judge = _scored(nlp, vocab, answers, replies, gt)
+    assert len(judge.asked) == 3 and judge.asked[0][0]["role"] == "system"      # "A dog." is short: not asked
+    values = {m.metric: m.value for m in result.metrics}
+    extra = result.extra
+    assert extra["unparsable"] == 1 and extra["judged"] == 3 and extra["short_answers"] == 1 and extra["scored"] == 3
+    # scored: the short answer (no objects, 1 GT) and the two parsed replies (cat hallucinated; dog, person and
+    # bicycle right); the unparsable one is in no rate
+    assert values["CHAIRs_refine"] == 50.0 and values["CHAIRi"] == 25.0 and values["obj_rec"] == 75.0
+    assert values["avg_len"] == (2 + 9 + 7) / 3 and values["unparsable_rate"] == 0.25 and values["CHAIRs"] == (1 / 3) * 100
+    assert values["correct_rate"] == 50.0 and values["object_correct_rate"] == 75.0
+    assert [s["parsed"] for s in result.samples] == [True, True, True, False]
+    # two of three judged replies unparsable: more than half, one line, nothing returned
+    replies["A man rides a red bicycle today."] = "()"
+    with pytest.raises(RunFailure, match=r"objhal: 2 of 3 judge replies are no JSON list of objects .*nothing stored"):
+        _scored(nlp, vocab, answers, replies, gt)

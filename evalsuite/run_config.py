@@ -299,7 +299,11 @@ def sections_for(tasks: list[str], options: dict[str, Any] | None = None) -> set
         used.add("gen")
     if any(not is_own_task(t) for t in tasks):
         used.add("lmms")
-    if any(getattr(task_class(t), "uses_judge", False) for t in seen):
+    def reads_judge(name: str) -> bool:   # a bool, or a function of the task's options (objhal's extractor)
+        flag = getattr(task_class(name), "uses_judge", False)
+        return flag(options.get(section_of(name)) or task_class(name).Options()) if callable(flag) else bool(flag)
+
+    if any(reads_judge(t) for t in seen):
         used.add("judge")
     return used
 

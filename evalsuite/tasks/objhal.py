@@ -211,7 +211,9 @@ class ObjhalTask:
     version = "1"
     Options = ObjhalOptions
     metrics = METRICS
-    uses_judge = True        # reads the judge: section (with extractor judge)
+    # reads the judge: section with extractor judge only (run_config.sections_for): with extractor chair a
+    # --judge is refused as without effect, unless another task of the run reads it
+    uses_judge = staticmethod(lambda opts: opts.extractor == "judge")
 
     def requires(self, opts: ObjhalOptions, tasks: list[str]) -> tuple[str, ...]:
         return ()
@@ -234,8 +236,6 @@ class ObjhalTask:
         judged = opts.extractor == "judge"
         if not judged and opts.spacy_model != ObjhalOptions.spacy_model:
             raise UserError("objhal.spacy_model: only read with objhal.extractor=judge; drop it")
-        if not judged and ctx.judge is not None and ctx.judge.given:
-            log.warning("objhal: extractor chair asks no judge; the judge: section is for the run's other tasks")
         get_tokenizer(opts.tokenizer, "objhal.tokenizer")
         vocab = rules.Vocab.load(opts.synonyms)
         records = load_records(opts.data)[: ctx.limit]

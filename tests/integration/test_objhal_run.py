@@ -106,6 +106,8 @@ def test_objhal_refusals_before_generation(tiny_vlm_dir, world_dir, objhal_data,
         ([syn], "objhal.data: not given"),
         ([f"objhal.data={objhal_data}"], "objhal.synonyms: not given"),
         ([syn, f"objhal.data={objhal_data}", "objhal.spacy_model=x"], "only read with objhal.extractor=judge"),
+        ([syn, f"objhal.data={objhal_data}", "--judge", "http://127.0.0.1:9/v1", "--judge-model", "x"],
+         "--judge: judge.url: no task of this run reads the judge section"),     # extractor chair asks no judge
         ([syn, f"objhal.data={bad}"], f"{bad}:2: field 'image' is not valid base64",
          [good[0], json.dumps({**json.loads(good[1]), "image": "@@not base64"})]),
         ([syn, f"objhal.data={bad}"], f"{bad}:1: field 'question' missing",

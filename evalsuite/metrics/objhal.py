@@ -108,7 +108,7 @@ class Vocab:
     double_words: dict[str, str]
 
     @classmethod
-    def parse(cls, text: str) -> "Vocab":
+    def parse(cls, text: str) -> Vocab:
         """Each line stripped and split on ", ", every item stripped: the first item is the category, every
         item maps to its line's first (a word on several lines maps to the last)."""
         import io
@@ -129,7 +129,7 @@ class Vocab:
         return cls(w2c, doubles)
 
     @classmethod
-    def load(cls, path: str | Path, flag: str = "objhal.synonyms") -> "Vocab":
+    def load(cls, path: str | Path, flag: str = "objhal.synonyms") -> Vocab:
         p = Path(path)
         try:
             text = p.read_bytes().decode("utf-8")

@@ -220,7 +220,13 @@ class ObjhalTask:
 
     def plan(self, ctx: RunContext, opts: ObjhalOptions, sources: dict) -> Plan:
         """Data, images, annotations, NLTK data, spaCy and the judge checked before the model loads."""
-        from evalsuite.identity import digest, file_fingerprint, file_sha256, gen_identity, inputs_identity
+        from evalsuite.identity import (
+            digest,
+            file_fingerprint,
+            file_sha256,
+            gen_identity,
+            inputs_identity,
+        )
         from evalsuite.metrics import nltk_resources
         from evalsuite.metrics.chair_io import coco_annotation_files
         from evalsuite.metrics.chair_tokenize import Tokenizer, get_tokenizer

@@ -122,7 +122,7 @@ def load_records(path: str | Path) -> list[dict]:
         if not isinstance(img, str) or not img.strip():
             raise UserError(f"objhal.data: {where}: field 'image' missing or not a string (the image, base64)")
         try:
-            raw = base64.b64decode(img, validate=True)
+            raw = base64.b64decode("".join(img.split()), validate=True)   # line-wrapped base64 too
         except (binascii.Error, ValueError):
             raise UserError(f"objhal.data: {where}: field 'image' is not valid base64") from None
         out.append({"line": int(where.rsplit(":", 1)[1]), "image_id": imid, "question": q, "image": raw})

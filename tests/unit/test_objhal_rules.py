@@ -128,6 +128,8 @@ def test_prompt_file_errors(tmp_path):
     ok = {"image_id": "42", "question": "Describe.", "image": "aGVsbG8="}
     f.write_text(json.dumps(ok) + "\n")
     assert load_records(f)[0] == {"line": 1, "image_id": 42, "question": "Describe.", "image": b"hello"}
+    f.write_text(json.dumps({**ok, "image_id": 7, "image": "aGVs\nbG8="}) + "\n")
+    assert load_records(f)[0]["image"] == b"hello" and load_records(f)[0]["image_id"] == 7
     for rec, msg in [({**ok, "image_id": None}, "field 'image_id'"), ({**ok, "image_id": True}, "field 'image_id'"),
                      ({**ok, "question": 3}, "field 'question'"), ({**ok, "image": ""}, "field 'image' missing"),
                      ({**ok, "image": "a b!"}, "field 'image' is not valid base64"), ([1], "not a JSON object")]:

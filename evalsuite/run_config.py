@@ -278,9 +278,13 @@ def sections_for(tasks: list[str], options: dict[str, Any] | None = None) -> set
     from evalsuite.lmms.judged import JUDGE_SECTION_TASKS
     from evalsuite.tasks.registry import LMMS_LOCAL_TASKS
 
+    def reads_judge(name: str) -> bool:   # a bool, or a function of the task's options (objhal's extractor)
+        flag = getattr(task_class(name), "uses_judge", False)
+        return flag(options.get(section_of(name)) or task_class(name).Options()) if callable(flag) else bool(flag)
+
     # an lmms-eval name other than evalsuite's local ones may be (or hold) a judged task: known only once
     # its leaves are resolved (evalsuite/lmms/task.py resolve_judge says when --judge is not used)
-    if any(getattr(task_class(t), "uses_judge", False) for t in seen) or any(
+    if any(reads_judge(t) for t in seen) or any(
             t in JUDGE_SECTION_TASKS or (not is_own_task(t) and t not in LMMS_LOCAL_TASKS) for t in tasks):
         used.add("judge")
     return used

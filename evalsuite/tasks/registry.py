@@ -8,7 +8,7 @@ metadata its convenience flags and their `help` its `evalsuite run --help` lines
 cannot do without (`evalsuite tasks` and the README's task table list them, with --data-root and judge);
 `requires` says which other tasks' answers (and so sections) it reads. Optional class attributes: `section` (a section shared by several tasks, e.g.
 amber_g and amber_d read `amber`), `reads_data_root = False` (a task with its own data options needs no
---data-root), `uses_judge = True` (it reads the `judge:` section) and `unread(tasks)` (the section's fields that the tasks of this run never read).
+--data-root), `uses_judge = True` (it reads the `judge:` section; or a function of its options) and `unread(tasks)` (the section's fields that the tasks of this run never read).
 
 Names in neither table are handed to lmms-eval (see `evalsuite.lmms.task`), so `--tasks chair,mme,pope`
 mixes both kinds.
@@ -26,6 +26,7 @@ TASKS: dict[str, str] = {
     "chair": "evalsuite.tasks.chair:ChairTask",
     "hallusion": "evalsuite.tasks.hallusion:HallusionTask",
     "mmhal": "evalsuite.tasks.mmhal:MmhalTask",
+    "objhal": "evalsuite.tasks.objhal:ObjhalTask",
     "relevance": "evalsuite.tasks.relevance:RelevanceTask",
 }
 

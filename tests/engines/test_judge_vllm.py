@@ -73,3 +73,46 @@ def test_mmhal_run_with_a_local_judge(judges, world_dir, tiny_vlm_dir, tmp_path)
     assert second.returncode == first.returncode
     other = run("c", judges[1])
     assert (tmp_path / "c" / "judge_server.log").is_file() and cached() == 8, other.stdout + other.stderr
+
+
+def test_objhal_run_with_a_local_judge(judges, world_dir, tiny_vlm_dir, tmp_path):
+    """`--tasks objhal` with a local judge: the released extraction prompt goes to vLLM as one system message;
+    a random judge lists no JSON, so more than half is unparsable (one line, nothing stored); the replies are
+    cached (a second run starts no server) and the other judge is asked anew."""
+    import base64
+
+    pytest.importorskip("spacy")
+    data_dir = Path(__file__).resolve().parents[1] / "data" / "objhal"
+    coco = json.loads((world_dir / "annotations" / "instances_val.json").read_text())
+    images = sorted(coco["images"], key=lambda im: im["id"])[:4]
+    prompts = tmp_path / "obj_halbench.jsonl"
+    prompts.write_text("".join(json.dumps({"image_id": im["id"], "question": "Describe this image in detail.",
+                                           "image": base64.b64encode((world_dir / "images" / "val" / im["file_name"])
+                                                                     .read_bytes()).decode()}) + "\n" for im in images))
+    store = tmp_path / "store"
+
+    def run(out: str, judge: Path):
+        return run_cli("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "objhal", "--data-root", str(world_dir),
+                       f"objhal.data={prompts}", f"objhal.synonyms={data_dir / 'synonyms_refine.txt'}",
+                       f"objhal.spacy_model={data_dir / 'pipeline'}", f"objhal.cache_dir={tmp_path / 'gt'}",
+                       "--judge", str(judge), SERVE, "judge.max_tokens=16", "--max-new-tokens", "24",
+                       "--device", "cpu", "--store", str(store), "--output", str(tmp_path / out), timeout=900)
+
+    def cached() -> int:
+        return sum(len(f.read_text().splitlines()) for f in (store / ".resume" / "judge").rglob("objhal.rank0.jsonl")) \
+            if (store / ".resume" / "judge").is_dir() else 0
+
+    first = run("a", judges[0])
+    out = first.stdout + first.stderr
+    asked = cached()
+    assert (tmp_path / "a" / "judge_server.log").is_file() and asked > 0, out
+    if first.returncode == 0:   # a random judge happened to list objects
+        ident = json.loads((tmp_path / "a" / "summary.json").read_text())["objhal"]["identity"]
+        assert ident["judge"]["kind"] == "local" and ident["judge"]["prompt"] == "objhal-rlaif-v-1"
+    else:
+        assert first.returncode == 1 and "judge replies are no JSON list of objects" in out, out
+    second = run("b", judges[0])
+    assert not (tmp_path / "b" / "judge_server.log").exists() and cached() == asked   # nothing asked again
+    assert second.returncode == first.returncode
+    other = run("c", judges[1])
+    assert (tmp_path / "c" / "judge_server.log").is_file() and cached() == 2 * asked, other.stdout + other.stderr

@@ -2,12 +2,13 @@
 released prompt, the released rules turn them into CHAIR-style rates (evalsuite/metrics/objhal.py).
 
     evalsuite run --ckpt CK --tasks objhal --data-root COCO objhal.data=obj_halbench_300_with_image.jsonl \\
-        objhal.synonyms=RLAIF-V/eval/data/synonyms_refine.txt objhal.spacy_model=en_core_web_trf \\
+        objhal.spacy_model=en_core_web_trf \\
         --judge JUDGE_DIR            # or --judge http://HOST:PORT/v1 --judge-model NAME
 
 Data: RLAIF-V's prompt file (eval/data/obj_halbench_300_with_image.jsonl: one JSON object a line with
 `image_id` (a COCO id, an integer or its digits), `question` and `image` (the image, base64-encoded)), the
-synonyms file RLAIF-V's script reads (eval/data/synonyms_refine.txt), and the COCO 2014 annotations under
+synonyms file RLAIF-V's script reads (eval/data/synonyms_refine.txt; evalsuite ships it, objhal.synonyms
+replaces it), and the COCO 2014 annotations under
 --data-root (every annotations/instances*.json and captions*.json, as the chair task finds them; the released
 script unions train2014 and val2014). The model answers each question about its image (the run's decoding).
 
@@ -46,6 +47,8 @@ log = logging.getLogger(__name__)
 
 # the extraction prompt's own version: part of every judged objhal identity and judge cache key
 PROMPT_VERSION = "objhal-rlaif-v-1"
+# RLAIF-V eval/data/synonyms_refine.txt (commit 83d917b; Apache-2.0, evalsuite/data/README.md), byte-identical
+RELEASED_SYNONYMS = Path(__file__).resolve().parents[1] / "data" / "objhal_synonyms_refine.txt"
 MAX_UNPARSABLE_SHARE = 0.5
 SPACY_HINT = ("on a connected machine: `python -m spacy download {name}` (or pip install its wheel from "
               "github.com/explosion/spacy-models), or pass a local pipeline directory")
@@ -56,8 +59,9 @@ class ObjhalOptions:
     # paths are not identity: their contents are
     data: str | None = opt(None, "RLAIF-V's Object HalBench prompt file (obj_halbench_300_with_image.jsonl)",
                            path="file", identity=False, required=True)
-    synonyms: str | None = opt(None, "the synonyms file RLAIF-V's script reads (eval/data/synonyms_refine.txt)",
-                               path="file", identity=False, required=True)
+    synonyms: str | None = opt(None, "the synonyms file RLAIF-V's script reads (null = evalsuite's copy of its "
+                                     "eval/data/synonyms_refine.txt, evalsuite/data/objhal_synonyms_refine.txt)",
+                               path="file", identity=False)
     extractor: Literal["judge", "chair"] = opt(
         "judge", "who finds the objects of an answer: 'judge' = the judge with the released prompt (the "
                  "published protocol); 'chair' = the released rule-based reading, no judge (not the published protocol)")
@@ -233,9 +237,8 @@ class ObjhalTask:
 
         if not opts.data:
             raise UserError("objhal.data: not given; pass objhal.data=obj_halbench_300_with_image.jsonl (RLAIF-V's)")
-        if not opts.synonyms:
-            raise UserError("objhal.synonyms: not given; pass objhal.synonyms=synonyms_refine.txt (RLAIF-V "
-                            "eval/data/synonyms_refine.txt)")
+        if not opts.synonyms:   # the released file (its content, not its path, is in the identity)
+            opts = dataclasses.replace(opts, synonyms=str(RELEASED_SYNONYMS))
         if ctx.data_root is None:
             raise UserError("objhal: needs --data-root (a folder with the COCO 2014 annotations/instances_*.json "
                             "and captions_*.json)")

@@ -29,7 +29,7 @@ def test_tasks_lists_registered():
     names = [line.split()[0] for line in res.stdout.splitlines() if line and not line.startswith("(")]
     assert {"caption", "chair", "relevance", "mme", "pope", "mmhal", "objhal"} <= set(names)
     (objhal,) = [line for line in res.stdout.splitlines() if line.startswith("objhal ")]
-    assert "needs: --data-root, objhal.data, objhal.synonyms, judge" in objhal
+    assert "needs: --data-root, objhal.data, judge" in objhal
     # the folder it names for `lmms-eval --include_path` holds the shipped yamls
     (folder,) = [line.split(": ", 1)[1] for line in res.stdout.splitlines() if line.startswith("yamls for")]
     assert (Path(folder) / "evalsuite_pope_full.yaml").is_file() and (Path(folder) / "evalsuite_mme.yaml").is_file()

@@ -14,6 +14,9 @@ def register(sub) -> None:
                    help="VLM family (default llava = LLaVA-1.5; --kind vlm only), or llama_text: a text-only Llama "
                         "vLLM serves (a tiny judge, docs/judge.md)")
     p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    p.add_argument("--reply", default=None,
+                   help="llama_text only: a scripted judge whose greedy reply to any chat is this text (set weights, "
+                        "not random: judged tasks store results offline; evalsuite/kit/text_llm.py)")
     p.add_argument("--vllm-compatible", action="store_true",
                    help="a VLM that vLLM also runs (text heads of 32, llava-hf weight names; docs/engines.md)")
     p.set_defaults(func=main)
@@ -26,6 +29,8 @@ def main(args) -> int:
     from evalsuite.ownership import refuse_nonempty
 
     refuse_nonempty(args.out, "--out")  # a checkpoint is a whole folder: never written over another
+    if args.reply is not None and args.arch != "llama_text":
+        raise UserError("--reply: only with --arch llama_text")
     if args.kind == "clip":
         if args.arch != "llava":
             raise UserError("--arch: only for --kind vlm")
@@ -35,7 +40,7 @@ def main(args) -> int:
     elif args.arch == "llama_text":
         from evalsuite.kit.text_llm import build_tiny_llama_text
 
-        out = build_tiny_llama_text(args.out, seed=args.seed)
+        out = build_tiny_llama_text(args.out, seed=args.seed, reply=args.reply)
     else:
         out = build_tiny_family(args.arch, args.out, seed=args.seed, vllm_compatible=args.vllm_compatible)
     print(out)

@@ -129,6 +129,78 @@ def stack(parts: Sequence[Rows], consume: bool = False) -> Rows:
                 torch.cat([p.next_pos for p in parts], -2))
 
 
+@dataclass
+class Packed:
+    """The pool with beams sharing their node's context (`tree.share_prefix`): ONE row per node, holding the
+    context once and then each step's B beam tokens side by side. `rows.mask` [N, W] marks the columns a row
+    holds (not left padding); `see` [N, B, W] the columns beam b attends (the context and its own
+    ancestors' tokens: beam search reorders beams, so a beam's columns follow its lineage)."""
+
+    rows: Rows
+    see: torch.Tensor
+
+    @property
+    def n(self) -> int:
+        return self.rows.n
+
+    @property
+    def width(self) -> int:
+        return self.rows.width
+
+    @staticmethod
+    def of(ctx: Rows, beams: int) -> "Packed":
+        """A node's packed row from its compact context row: every beam sees the whole context."""
+        return Packed(ctx, ctx.mask.bool()[:, None, :].expand(ctx.n, beams, ctx.width).clone())
+
+    def held(self) -> torch.Tensor:
+        """KV columns each node's row holds (left padding not counted), from the row's own mask."""
+        return self.rows.mask.sum(1)
+
+    def select(self, rows: torch.Tensor, beams: int) -> "Packed":
+        """The search's score rows to go on (node-major, `beams` each: `GroupBeams.advance`): keep their
+        nodes, each new beam seeing what its source beam saw."""
+        rows = rows.view(-1, beams)
+        node, src = rows[:, 0] // beams, rows % beams
+        see = self.see.index_select(0, node)
+        self.see = torch.take_along_dim(see, src[..., None], 1)
+        self.rows.kv = [(k.index_select(0, node), v.index_select(0, node)) for k, v in self.rows.kv]
+        self.rows.mask, self.rows.next_pos = self.rows.mask.index_select(0, node), self.rows.next_pos.index_select(-2, node)
+        return self.trim()
+
+    def trim(self) -> "Packed":
+        """Drop the leading columns no beam attends to."""
+        if self.n == 0:
+            return self
+        used = self.see.any(1).any(0)
+        first = int(used.int().argmax()) if bool(used.any()) else self.width
+        if first:
+            r = self.rows
+            r.kv = [(k[:, :, first:], v[:, :, first:]) for k, v in r.kv]
+            r.mask, self.see = r.mask[:, first:], self.see[:, :, first:]
+        return self
+
+
+def stack_packed(parts: Sequence[Packed]) -> Packed:
+    """`stack` of packed rows (consuming the parts), their `see` left-padded alike."""
+    parts = [p for p in parts if p.n]
+    if len(parts) == 1:
+        return parts[0]
+    w = max(p.width for p in parts)
+    see = torch.cat([_pad_left(p.see, w, 2) for p in parts], 0)
+    return Packed(stack([p.rows for p in parts], consume=True), see)
+
+
+def share_unsupported(model) -> str | None:
+    """Why this model's beams cannot share their node's row (None: they can): the packed step passes a 4D
+    attention mask and explicit positions, which the sdpa and eager attention of a causal decoder take
+    as given (transformers' masking_utils returns a 4D mask unchanged); flash and flex kernels take no
+    dense mask."""
+    impls = {getattr(c, "_attn_implementation", None)
+             for c in (model.config, model.config.get_text_config(decoder=True))}
+    bad = sorted(str(i) for i in impls - {"sdpa", "eager"})
+    return f"attention implementation {', '.join(bad)}" if bad else None
+
+
 def _cache_rows(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(layer.keys, layer.values) for layer in cache.layers]
 
@@ -229,6 +301,38 @@ class Runner:
         return Rows(_cache_rows(cache), mask, rows.next_pos + 1), logits
 
 
+    def step_packed(self, packed: Packed, tokens: torch.Tensor) -> tuple[Packed, torch.Tensor]:
+        """One decode step of packed rows: each node's row feeds its B beams' tokens side by side; beam b's
+        query attends the columns it sees plus its own new token, at the position after its context +
+        its tokens so far (the same for every beam of a node). Logits [N * B, V], node-major."""
+        from evalsuite.models.inputs import model_kwargs
+
+        r, n, B = packed.rows, packed.n, packed.see.shape[1]
+        eye = torch.eye(B, dtype=torch.bool, device=self.device).expand(n, B, B)
+        see = torch.cat([packed.see, eye], 2)
+        mask4 = see[:, None]
+        if self.eager:  # eager attention adds the mask to its scores
+            mask4 = torch.zeros(mask4.shape, dtype=self.model.dtype, device=self.device).masked_fill(
+                ~mask4, torch.finfo(self.model.dtype).min)
+        pos = r.next_pos.expand(*r.next_pos.shape[:-1], B)
+        batch = {"input_ids": tokens.view(n, B), "attention_mask": mask4,
+                 **{k: torch.full((n, B), self.fill.get(k, 0), dtype=torch.long, device=self.device)
+                    for k in self.seq_keys}}
+        cache = r.cache()
+        r.kv = []  # the cache alone holds the tensors: each layer's update frees its old ones
+        kw, _ = model_kwargs(self.model, batch, first=False, cache=cache, position_ids=pos)
+        del cache
+        out = self.model(**kw)
+        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        mask = torch.cat([r.mask, torch.ones((n, B), dtype=r.mask.dtype, device=self.device)], 1)
+        rows = Rows(_cache_rows(cache), mask, r.next_pos + 1)
+        return Packed(rows, see), out.logits.float().reshape(n * B, -1)
+
+    @property
+    def eager(self) -> bool:
+        return getattr(self.model.config.get_text_config(decoder=True), "_attn_implementation", None) == "eager"
+
+
 # ------------------------------------------------------------------ the search state of many nodes
 class Search(GroupBeams):
     """The group beam search state of every node in the pool, on the device; node i owns rows
@@ -257,6 +361,13 @@ class PoolEngine:
         self.stats, self.fallback = stats, fallback
         self.runner = Runner(self.model, self.spec, self.stats)
         self.device = self.runner.device
+        # `tree.share_prefix`: a node's beams share one row holding its context once (Packed), where the
+        # model's attention takes a 4D mask; else each beam row holds its own copy of the context
+        self.share = bool(self.cfg.share_prefix)
+        if self.share and (why := share_unsupported(self.model)) is not None:
+            log.warning("tree.engine pool: %s cannot share a node's context among its beams (%s); each beam "
+                        "row holds its own copy", type(self.model).__name__, why)
+            self.share = False
 
     def grow(self, records: Sequence[dict], progress: bool = True) -> list[Any]:
         """The trees, in record order. progress=True: a bar of trees done / total."""
@@ -294,7 +405,7 @@ class PoolEngine:
         B = self.spec.num_beams
         s = Refill(self.rules, self.stats, records)
         search = Search(self.spec, self.device, self.stats)
-        pool: Rows | None = None
+        pool: Rows | Packed | None = None
         logits: torch.Tensor | None = None
         # `auto` needs the bytes of one cached token: from the text config, else known after the first
         # prefill (which then takes one prompt alone)
@@ -308,8 +419,11 @@ class PoolEngine:
             held = sum(c.width for t in s.trees.values() for c in t.ctx.values())
             n_rows, width = (pool.n, pool.width) if pool is not None else (0, 0)
 
+            # shared: a node is one row, grown by B tokens a step; else B rows grown by one
+            per, grow = (1, B * self.spec.max_new_tokens) if self.share else (B, self.spec.max_new_tokens)
+
             def fits(w: int, first: bool) -> bool:
-                return first or budget is None or (n_rows + B) * (max(width, w) + self.spec.max_new_tokens) + held + w <= budget
+                return first or budget is None or (n_rows + per) * (max(width, w) + grow) + held + w <= budget
 
             # 1. nodes whose parent's level was pruned: one forward over their sentences
             if s.ready:
@@ -320,7 +434,7 @@ class PoolEngine:
                     if not fits(w, not batch and not len(search)):
                         break
                     batch.append(item)
-                    n_rows, width, held = n_rows + B, max(width, w), held + w
+                    n_rows, width, held = n_rows + per, max(width, w), held + w
                 s.ready = s.ready[len(batch):]
                 if batch:
                     parents = [s.trees[r].ctx[par] for r, _, par in batch]
@@ -328,7 +442,7 @@ class PoolEngine:
                     ctx, lg = self.runner.extend(parents, tails)
                     for j, (r, nid, par) in enumerate(batch):
                         s.trees[r].ctx[nid] = ctx[j]
-                        new_rows.append(ctx[j].repeat(B))
+                        new_rows.append(self._join(ctx[j]))
                         new_logits.append(lg[j:j + 1].repeat_interleave(B, 0))
                         new_keys.append((r, nid))
                     for r in {r for r, _, _ in batch}:
@@ -344,7 +458,7 @@ class PoolEngine:
                 if not fits(w, not take and not len(search) and not new_keys):
                     break
                 take.append(s.waiting.pop(0))
-                n_rows, width, held = n_rows + B, max(width, w), held + w
+                n_rows, width, held = n_rows + per, max(width, w), held + w
             if take:
                 ps = [starts.pop(r) for r in take]
                 ctx, lg, why = self.runner.prompts([p.tree.prompt_ids for p in ps], [p.features for p in ps])
@@ -356,28 +470,55 @@ class PoolEngine:
                     budget = self.budget(sum(k.shape[1] * k.shape[3] * k.element_size() * 2 for k, _ in ctx[0].kv))
                 for j, (r, p) in enumerate(zip(take, ps)):
                     s.start(r, p).ctx[0] = ctx[j]
-                    new_rows.append(ctx[j].repeat(B))
+                    new_rows.append(self._join(ctx[j]))
                     new_logits.append(lg[j:j + 1].repeat_interleave(B, 0))
                     new_keys.append((r, 0))
             if new_keys:
-                pool = stack(([pool] if pool is not None else []) + new_rows, consume=True)
+                parts = ([pool] if pool is not None else []) + new_rows
+                pool = stack_packed(parts) if self.share else stack(parts, consume=True)
                 logits = torch.cat(([logits] if logits is not None else []) + new_logits)
                 search.add(new_keys)
             self.stats.peak_tokens = max(self.stats.peak_tokens, self._tokens(pool, s.trees))
             # 3. one search step over every node, then one forward over the rows that go on
+            keys, held_now = list(search.keys), (self._held(pool) if pool is not None else None)
             ended, rows, toks = search.step(logits)
+            if ended and held_now is not None:
+                self._count_held(keys, held_now, [k for k, _ in ended])
             for (r, nid), hyps in ended:
                 s.node_ended(r, nid, hyps)
             self._advance(len(s.done), len(records))
             if len(search):
-                pool, logits = self.runner.step(pool.select(rows), toks)
+                if self.share:
+                    pool, logits = self.runner.step_packed(pool.select(rows, B), toks)
+                else:
+                    pool, logits = self.runner.step(pool.select(rows), toks)
                 self.stats.peak_tokens = max(self.stats.peak_tokens, self._tokens(pool, s.trees))
             else:
                 pool, logits = None, None
         return s.result()
 
+    def _join(self, ctx: Rows) -> Rows | Packed:
+        """A node's rows in the pool from its compact context row (which stays kept, untouched)."""
+        if self.share:
+            return Packed.of(Rows(list(ctx.kv), ctx.mask, ctx.next_pos), self.spec.num_beams)
+        return ctx.repeat(self.spec.num_beams)
+
+    def _held(self, pool: Rows | Packed) -> torch.Tensor:
+        """KV columns each searching node holds in the pool (its row, or its B beam rows), left padding not
+        counted: read from the rows' masks, which mark the cache columns each row holds."""
+        if self.share:
+            return pool.held()
+        return pool.mask.sum(1).view(-1, self.spec.num_beams).sum(1)
+
+    def _count_held(self, keys: list, held: torch.Tensor, ended: list) -> None:
+        at = {k: i for i, k in enumerate(keys)}
+        got = held[torch.tensor([at[k] for k in ended], device=held.device)].tolist()
+        self.stats.node_kv_tokens += sum(got)
+        self.stats.node_kv_max = max([self.stats.node_kv_max, *got])
+        self.stats.nodes_searched += len(got)
+
     @staticmethod
-    def _tokens(pool: Rows | None, trees: dict) -> int:
+    def _tokens(pool: Rows | Packed | None, trees: dict) -> int:
         held = sum(c.width for t in trees.values() for c in t.ctx.values())
         return held + (pool.n * pool.width if pool is not None else 0)
 

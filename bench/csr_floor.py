@@ -4,7 +4,10 @@ multi-token (speculative) verification with n-gram drafts would leave of it.
     OMP_NUM_THREADS=1 python bench/csr_floor.py --prompts 16 [--ckpt DIR] [--draft 2,4,8]
 
 Grows the trees with `tree.engine: pool` (the released rules, as bench/csr_generate.py; configs/csr.yaml's bounds:
-no count caps, `kv_budget: auto`, or `--kv-budget N` tokens), then computes from
+no count caps, `kv_budget: auto`, or `--kv-budget N` tokens), once as configured (a node's beams share its
+context: `tree.share_prefix`) and once with `share_prefix: false` (each beam row its own copy), and prints the
+KV tokens each searching node held in either, counted from the pool's rows. `--image-size 336 --patch-size 14`
+builds the tiny checkpoint with LLaVA-1.5-7B's 576 image tokens. Then it computes from
 the trees themselves, with no further model call:
 
 * level floor: a level's nodes exist only once the parent level is pruned, and a node's search takes at
@@ -83,10 +86,11 @@ def critical_forwards(trees, k: int) -> int:
 
 
 def node_kv(trees, beams: int, image_id: int, image_tokens: int | None = None) -> dict:
-    """KV tokens a searching node holds at the end of its search, over the expanded nodes: `before` prefix
-    sharing (the pool today: each of its `beams` rows holds the node's context, prompt + image + response so
-    far, and its own sentence) and `after` (the context once, each beam's sentence on top). image_tokens: count
-    the prompt's image placeholder tokens as this many (a 7B model's 576) instead of the model's own."""
+    """KV tokens a searching node holds at the end of its search, over the expanded nodes, by formula from the
+    trees (the pool counts what it held: `Stats.node_kv_tokens`): `before` prefix sharing (`tree.share_prefix:
+    false`: each of its `beams` rows holds the node's context, prompt + image + response so far, and its own
+    sentence) and `after` (the context once, each beam's sentence on top). image_tokens: count the prompt's
+    image placeholder tokens as this many (a 7B model's 576) instead of the model's own."""
     before, after = [], []
     for tree in trees:
         img = sum(1 for t in tree.prompt_ids if t == image_id)
@@ -158,7 +162,7 @@ def main() -> int:
     for label, img in (("this model", None), ("576 image tokens (LLaVA-1.5-7B)", 576)):
         kv = node_kv(trees, 5, image_id, img)
         print(f"by formula from the trees, KV tokens a searching node holds ({label}): {kv['before']:,.0f} mean, {kv['before_max']:,} at most "
-              f"(5 beam rows, each with the context: the pool today); with the context shared by its beams "
+              f"(5 beam rows, each with the context); with the context shared by its beams "
               f"{kv['after']:,.0f} mean, {kv['after_max']:,} at most ({kv['before'] / kv['after']:.1f}x less)")
     for k in (int(x) for x in args.draft.split(",")):
         f = critical_forwards(trees, k)

@@ -152,6 +152,13 @@ class Packed:
         """A node's packed row from its compact context row: every beam sees the whole context."""
         return Packed(ctx, ctx.mask.bool()[:, None, :].expand(ctx.n, beams, ctx.width).clone())
 
+    def context(self, i: int, width: int, next_pos: torch.Tensor) -> Rows:
+        """Row i's context (its first `width` held columns: no beam column comes before them, and every
+        beam attends them, so trimming never cuts them) as a compact row whose next position is `next_pos`."""
+        cols = self.rows.mask[i].nonzero().squeeze(1)[:width]
+        kv = [(k[i:i + 1].index_select(2, cols), v[i:i + 1].index_select(2, cols)) for k, v in self.rows.kv]
+        return Rows(kv, self.rows.mask[i:i + 1, cols], next_pos)
+
     def held(self) -> torch.Tensor:
         """KV columns each node's row holds (left padding not counted), from the row's own mask."""
         return self.rows.mask.sum(1)
@@ -411,6 +418,7 @@ class PoolEngine:
         # prefill (which then takes one prompt alone)
         budget = self.budget(bytes_per_token(self.model))
         starts: dict[int, Any] = {}
+        self._ctx_at: dict[tuple[int, int], tuple[int, torch.Tensor]] = {}  # shared: context width, next position
         while s.busy(len(search)):
             new_rows, new_logits, new_keys = [], [], []
             # What the pool will hold, bounded: every row padded to the widest and grown by max_new_tokens,
@@ -422,8 +430,12 @@ class PoolEngine:
             # shared: a node is one row, grown by B tokens a step; else B rows grown by one
             per, grow = (1, B * self.spec.max_new_tokens) if self.share else (B, self.spec.max_new_tokens)
 
+            # with copies, a node's context is also kept beside its rows; shared, its row is the only copy
+            # while it searches
+            kept = 0 if self.share else 1
+
             def fits(w: int, first: bool) -> bool:
-                return first or budget is None or (n_rows + per) * (max(width, w) + grow) + held + w <= budget
+                return first or budget is None or (n_rows + per) * (max(width, w) + grow) + held + kept * w <= budget
 
             # 1. nodes whose parent's level was pruned: one forward over their sentences
             if s.ready:
@@ -434,15 +446,14 @@ class PoolEngine:
                     if not fits(w, not batch and not len(search)):
                         break
                     batch.append(item)
-                    n_rows, width, held = n_rows + per, max(width, w), held + w
+                    n_rows, width, held = n_rows + per, max(width, w), held + kept * w
                 s.ready = s.ready[len(batch):]
                 if batch:
                     parents = [s.trees[r].ctx[par] for r, _, par in batch]
                     tails = [self._tail(s.trees[r].prompt.tree, nid, par) for r, nid, par in batch]
                     ctx, lg = self.runner.extend(parents, tails)
                     for j, (r, nid, par) in enumerate(batch):
-                        s.trees[r].ctx[nid] = ctx[j]
-                        new_rows.append(self._join(ctx[j]))
+                        new_rows.append(self._join(r, nid, ctx[j], s.trees[r]))
                         new_logits.append(lg[j:j + 1].repeat_interleave(B, 0))
                         new_keys.append((r, nid))
                     for r in {r for r, _, _ in batch}:
@@ -458,7 +469,7 @@ class PoolEngine:
                 if not fits(w, not take and not len(search) and not new_keys):
                     break
                 take.append(s.waiting.pop(0))
-                n_rows, width, held = n_rows + per, max(width, w), held + w
+                n_rows, width, held = n_rows + per, max(width, w), held + kept * w
             if take:
                 ps = [starts.pop(r) for r in take]
                 ctx, lg, why = self.runner.prompts([p.tree.prompt_ids for p in ps], [p.features for p in ps])
@@ -469,8 +480,7 @@ class PoolEngine:
                 if budget is None:  # `auto`
                     budget = self.budget(sum(k.shape[1] * k.shape[3] * k.element_size() * 2 for k, _ in ctx[0].kv))
                 for j, (r, p) in enumerate(zip(take, ps)):
-                    s.start(r, p).ctx[0] = ctx[j]
-                    new_rows.append(self._join(ctx[j]))
+                    new_rows.append(self._join(r, 0, ctx[j], s.start(r, p)))
                     new_logits.append(lg[j:j + 1].repeat_interleave(B, 0))
                     new_keys.append((r, 0))
             if new_keys:
@@ -484,6 +494,10 @@ class PoolEngine:
             ended, rows, toks = search.step(logits)
             if ended and held_now is not None:
                 self._count_held(keys, held_now, [k for k, _ in ended])
+            if ended and self.share:  # the contexts of ended nodes, cut from their rows for their children
+                at = {k: i for i, k in enumerate(keys)}
+                for r, nid in (k for k, _ in ended):
+                    s.trees[r].ctx[nid] = pool.context(at[(r, nid)], *self._ctx_at.pop((r, nid)))
             for (r, nid), hyps in ended:
                 s.node_ended(r, nid, hyps)
             self._advance(len(s.done), len(records))
@@ -497,10 +511,14 @@ class PoolEngine:
                 pool, logits = None, None
         return s.result()
 
-    def _join(self, ctx: Rows) -> Rows | Packed:
-        """A node's rows in the pool from its compact context row (which stays kept, untouched)."""
+    def _join(self, r: int, nid: int, ctx: Rows, resident) -> Rows | Packed:
+        """Node `nid` of prompt `r` joins the pool from its compact context row. Shared: the row is the only
+        copy of the context while the node searches (cut out again when it ends); with copies: B rows, and
+        the context row is kept beside them for the node's children."""
         if self.share:
-            return Packed.of(Rows(list(ctx.kv), ctx.mask, ctx.next_pos), self.spec.num_beams)
+            self._ctx_at[(r, nid)] = (ctx.width, ctx.next_pos)
+            return Packed.of(ctx, self.spec.num_beams)
+        resident.ctx[nid] = ctx
         return ctx.repeat(self.spec.num_beams)
 
     def _held(self, pool: Rows | Packed) -> torch.Tensor:

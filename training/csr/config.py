@@ -130,7 +130,9 @@ class TreeConfig:
                 # vLLM bounds its own cache; the reference path (the sampling expander on the pool too) reads
                 # the budget only where a cap is null (training/csr/engines.py)
                 + ([("kv_budget", "engine", "vllm", "pool")] if self.engine == "vllm" else [])
-                + ([("share_prefix", "engine", self.engine, "pool")] if self.engine != "pool" else [])
+                # the pool's layout; the sampling expander runs the reference path
+                + ([("share_prefix", "engine", self.engine, "pool")] if self.engine != "pool"
+                   else [("share_prefix", "expander", "sample", "group_beam")] if self.expander == "sample" else [])
                 + ([("kv_budget", "batch_nodes", self.batch_nodes, None)]
                    if (self.engine == "reference" or self.expander == "sample") and self.engine != "vllm"
                    and self.batch_nodes is not None and self.prompt_batch is not None else []))

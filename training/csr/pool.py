@@ -5,7 +5,7 @@ What differs from the reference engine (`engines.ReferenceEngine` + `search.grou
 what does not:
   * the per-node search is the reference's own code (`search.GroupBeams.advance`, HF group beam search
     semantics: the module docstring of `search.py`), over every node in the pool, each at its own step `t`;
-  * continuous refill: a node's 5 beam rows leave the pool when its search ends, and nodes of any
+  * continuous refill: a node's rows leave the pool when its search ends, and nodes of any
     prompt whose level was pruned join at the next step (no lockstep over a prompt batch): the scheduling
     of `schedule.Refill`, which the vLLM engine runs too. Bounded by `tree.kv_budget` (cached tokens: pool
     rows x width + the kept contexts; `auto` from the free device memory), and by the optional caps
@@ -15,6 +15,10 @@ what does not:
     context is its parent's plus one forward over the child's own sentence (batched with every other
     node that is ready at that step). Kept context rows are compacted (mask holes dropped), so a row
     costs its real length;
+  * beams share their node's context (`tree.share_prefix`, the default): a node searching is one row, its
+    context once and its beams' tokens side by side, attended through a 4D mask (`Packed`); that row is
+    the only copy of the context while the node searches (cut out again for its children when it ends).
+    `share_prefix: false`, or an attention that takes no dense mask: each beam row holds its own copy;
   * on the device: log-softmax, penalties, top-k and finishing are tensor ops where the rows live; the
     host reads one flag vector per step and the finished hypotheses (ids + scores) of ended nodes.
 Where a cached prefix is computed in pieces (prompt, then sentence by sentence) instead of in one
@@ -307,7 +311,6 @@ class Runner:
         cache, logits = self._out(self.model(**kw))
         return Rows(_cache_rows(cache), mask, rows.next_pos + 1), logits
 
-
     def step_packed(self, packed: Packed, tokens: torch.Tensor) -> tuple[Packed, torch.Tensor]:
         """One decode step of packed rows: each node's row feeds its B beams' tokens side by side; beam b's
         query attends the columns it sees plus its own new token, at the position after its context +
@@ -421,9 +424,9 @@ class PoolEngine:
         self._ctx_at: dict[tuple[int, int], tuple[int, torch.Tensor]] = {}  # shared: context width, next position
         while s.busy(len(search)):
             new_rows, new_logits, new_keys = [], [], []
-            # What the pool will hold, bounded: every row padded to the widest and grown by max_new_tokens,
-            # plus the kept context rows. A node or prompt joins only within the budget (one always goes
-            # when nothing else runs).
+            # What the pool will hold, bounded: every row padded to the widest and grown by its tokens to
+            # come (max_new_tokens, B x that for a shared row), plus the kept context rows. A node or prompt
+            # joins only within the budget (one always goes when nothing else runs).
             held = sum(c.width for t in s.trees.values() for c in t.ctx.values())
             n_rows, width = (pool.n, pool.width) if pool is not None else (0, 0)
 

@@ -152,7 +152,7 @@ class Packed:
         return self.rows.width
 
     @staticmethod
-    def of(ctx: Rows, beams: int) -> "Packed":
+    def of(ctx: Rows, beams: int) -> Packed:
         """A node's packed row from its compact context row: every beam sees the whole context."""
         return Packed(ctx, ctx.mask.bool()[:, None, :].expand(ctx.n, beams, ctx.width).clone())
 
@@ -167,7 +167,7 @@ class Packed:
         """KV columns each node's row holds (left padding not counted), from the row's own mask."""
         return self.rows.mask.sum(1)
 
-    def select(self, rows: torch.Tensor, beams: int) -> "Packed":
+    def select(self, rows: torch.Tensor, beams: int) -> Packed:
         """The search's score rows to go on (node-major, `beams` each: `GroupBeams.advance`): keep their
         nodes, each new beam seeing what its source beam saw."""
         rows = rows.view(-1, beams)
@@ -178,7 +178,7 @@ class Packed:
         self.rows.mask, self.rows.next_pos = self.rows.mask.index_select(0, node), self.rows.next_pos.index_select(-2, node)
         return self.trim()
 
-    def trim(self) -> "Packed":
+    def trim(self) -> Packed:
         """Drop the leading columns no beam attends to."""
         if self.n == 0:
             return self
@@ -422,6 +422,10 @@ class PoolEngine:
         budget = self.budget(bytes_per_token(self.model))
         starts: dict[int, Any] = {}
         self._ctx_at: dict[tuple[int, int], tuple[int, torch.Tensor]] = {}  # shared: context width, next position
+        # shared: a node is one row, grown by B tokens a step; else B rows grown by one. With copies, a node's
+        # context is also kept beside its rows; shared, its row is the only copy while it searches.
+        per, grow = (1, B * self.spec.max_new_tokens) if self.share else (B, self.spec.max_new_tokens)
+        kept = 0 if self.share else 1
         while s.busy(len(search)):
             new_rows, new_logits, new_keys = [], [], []
             # What the pool will hold, bounded: every row padded to the widest and grown by its tokens to
@@ -429,13 +433,6 @@ class PoolEngine:
             # joins only within the budget (one always goes when nothing else runs).
             held = sum(c.width for t in s.trees.values() for c in t.ctx.values())
             n_rows, width = (pool.n, pool.width) if pool is not None else (0, 0)
-
-            # shared: a node is one row, grown by B tokens a step; else B rows grown by one
-            per, grow = (1, B * self.spec.max_new_tokens) if self.share else (B, self.spec.max_new_tokens)
-
-            # with copies, a node's context is also kept beside its rows; shared, its row is the only copy
-            # while it searches
-            kept = 0 if self.share else 1
 
             def fits(w: int, first: bool) -> bool:
                 return first or budget is None or (n_rows + per) * (max(width, w) + grow) + held + kept * w <= budget

@@ -12,8 +12,9 @@ from training.csr.config import TreeConfig
 from training.csr.generate import TreeGenerator
 from bench.tree_diff import differences, first_difference
 
-# Families whose cache rows cannot be cut and stacked (sliding-window layers): the reference path runs.
-FALLBACK = {"gemma3", "mistral3", "blip2", "instructblip", "mllama", "idefics2", "lfm2_vl"}  # cache or inputs the pool cannot stack: reference path, logged
+# Families whose cache rows cannot be cut and stacked, or whose rows reach a sliding window (gemma3: 16 in
+# the tiny config): the reference path runs. mistral3 and idefics2 (Mistral's window, 4,096) are pooled.
+FALLBACK = {"gemma3", "blip2", "instructblip", "mllama", "lfm2_vl"}  # cache or inputs the pool cannot stack: reference path, logged
 
 
 @pytest.fixture(scope="module")
@@ -283,3 +284,21 @@ def test_beams_share_only_where_attention_takes_a_4d_mask():
     from evalsuite.config import unread_fields
 
     assert ("share_prefix", "engine", "reference", "pool") in unread_fields(cfg)
+
+
+def test_a_row_reaching_the_sliding_window_grows_on_the_reference_path(image_root, tmp_path, caplog):
+    """Sliding-window layers attend every token while the rows are shorter than the window, so the pool
+    takes them; a row that would reach the window sends the trees to the reference path (said), with the
+    reference's trees and counts."""
+    from evalsuite.kit.families import build_tiny_family
+    from evalsuite.models.vlm import load_vlm
+
+    vlm = load_vlm(str(build_tiny_family("mistral3", tmp_path / "m3", seed=0)), device="cpu")
+    kw = {"max_new_tokens": 6, "max_depth": 2}
+    prompt = max(len(t.prompt_ids) for t in _grow(vlm, image_root, _records(2), "reference", **kw)[0])
+    vlm.model.config.get_text_config(decoder=True).sliding_window = prompt + 4  # the first level passes it
+    ref, g_ref = _grow(vlm, image_root, _records(2), "reference", **kw)
+    with caplog.at_level(logging.WARNING, logger="training.csr.pool"):
+        new, g_new = _grow(vlm, image_root, _records(2), "pool", **kw)
+    assert f"would reach Mistral3ForConditionalGeneration's sliding window ({prompt + 4})" in caplog.text
+    assert not _compare(ref, new) and g_new.stats.sentences == g_ref.stats.sentences

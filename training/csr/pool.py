@@ -25,14 +25,15 @@ Where a cached prefix is computed in pieces (prompt, then sentence by sentence) 
 prefill, floating-point rounding of the logits can differ in the last bits: a tree can then differ
 only where two candidates' scores are within that rounding (tests/unit/test_csr_pool.py prints such cases).
 
-Families whose cache is not made of plain `DynamicLayer`s (sliding windows, linear attention, static
-caches) cannot have rows cut and stacked here: the engine grows their trees on the reference engine
-and says so in the log.
+Families whose cache is not made of plain `DynamicLayer`s (linear attention, static caches) cannot have
+rows cut and stacked here, nor can sliding-window layers once a row would reach the window (before that
+they attend every token, as full layers): the engine grows their trees on the reference engine and says
+so in the log.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
 import torch
@@ -217,16 +218,26 @@ def _cache_rows(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def unsupported(cache) -> str | None:
-    """Why this cache's rows cannot be cut, padded and stacked here (None: they can)."""
+    """Why this cache's rows cannot be cut, padded and stacked here (None: they can). Sliding-window layers
+    can while every row is shorter than the window (`window`): they then hold and attend every token."""
     from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
     if cache is None:
         return "no KV cache on the model's own output"
     if type(cache) is not DynamicCache:
         return f"cache class {type(cache).__name__}"
-    kinds = {type(layer).__name__ for layer in cache.layers if type(layer) is not DynamicLayer}
+    kinds = {type(layer).__name__ for layer in cache.layers
+             if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer)}
     return f"cache layers {sorted(kinds)}" if kinds else None
+
+
+def window(cache) -> int | None:
+    """The shortest sliding window among the cache's layers (None: no sliding layer)."""
+    from transformers.cache_utils import DynamicSlidingWindowLayer
+
+    sizes = [layer.sliding_window for layer in cache.layers if type(layer) is DynamicSlidingWindowLayer]
+    return min(sizes) if sizes else None
 
 
 # ------------------------------------------------------------------ the model calls
@@ -238,6 +249,7 @@ class Runner:
         self.device = next(model.parameters()).device
         self.fill = dict(spec.response_fill)
         self.seq_keys: list[str] = []
+        self.window: int | None = None  # sliding-window layers: every row must stay shorter (PoolEngine checks)
 
     def _out(self, out):
         # a model that nests its language model's output (BLIP-2 / InstructBLIP) has no cache here: None
@@ -264,6 +276,9 @@ class Runner:
         self.stats.prompt_tokens += n
         if (why := unsupported(cache)) is not None:
             return [], logits, why
+        self.window = window(cache)
+        if self.window is not None and max(len(c) for c in contexts) >= self.window - 1:
+            return [], logits, f"a prompt of {max(len(c) for c in contexts)} tokens reaches the sliding window ({self.window})"
         rows = Rows(_cache_rows(cache), batch["attention_mask"], pos[..., -1:] + 1)
         return [rows.compact(i) for i in range(len(contexts))], logits, None
 
@@ -451,6 +466,8 @@ class PoolEngine:
                 if batch:
                     parents = [s.trees[r].ctx[par] for r, _, par in batch]
                     tails = [self._tail(s.trees[r].prompt.tree, nid, par) for r, nid, par in batch]
+                    if self._past_window(max(p.width for p in parents) + max(len(t) for t in tails)):
+                        return None
                     ctx, lg = self.runner.extend(parents, tails)
                     for j, (r, nid, par) in enumerate(batch):
                         new_rows.append(self._join(r, nid, ctx[j], s.trees[r]))
@@ -502,6 +519,8 @@ class PoolEngine:
                 s.node_ended(r, nid, hyps)
             self._advance(len(s.done), len(records))
             if len(search):
+                if self._past_window(pool.width + (B if self.share else 1)):
+                    return None
                 if self.share:
                     pool, logits = self.runner.step_packed(pool.select(rows, B), toks)
                 else:
@@ -510,6 +529,17 @@ class PoolEngine:
             else:
                 pool, logits = None, None
         return s.result()
+
+    def _past_window(self, width: int) -> bool:
+        """A forward over rows this wide would pass the model's sliding window, where a sliding layer
+        attends fewer tokens than the reference: said, and the trees are grown on the reference path."""
+        if self.runner.window is None or width < self.runner.window - 1:
+            return False
+        log.warning("tree.engine pool: a row of %d tokens would reach %s's sliding window (%d); falling back to "
+                    "the reference path", width, type(self.model).__name__, self.runner.window)
+        for f in fields(Stats):  # the reference path counts from the start
+            setattr(self.stats, f.name, f.default)
+        return True
 
     def _join(self, r: int, nid: int, ctx: Rows, resident) -> Rows | Packed:
         """Node `nid` of prompt `r` joins the pool from its compact context row. Shared: the row is the only

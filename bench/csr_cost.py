@@ -111,6 +111,12 @@ class Recorder:
         n, length = ids.shape[0], ids.shape[-1]
         if mask is None:
             new_per_row, cached_per_row = [length] * n, [0] * n
+        elif mask.dim() == 4:
+            # the pool's packed beams (tree.share_prefix): a row feeds one token per beam; its cached
+            # columns are those any of its beams attends, read once for the row
+            seen = mask[:, 0] == 0 if mask.dtype.is_floating_point else mask[:, 0].bool()
+            new_per_row = [length] * n
+            cached_per_row = seen[:, :, :-length].any(1).sum(-1).tolist()
         else:
             m = mask.reshape(n, -1)
             new_per_row = m[:, -length:].sum(-1).tolist()

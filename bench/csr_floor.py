@@ -4,7 +4,10 @@ multi-token (speculative) verification with n-gram drafts would leave of it.
     OMP_NUM_THREADS=1 python bench/csr_floor.py --prompts 16 [--ckpt DIR] [--draft 2,4,8]
 
 Grows the trees with `tree.engine: pool` (the released rules, as bench/csr_generate.py; configs/csr.yaml's bounds:
-no count caps, `kv_budget: auto`, or `--kv-budget N` tokens), then computes from
+no count caps, `kv_budget: auto`, or `--kv-budget N` tokens), once as configured (a node's beams share its
+context: `tree.share_prefix`) and once with `share_prefix: false` (each beam row its own copy), and prints the
+KV tokens each searching node held in either, counted from the pool's rows. `--image-size 336 --patch-size 14`
+builds the tiny checkpoint with LLaVA-1.5-7B's 576 image tokens. Then it computes from
 the trees themselves, with no further model call:
 
 * level floor: a level's nodes exist only once the parent level is pruned, and a node's search takes at
@@ -83,10 +86,11 @@ def critical_forwards(trees, k: int) -> int:
 
 
 def node_kv(trees, beams: int, image_id: int, image_tokens: int | None = None) -> dict:
-    """KV tokens a searching node holds at the end of its search, over the expanded nodes: `before` prefix
-    sharing (the pool today: each of its `beams` rows holds the node's context, prompt + image + response so
-    far, and its own sentence) and `after` (the context once, each beam's sentence on top). image_tokens: count
-    the prompt's image placeholder tokens as this many (a 7B model's 576) instead of the model's own."""
+    """KV tokens a searching node holds at the end of its search, over the expanded nodes, by formula from the
+    trees (the pool counts what it held: `Stats.node_kv_tokens`): `before` prefix sharing (`tree.share_prefix:
+    false`: each of its `beams` rows holds the node's context, prompt + image + response so far, and its own
+    sentence) and `after` (the context once, each beam's sentence on top). image_tokens: count the prompt's
+    image placeholder tokens as this many (a 7B model's 576) instead of the model's own."""
     before, after = [], []
     for tree in trees:
         img = sum(1 for t in tree.prompt_ids if t == image_id)
@@ -109,7 +113,14 @@ def main() -> int:
     ap.add_argument("--max-depth", type=int, default=4)
     ap.add_argument("--draft", default="2,4,8", help="draft lengths k to bound")
     ap.add_argument("--kv-budget", default="auto", help="tree.kv_budget of the pool run (tokens, or auto)")
+    ap.add_argument("--image-size", type=int, default=None,
+                    help="build the tiny checkpoint with this image size (336 with --patch-size 14: 576 image "
+                         "tokens, LLaVA-1.5-7B's); not with --ckpt")
+    ap.add_argument("--patch-size", type=int, default=None, help="with --image-size")
     args = ap.parse_args()
+    if (args.image_size is None) != (args.patch_size is None) or (args.image_size and args.ckpt):
+        print("--image-size and --patch-size go together, and only without --ckpt", file=sys.stderr)
+        return 2
     import torch
 
     from csr_generate import bench_inputs, run_engine
@@ -117,10 +128,15 @@ def main() -> int:
 
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="csr_floor_"))
-    ckpt, records = bench_inputs(tmp, args.prompts, args.ckpt)  # bench/csr_generate.py's inputs
+    build = {} if args.image_size is None else {"image_size": args.image_size, "patch_size": args.patch_size}
+    ckpt, records = bench_inputs(tmp, args.prompts, args.ckpt, **build)  # bench/csr_generate.py's inputs
     budget = args.kv_budget if args.kv_budget == "auto" else int(args.kv_budget)
+    # the pool as configured (tree.share_prefix: a node's beams share its context), then with each beam
+    # row holding its own copy: the KV each node held, counted from the rows the pool held
     res, trees = run_engine(load_vlm(ckpt, device="cpu"), tmp, records, "pool", args.max_new_tokens,
                             args.max_depth, warm=False, kv_budget=budget)
+    own, own_trees = run_engine(load_vlm(ckpt, device="cpu"), tmp, records, "pool", args.max_new_tokens,
+                                args.max_depth, warm=False, kv_budget=budget, share_prefix=False)
     n = res["sentences"]
     if not n:
         print("no candidate sentences were grown: nothing to bound")
@@ -131,12 +147,22 @@ def main() -> int:
     floor = critical_forwards(trees, 0)
     print(f"level floor: {floor} forwards ({1000 * floor / n:.1f} per 1,000); the pool at "
           f"{res['forwards'] / floor:.2f}x the floor")
+    from bench.tree_diff import differences
+
+    diff = differences(own_trees, trees)
+    print(f"each beam row with its own context copy (share_prefix false): {own['forwards']} forwards "
+          f"({own['forwards_per_1k']:.1f} per 1,000), peak KV {own['peak_kv_tokens']:,} tokens; trees differing "
+          f"from the shared pool's: {len(diff)} of {len(trees)} ({sum(d.near_tie() for d in diff)} near-ties)")
+    print(f"KV tokens a searching node held when its search ended, counted from the pool's rows (mean / max over "
+          f"{res['nodes_searched']} nodes): {own['node_kv_mean']:,.0f} / {own['node_kv_max']:,} with a copy per beam "
+          f"row; {res['node_kv_mean']:,.0f} / {res['node_kv_max']:,} shared by the beams "
+          f"({own['node_kv_mean'] / res['node_kv_mean']:.1f}x less)")
     vlm = load_vlm(ckpt, device="cpu")
     image_id = vlm.tokenizer.convert_tokens_to_ids(vlm.inputs.image_token)
     for label, img in (("this model", None), ("576 image tokens (LLaVA-1.5-7B)", 576)):
         kv = node_kv(trees, 5, image_id, img)
-        print(f"KV tokens a searching node holds ({label}): {kv['before']:,.0f} mean, {kv['before_max']:,} at most "
-              f"(5 beam rows, each with the context: the pool today); with the context shared by its beams "
+        print(f"by formula from the trees, KV tokens a searching node holds ({label}): {kv['before']:,.0f} mean, {kv['before_max']:,} at most "
+              f"(5 beam rows, each with the context); with the context shared by its beams "
               f"{kv['after']:,.0f} mean, {kv['after_max']:,} at most ({kv['before'] / kv['after']:.1f}x less)")
     for k in (int(x) for x in args.draft.split(",")):
         f = critical_forwards(trees, k)

@@ -61,6 +61,10 @@ class Hooks:
         mask = kwargs.get("attention_mask")
         n, length = ids.shape[0], ids.shape[-1]
         self.forwards += 1
+        if mask is not None and mask.dim() == 4:  # the pool's packed beams (tree.share_prefix): one token a beam
+            self.rows += n * length
+            self.decode_rows += n * length
+            return
         self.rows += n
         if length > 1:
             self.prefill_tokens += int(mask[:, -length:].sum()) if mask is not None else n * length
@@ -184,19 +188,21 @@ def run_engine(vlm, root, records, engine: str, max_new: int, depth: int, warm: 
     if engine == "pool":
         st = gen.stats
         out.update(node_prefill_tokens=st.prefill_tokens - st.prompt_tokens, nodes_prefilled=st.nodes_prefilled,
-                   peak_kv_tokens=st.peak_tokens)
+                   peak_kv_tokens=st.peak_tokens, node_kv_mean=st.node_kv_tokens / max(st.nodes_searched, 1),
+                   node_kv_max=st.node_kv_max, nodes_searched=st.nodes_searched)
     return out, trees
 
 
-def bench_inputs(tmp: Path, n: int, ckpt: str | None) -> tuple[str, list[dict]]:
-    """(checkpoint, records) of the CSR benches: the tiny kit checkpoint built in `tmp` unless one is given,
-    `n` solid-colour 64x64 PNGs (content does not change the cost) and one record per image."""
+def bench_inputs(tmp: Path, n: int, ckpt: str | None, **build) -> tuple[str, list[dict]]:
+    """(checkpoint, records) of the CSR benches: the tiny kit checkpoint built in `tmp` unless one is given
+    (`build`: `build_tiny_vlm`'s arguments), `n` solid-colour 64x64 PNGs (content does not change the cost)
+    and one record per image."""
     from PIL import Image
 
     if ckpt is None:
         from evalsuite.kit.tiny import build_tiny_vlm
 
-        ckpt = str(build_tiny_vlm(tmp / "tiny-vlm", seed=0))
+        ckpt = str(build_tiny_vlm(tmp / "tiny-vlm", seed=0, **build))
     for i in range(n):
         Image.new("RGB", (64, 64), ((37 * i) % 256, (91 * i) % 256, (53 * i) % 256)).save(tmp / f"{i}.png")
     return ckpt, [{"id": str(i), "image": f"{i}.png", "question": "Describe the image."} for i in range(n)]

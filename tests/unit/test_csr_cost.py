@@ -67,3 +67,22 @@ def test_calibration_reproduces_the_recorded_h200_figures(tmp_path):
     for fitted in ("llava eval", "llava csr reference", "qwen2_vl csr reference"):
         assert abs(errors[fitted]) < 1e-6, (fitted, errors[fitted])
     assert abs(errors["qwen2_vl eval"]) <= 0.30, errors   # held out
+
+
+def test_a_packed_step_is_recorded_per_node_row():
+    """The pool's shared rows (tree.share_prefix): a forward feeding each node's row one token per beam
+    records the row once, its new tokens (one per beam) and the cached columns any of its beams attends,
+    from sdpa's boolean 4D mask or eager's additive one alike."""
+    import torch
+
+    see = torch.zeros(2, 2, 6, dtype=torch.bool)  # 2 nodes x 2 beams over 6 cached columns
+    see[0, :, 2:5] = True                         # node 0: a 3-token context (2 columns of left padding)
+    see[1, :, 0:4] = True                         # node 1: a 4-token context,
+    see[1, 1, 5] = True                           # and beam 1's own earlier token (beam 0's went with its lineage)
+    mask = torch.cat([see, torch.eye(2, dtype=torch.bool).expand(2, 2, 2)], 2)[:, None]
+    additive = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+    for m in (mask, additive):
+        rec = csr_cost.Recorder(torch.nn.Identity(), image_token_id=99)
+        rec._fwd(None, (), {"input_ids": torch.ones(2, 2, dtype=torch.long), "attention_mask": m})
+        (f,) = rec.close()
+        assert (f.rows, f.new, f.cached, f.held) == (2, 4, 3 + 5, 12)

@@ -12,8 +12,9 @@ from training.csr.config import TreeConfig
 from training.csr.generate import TreeGenerator
 from bench.tree_diff import differences, first_difference
 
-# Families whose cache rows cannot be cut and stacked (sliding-window layers): the reference path runs.
-FALLBACK = {"gemma3", "mistral3", "blip2", "instructblip", "mllama", "idefics2", "lfm2_vl"}  # cache or inputs the pool cannot stack: reference path, logged
+# Families whose cache rows cannot be cut and stacked, or whose rows reach a sliding window (gemma3: 16 in
+# the tiny config): the reference path runs. mistral3 and idefics2 (Mistral's window, 4,096) are pooled.
+FALLBACK = {"gemma3", "blip2", "instructblip", "mllama", "lfm2_vl"}  # cache or inputs the pool cannot stack: reference path, logged
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +62,7 @@ def test_pool_trees_equal_the_reference_on_every_family(arch, image_root, tmp_pa
         new, _ = _grow(vlm, image_root, _records(3), "pool", **kw)
     fell_back = "falling back to the reference path" in caplog.text
     assert fell_back == (arch in FALLBACK), caplog.text
+    assert "cannot share a node's context" not in caplog.text  # every pooled family's beams share it
     assert sum(len(t.nodes) for t in new) > 3 * 6  # trees grew past the first level
     assert not _compare(ref, new)
 
@@ -93,14 +95,15 @@ def test_released_rules_counters_16_prompts(tiny_vlm_dir, image_root):
     assert new["host_bytes_per_step"] * 20 < ref["host_bytes_per_step"]
 
 
-def test_a_small_kv_budget_bounds_the_pool_and_keeps_the_trees(tiny_vlm_dir, image_root):
+@pytest.mark.parametrize("share", [True, False])
+def test_a_small_kv_budget_bounds_the_pool_and_keeps_the_trees(share, tiny_vlm_dir, image_root):
     from evalsuite.models.vlm import load_vlm
 
     vlm = load_vlm(tiny_vlm_dir, device="cpu")
-    kw = {"max_new_tokens": 10, "max_depth": 3}
+    kw = {"max_new_tokens": 10, "max_depth": 3, "share_prefix": share}
     ref, _ = _grow(vlm, image_root, _records(6), "reference", **kw)
     big, g_big = _grow(vlm, image_root, _records(6), "pool", **kw)
-    budget = 3000
+    budget = 3000 if not share else 1200  # below what the unbounded pool holds at its peak (asserted)
     small, g_small = _grow(vlm, image_root, _records(6), "pool", kv_budget=budget, **kw)
     assert not _compare(ref, small) and not _compare(ref, big)
     assert g_small.stats.peak_tokens <= budget < g_big.stats.peak_tokens
@@ -233,3 +236,69 @@ def test_one_factory_picks_the_engine_from_tree_engine(tiny_vlm_dir, image_root)
     with pytest.raises(ValueError, match="VllmSampler"):
         make_tree_engine(TreeConfig(engine="vllm", **kw), vlm, image_root)
     assert type(make_tree_engine(TreeConfig(engine="vllm", **kw), vlm, image_root, sampler=SimpleNamespace())) is VllmTreeEngine
+
+
+def test_beams_share_their_node_context(tiny_vlm_dir, image_root):
+    """`tree.share_prefix` (the default): a node's beams attend one cached copy of its context, so each
+    searching node holds its context once plus its beams' tokens, where each beam row held its own copy
+    before; the trees are the reference's either way, in the same number of forwards (sdpa's boolean mask
+    and eager's additive one)."""
+    from evalsuite.models.vlm import load_vlm
+
+    vlm = load_vlm(tiny_vlm_dir, device="cpu")
+    kw = {"max_new_tokens": 10, "max_depth": 3}
+    ref, _ = _grow(vlm, image_root, _records(4), "reference", **kw)
+    shared, g_on = _grow(vlm, image_root, _records(4), "pool", **kw)
+    copies, g_off = _grow(vlm, image_root, _records(4), "pool", share_prefix=False, **kw)
+    assert g_on.engine.share and not g_off.engine.share
+    assert not _compare(ref, shared) and not _compare(ref, copies)
+    on, off, B = g_on.stats, g_off.stats, 5
+    # the nodes searched are the nodes with children; a node's context is its prompt (image tokens
+    # included) and its response so far
+    ctx = [len(t.prompt_ids) + len(x.response_ids) for t in shared for x in t.nodes if x.children]
+    assert on.nodes_searched == off.nodes_searched == len(ctx) > 4
+    assert on.steps == off.steps
+    # a node searched for s steps held B x (context + s - 1) tokens with copies, context + B x (s - 1) shared
+    assert off.node_kv_tokens - on.node_kv_tokens == (B - 1) * sum(ctx)
+    assert on.node_kv_tokens <= sum(c + B * (kw["max_new_tokens"] - 1) for c in ctx) < off.node_kv_tokens
+    assert on.peak_tokens < off.peak_tokens / 2
+    vlm.model.set_attn_implementation("eager")
+    eager, g_eager = _grow(vlm, image_root, _records(4), "pool", **kw)
+    assert g_eager.engine.share and not _compare(ref, eager)
+    assert g_eager.stats.node_kv_tokens == on.node_kv_tokens
+
+
+def test_beams_share_only_where_attention_takes_a_4d_mask():
+    from types import SimpleNamespace
+
+    from training.csr.pool import share_unsupported
+
+    def model(impl):
+        cfg = SimpleNamespace(_attn_implementation=impl)
+        cfg.get_text_config = lambda decoder=False: cfg
+        return SimpleNamespace(config=cfg)
+
+    assert share_unsupported(model("sdpa")) is None and share_unsupported(model("eager")) is None
+    assert "flash_attention_2" in share_unsupported(model("flash_attention_2"))
+    cfg = TreeConfig(engine="reference", share_prefix=False)
+    from evalsuite.config import unread_fields
+
+    assert ("share_prefix", "engine", "reference", "pool") in unread_fields(cfg)
+
+
+def test_a_row_reaching_the_sliding_window_grows_on_the_reference_path(image_root, tmp_path, caplog):
+    """Sliding-window layers attend every token while the rows are shorter than the window, so the pool
+    takes them; a row that would reach the window sends the trees to the reference path (said), with the
+    reference's trees and counts."""
+    from evalsuite.kit.families import build_tiny_family
+    from evalsuite.models.vlm import load_vlm
+
+    vlm = load_vlm(str(build_tiny_family("mistral3", tmp_path / "m3", seed=0)), device="cpu")
+    kw = {"max_new_tokens": 6, "max_depth": 2}
+    prompt = max(len(t.prompt_ids) for t in _grow(vlm, image_root, _records(2), "reference", **kw)[0])
+    vlm.model.config.get_text_config(decoder=True).sliding_window = prompt + 4  # the first level passes it
+    ref, g_ref = _grow(vlm, image_root, _records(2), "reference", **kw)
+    with caplog.at_level(logging.WARNING, logger="training.csr.pool"):
+        new, g_new = _grow(vlm, image_root, _records(2), "pool", **kw)
+    assert f"would reach Mistral3ForConditionalGeneration's sliding window ({prompt + 4})" in caplog.text
+    assert not _compare(ref, new) and g_new.stats.sentences == g_ref.stats.sentences

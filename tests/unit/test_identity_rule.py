@@ -20,7 +20,7 @@ def _pairs_identity(tmp_path, *overrides):
     return pairs_identity(cfg)
 
 
-@pytest.mark.parametrize("change", ["tree.batch_nodes=3", "tree.prompt_batch=1", "tree.kv_budget=2048",
+@pytest.mark.parametrize("change", ["tree.batch_nodes=3", "tree.prompt_batch=1", "tree.kv_budget=2048", "tree.share_prefix=false",
                                     "reward.clip_batch=2", "reward.lm_batch=5"])
 def test_scheduling_settings_keep_the_pairs_identity(tmp_path, change):
     assert _pairs_identity(tmp_path, change) == _pairs_identity(tmp_path)

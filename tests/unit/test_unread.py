@@ -75,6 +75,8 @@ CASES = [
     ("csr", ["tree.engine=vllm"], "tree.kv_budget", "1000", "tree.engine vllm", "tree.engine=pool"),
     ("csr", ["tree.expander=sample", "tree.batch_nodes=8", "tree.prompt_batch=2"], "tree.kv_budget", "1000",
      "tree.batch_nodes 8", None),
+    ("csr", ["tree.engine=reference"], "tree.share_prefix", "false", "tree.engine reference", "tree.engine=pool"),
+    ("csr", ["tree.expander=sample"], "tree.share_prefix", "false", "tree.expander sample", "tree.expander=group_beam"),
     ("csr", [], "tree.seed", "3", "tree.expander group_beam", "tree.expander=sample"),
     ("csr", [], "tree.num_samples", "3", "tree.expander group_beam", "tree.expander=sample"),
     ("csr", [], "tree.temperature", "0.5", "tree.expander group_beam", "tree.expander=sample"),

@@ -98,6 +98,9 @@ class TreeConfig(GroupBeamSettings):
         "vllm = either expander on a vLLM worker (docs/engines.md)", identity=False)  # tree_identity: vllm counts
     kv_budget: int | str = opt("auto", "HF engines: cached tokens the search may hold, or auto (half the free CUDA "
                                        "memory; 8 GiB on CPU)", identity=False)
+    share_prefix: bool = opt(True, "pool: a node's beams share one cached copy of its context (attention over it "
+                                   "plus each beam's own tokens; same trees up to float rounding); false = each "
+                                   "beam row holds its own copy", identity=False)
     seed: int = opt(0, "search seed")
     image_aspect: Literal["crop", "pad"] | None = opt(
         None, "image preparation of generation and LM scoring: crop (the released sampler's), pad, or null = "
@@ -126,6 +129,9 @@ class TreeConfig(GroupBeamSettings):
                 # vLLM bounds its own cache; the reference path (the sampling expander on the pool too) reads
                 # the budget only where a cap is null (training/csr/engines.py)
                 + ([("kv_budget", "engine", "vllm", "pool")] if self.engine == "vllm" else [])
+                # the pool's layout; the sampling expander runs the reference path
+                + ([("share_prefix", "engine", self.engine, "pool")] if self.engine != "pool"
+                   else [("share_prefix", "expander", "sample", "group_beam")] if self.expander == "sample" else [])
                 + ([("kv_budget", "batch_nodes", self.batch_nodes, None)]
                    if (self.engine == "reference" or self.expander == "sample") and self.engine != "vllm"
                    and self.batch_nodes is not None and self.prompt_batch is not None else []))

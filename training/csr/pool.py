@@ -5,7 +5,7 @@ What differs from the reference engine (`engines.ReferenceEngine` + `search.grou
 what does not:
   * the per-node search is the reference's own code (`search.GroupBeams.advance`, HF group beam search
     semantics: the module docstring of `search.py`), over every node in the pool, each at its own step `t`;
-  * continuous refill: a node's 5 beam rows leave the pool when its search ends, and nodes of any
+  * continuous refill: a node's rows leave the pool when its search ends, and nodes of any
     prompt whose level was pruned join at the next step (no lockstep over a prompt batch): the scheduling
     of `schedule.Refill`, which the vLLM engine runs too. Bounded by `tree.kv_budget` (cached tokens: pool
     rows x width + the kept contexts; `auto` from the free device memory), and by the optional caps
@@ -15,20 +15,25 @@ what does not:
     context is its parent's plus one forward over the child's own sentence (batched with every other
     node that is ready at that step). Kept context rows are compacted (mask holes dropped), so a row
     costs its real length;
+  * beams share their node's context (`tree.share_prefix`, the default): a node searching is one row, its
+    context once and its beams' tokens side by side, attended through a 4D mask (`Packed`); that row is
+    the only copy of the context while the node searches (cut out again for its children when it ends).
+    `share_prefix: false`, or an attention that takes no dense mask: each beam row holds its own copy;
   * on the device: log-softmax, penalties, top-k and finishing are tensor ops where the rows live; the
     host reads one flag vector per step and the finished hypotheses (ids + scores) of ended nodes.
 Where a cached prefix is computed in pieces (prompt, then sentence by sentence) instead of in one
 prefill, floating-point rounding of the logits can differ in the last bits: a tree can then differ
 only where two candidates' scores are within that rounding (tests/unit/test_csr_pool.py prints such cases).
 
-Families whose cache is not made of plain `DynamicLayer`s (sliding windows, linear attention, static
-caches) cannot have rows cut and stacked here: the engine grows their trees on the reference engine
-and says so in the log.
+Families whose cache is not made of plain `DynamicLayer`s (linear attention, static caches) cannot have
+rows cut and stacked here, nor can sliding-window layers once a row would reach the window (before that
+they attend every token, as full layers): the engine grows their trees on the reference engine and says
+so in the log.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
 import torch
@@ -129,21 +134,110 @@ def stack(parts: Sequence[Rows], consume: bool = False) -> Rows:
                 torch.cat([p.next_pos for p in parts], -2))
 
 
+@dataclass
+class Packed:
+    """The pool with beams sharing their node's context (`tree.share_prefix`): ONE row per node, holding the
+    context once and then each step's B beam tokens side by side. `rows.mask` [N, W] marks the columns a row
+    holds (not left padding); `see` [N, B, W] the columns beam b attends (the context and its own
+    ancestors' tokens: beam search reorders beams, so a beam's columns follow its lineage)."""
+
+    rows: Rows
+    see: torch.Tensor
+
+    @property
+    def n(self) -> int:
+        return self.rows.n
+
+    @property
+    def width(self) -> int:
+        return self.rows.width
+
+    @staticmethod
+    def of(ctx: Rows, beams: int) -> Packed:
+        """A node's packed row from its compact context row: every beam sees the whole context."""
+        return Packed(ctx, ctx.mask.bool()[:, None, :].expand(ctx.n, beams, ctx.width).clone())
+
+    def context(self, i: int, width: int, next_pos: torch.Tensor) -> Rows:
+        """Row i's context (its first `width` held columns: no beam column comes before them, and every
+        beam attends them, so trimming never cuts them) as a compact row whose next position is `next_pos`."""
+        cols = self.rows.mask[i].nonzero().squeeze(1)[:width]
+        kv = [(k[i:i + 1].index_select(2, cols), v[i:i + 1].index_select(2, cols)) for k, v in self.rows.kv]
+        return Rows(kv, self.rows.mask[i:i + 1, cols], next_pos)
+
+    def held(self) -> torch.Tensor:
+        """KV columns each node's row holds (left padding not counted), from the row's own mask."""
+        return self.rows.mask.sum(1)
+
+    def select(self, rows: torch.Tensor, beams: int) -> Packed:
+        """The search's score rows to go on (node-major, `beams` each: `GroupBeams.advance`): keep their
+        nodes, each new beam seeing what its source beam saw."""
+        rows = rows.view(-1, beams)
+        node, src = rows[:, 0] // beams, rows % beams
+        see = self.see.index_select(0, node)
+        self.see = torch.take_along_dim(see, src[..., None], 1)
+        self.rows.kv = [(k.index_select(0, node), v.index_select(0, node)) for k, v in self.rows.kv]
+        self.rows.mask, self.rows.next_pos = self.rows.mask.index_select(0, node), self.rows.next_pos.index_select(-2, node)
+        return self.trim()
+
+    def trim(self) -> Packed:
+        """Drop the leading columns no beam attends to."""
+        if self.n == 0:
+            return self
+        used = self.see.any(1).any(0)
+        first = int(used.int().argmax()) if bool(used.any()) else self.width
+        if first:
+            r = self.rows
+            r.kv = [(k[:, :, first:], v[:, :, first:]) for k, v in r.kv]
+            r.mask, self.see = r.mask[:, first:], self.see[:, :, first:]
+        return self
+
+
+def stack_packed(parts: Sequence[Packed]) -> Packed:
+    """`stack` of packed rows (consuming the parts), their `see` left-padded alike."""
+    parts = [p for p in parts if p.n]
+    if len(parts) == 1:
+        return parts[0]
+    w = max(p.width for p in parts)
+    see = torch.cat([_pad_left(p.see, w, 2) for p in parts], 0)
+    return Packed(stack([p.rows for p in parts], consume=True), see)
+
+
+def share_unsupported(model) -> str | None:
+    """Why this model's beams cannot share their node's row (None: they can): the packed step passes a 4D
+    attention mask and explicit positions, which the sdpa and eager attention of a causal decoder take
+    as given (transformers' masking_utils returns a 4D mask unchanged); flash and flex kernels take no
+    dense mask."""
+    impls = {getattr(c, "_attn_implementation", None)
+             for c in (model.config, model.config.get_text_config(decoder=True))}
+    bad = sorted(str(i) for i in impls - {"sdpa", "eager"})
+    return f"attention implementation {', '.join(bad)}" if bad else None
+
+
 def _cache_rows(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
 def unsupported(cache) -> str | None:
-    """Why this cache's rows cannot be cut, padded and stacked here (None: they can)."""
+    """Why this cache's rows cannot be cut, padded and stacked here (None: they can). Sliding-window layers
+    can while every row is shorter than the window (`window`): they then hold and attend every token."""
     from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
     if cache is None:
         return "no KV cache on the model's own output"
     if type(cache) is not DynamicCache:
         return f"cache class {type(cache).__name__}"
-    kinds = {type(layer).__name__ for layer in cache.layers if type(layer) is not DynamicLayer}
+    kinds = {type(layer).__name__ for layer in cache.layers
+             if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer)}
     return f"cache layers {sorted(kinds)}" if kinds else None
+
+
+def window(cache) -> int | None:
+    """The shortest sliding window among the cache's layers (None: no sliding layer)."""
+    from transformers.cache_utils import DynamicSlidingWindowLayer
+
+    sizes = [layer.sliding_window for layer in cache.layers if type(layer) is DynamicSlidingWindowLayer]
+    return min(sizes) if sizes else None
 
 
 # ------------------------------------------------------------------ the model calls
@@ -155,6 +249,7 @@ class Runner:
         self.device = next(model.parameters()).device
         self.fill = dict(spec.response_fill)
         self.seq_keys: list[str] = []
+        self.window: int | None = None  # sliding-window layers: every row must stay shorter (PoolEngine checks)
 
     def _out(self, out):
         # a model that nests its language model's output (BLIP-2 / InstructBLIP) has no cache here: None
@@ -181,6 +276,9 @@ class Runner:
         self.stats.prompt_tokens += n
         if (why := unsupported(cache)) is not None:
             return [], logits, why
+        self.window = window(cache)
+        if self.window is not None and max(len(c) for c in contexts) >= self.window - 1:
+            return [], logits, f"a prompt of {max(len(c) for c in contexts)} tokens reaches the sliding window ({self.window})"
         rows = Rows(_cache_rows(cache), batch["attention_mask"], pos[..., -1:] + 1)
         return [rows.compact(i) for i in range(len(contexts))], logits, None
 
@@ -228,6 +326,37 @@ class Runner:
         cache, logits = self._out(self.model(**kw))
         return Rows(_cache_rows(cache), mask, rows.next_pos + 1), logits
 
+    def step_packed(self, packed: Packed, tokens: torch.Tensor) -> tuple[Packed, torch.Tensor]:
+        """One decode step of packed rows: each node's row feeds its B beams' tokens side by side; beam b's
+        query attends the columns it sees plus its own new token, at the position after its context +
+        its tokens so far (the same for every beam of a node). Logits [N * B, V], node-major."""
+        from evalsuite.models.inputs import model_kwargs
+
+        r, n, B = packed.rows, packed.n, packed.see.shape[1]
+        eye = torch.eye(B, dtype=torch.bool, device=self.device).expand(n, B, B)
+        see = torch.cat([packed.see, eye], 2)
+        mask4 = see[:, None]
+        if self.eager:  # eager attention adds the mask to its scores
+            mask4 = torch.zeros(mask4.shape, dtype=self.model.dtype, device=self.device).masked_fill(
+                ~mask4, torch.finfo(self.model.dtype).min)
+        pos = r.next_pos.expand(*r.next_pos.shape[:-1], B)
+        batch = {"input_ids": tokens.view(n, B), "attention_mask": mask4,
+                 **{k: torch.full((n, B), self.fill.get(k, 0), dtype=torch.long, device=self.device)
+                    for k in self.seq_keys}}
+        cache = r.cache()
+        r.kv = []  # the cache alone holds the tensors: each layer's update frees its old ones
+        kw, _ = model_kwargs(self.model, batch, first=False, cache=cache, position_ids=pos)
+        del cache
+        out = self.model(**kw)
+        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        mask = torch.cat([r.mask, torch.ones((n, B), dtype=r.mask.dtype, device=self.device)], 1)
+        rows = Rows(_cache_rows(cache), mask, r.next_pos + 1)
+        return Packed(rows, see), out.logits.float().reshape(n * B, -1)
+
+    @property
+    def eager(self) -> bool:
+        return getattr(self.model.config.get_text_config(decoder=True), "_attn_implementation", None) == "eager"
+
 
 # ------------------------------------------------------------------ the search state of many nodes
 class Search(GroupBeams):
@@ -257,6 +386,13 @@ class PoolEngine:
         self.stats, self.fallback = stats, fallback
         self.runner = Runner(self.model, self.spec, self.stats)
         self.device = self.runner.device
+        # `tree.share_prefix`: a node's beams share one row holding its context once (Packed), where the
+        # model's attention takes a 4D mask; else each beam row holds its own copy of the context
+        self.share = bool(self.cfg.share_prefix)
+        if self.share and (why := share_unsupported(self.model)) is not None:
+            log.warning("tree.engine pool: %s cannot share a node's context among its beams (%s); each beam "
+                        "row holds its own copy", type(self.model).__name__, why)
+            self.share = False
 
     def grow(self, records: Sequence[dict], progress: bool = True) -> list[Any]:
         """The trees, in record order. progress=True: a bar of trees done / total."""
@@ -294,22 +430,27 @@ class PoolEngine:
         B = self.spec.num_beams
         s = Refill(self.rules, self.stats, records)
         search = Search(self.spec, self.device, self.stats)
-        pool: Rows | None = None
+        pool: Rows | Packed | None = None
         logits: torch.Tensor | None = None
         # `auto` needs the bytes of one cached token: from the text config, else known after the first
         # prefill (which then takes one prompt alone)
         budget = self.budget(bytes_per_token(self.model))
         starts: dict[int, Any] = {}
+        self._ctx_at: dict[tuple[int, int], tuple[int, torch.Tensor]] = {}  # shared: context width, next position
+        # shared: a node is one row, grown by B tokens a step; else B rows grown by one. With copies, a node's
+        # context is also kept beside its rows; shared, its row is the only copy while it searches.
+        per, grow = (1, B * self.spec.max_new_tokens) if self.share else (B, self.spec.max_new_tokens)
+        kept = 0 if self.share else 1
         while s.busy(len(search)):
             new_rows, new_logits, new_keys = [], [], []
-            # What the pool will hold, bounded: every row padded to the widest and grown by max_new_tokens,
-            # plus the kept context rows. A node or prompt joins only within the budget (one always goes
-            # when nothing else runs).
+            # What the pool will hold, bounded: every row padded to the widest and grown by its tokens to
+            # come (max_new_tokens, B x that for a shared row), plus the kept context rows. A node or prompt
+            # joins only within the budget (one always goes when nothing else runs).
             held = sum(c.width for t in s.trees.values() for c in t.ctx.values())
             n_rows, width = (pool.n, pool.width) if pool is not None else (0, 0)
 
             def fits(w: int, first: bool) -> bool:
-                return first or budget is None or (n_rows + B) * (max(width, w) + self.spec.max_new_tokens) + held + w <= budget
+                return first or budget is None or (n_rows + per) * (max(width, w) + grow) + held + kept * w <= budget
 
             # 1. nodes whose parent's level was pruned: one forward over their sentences
             if s.ready:
@@ -320,15 +461,16 @@ class PoolEngine:
                     if not fits(w, not batch and not len(search)):
                         break
                     batch.append(item)
-                    n_rows, width, held = n_rows + B, max(width, w), held + w
+                    n_rows, width, held = n_rows + per, max(width, w), held + kept * w
                 s.ready = s.ready[len(batch):]
                 if batch:
                     parents = [s.trees[r].ctx[par] for r, _, par in batch]
                     tails = [self._tail(s.trees[r].prompt.tree, nid, par) for r, nid, par in batch]
+                    if self._past_window(max(p.width for p in parents) + max(len(t) for t in tails)):
+                        return None
                     ctx, lg = self.runner.extend(parents, tails)
                     for j, (r, nid, par) in enumerate(batch):
-                        s.trees[r].ctx[nid] = ctx[j]
-                        new_rows.append(ctx[j].repeat(B))
+                        new_rows.append(self._join(r, nid, ctx[j], s.trees[r]))
                         new_logits.append(lg[j:j + 1].repeat_interleave(B, 0))
                         new_keys.append((r, nid))
                     for r in {r for r, _, _ in batch}:
@@ -344,7 +486,7 @@ class PoolEngine:
                 if not fits(w, not take and not len(search) and not new_keys):
                     break
                 take.append(s.waiting.pop(0))
-                n_rows, width, held = n_rows + B, max(width, w), held + w
+                n_rows, width, held = n_rows + per, max(width, w), held + kept * w
             if take:
                 ps = [starts.pop(r) for r in take]
                 ctx, lg, why = self.runner.prompts([p.tree.prompt_ids for p in ps], [p.features for p in ps])
@@ -355,29 +497,76 @@ class PoolEngine:
                 if budget is None:  # `auto`
                     budget = self.budget(sum(k.shape[1] * k.shape[3] * k.element_size() * 2 for k, _ in ctx[0].kv))
                 for j, (r, p) in enumerate(zip(take, ps)):
-                    s.start(r, p).ctx[0] = ctx[j]
-                    new_rows.append(ctx[j].repeat(B))
+                    new_rows.append(self._join(r, 0, ctx[j], s.start(r, p)))
                     new_logits.append(lg[j:j + 1].repeat_interleave(B, 0))
                     new_keys.append((r, 0))
             if new_keys:
-                pool = stack(([pool] if pool is not None else []) + new_rows, consume=True)
+                parts = ([pool] if pool is not None else []) + new_rows
+                pool = stack_packed(parts) if self.share else stack(parts, consume=True)
                 logits = torch.cat(([logits] if logits is not None else []) + new_logits)
                 search.add(new_keys)
             self.stats.peak_tokens = max(self.stats.peak_tokens, self._tokens(pool, s.trees))
             # 3. one search step over every node, then one forward over the rows that go on
+            keys, held_now = list(search.keys), (self._held(pool) if pool is not None else None)
             ended, rows, toks = search.step(logits)
+            if ended and held_now is not None:
+                self._count_held(keys, held_now, [k for k, _ in ended])
+            if ended and self.share:  # the contexts of ended nodes, cut from their rows for their children
+                at = {k: i for i, k in enumerate(keys)}
+                for r, nid in (k for k, _ in ended):
+                    s.trees[r].ctx[nid] = pool.context(at[(r, nid)], *self._ctx_at.pop((r, nid)))
             for (r, nid), hyps in ended:
                 s.node_ended(r, nid, hyps)
             self._advance(len(s.done), len(records))
             if len(search):
-                pool, logits = self.runner.step(pool.select(rows), toks)
+                if self._past_window(pool.width + (B if self.share else 1)):
+                    return None
+                if self.share:
+                    pool, logits = self.runner.step_packed(pool.select(rows, B), toks)
+                else:
+                    pool, logits = self.runner.step(pool.select(rows), toks)
                 self.stats.peak_tokens = max(self.stats.peak_tokens, self._tokens(pool, s.trees))
             else:
                 pool, logits = None, None
         return s.result()
 
+    def _past_window(self, width: int) -> bool:
+        """A forward over rows this wide would pass the model's sliding window, where a sliding layer
+        attends fewer tokens than the reference: said, and the trees are grown on the reference path."""
+        if self.runner.window is None or width < self.runner.window - 1:
+            return False
+        log.warning("tree.engine pool: a row of %d tokens would reach %s's sliding window (%d); falling back to "
+                    "the reference path", width, type(self.model).__name__, self.runner.window)
+        for f in fields(Stats):  # the reference path counts from the start
+            setattr(self.stats, f.name, f.default)
+        return True
+
+    def _join(self, r: int, nid: int, ctx: Rows, resident) -> Rows | Packed:
+        """Node `nid` of prompt `r` joins the pool from its compact context row. Shared: the row is the only
+        copy of the context while the node searches (cut out again when it ends); with copies: B rows, and
+        the context row is kept beside them for the node's children."""
+        if self.share:
+            self._ctx_at[(r, nid)] = (ctx.width, ctx.next_pos)
+            return Packed.of(ctx, self.spec.num_beams)
+        resident.ctx[nid] = ctx
+        return ctx.repeat(self.spec.num_beams)
+
+    def _held(self, pool: Rows | Packed) -> torch.Tensor:
+        """KV columns each searching node holds in the pool (its row, or its B beam rows), left padding not
+        counted: read from the rows' masks, which mark the cache columns each row holds."""
+        if self.share:
+            return pool.held()
+        return pool.mask.sum(1).view(-1, self.spec.num_beams).sum(1)
+
+    def _count_held(self, keys: list, held: torch.Tensor, ended: list) -> None:
+        at = {k: i for i, k in enumerate(keys)}
+        got = held[torch.tensor([at[k] for k in ended], device=held.device)].tolist()
+        self.stats.node_kv_tokens += sum(got)
+        self.stats.node_kv_max = max([self.stats.node_kv_max, *got])
+        self.stats.nodes_searched += len(got)
+
     @staticmethod
-    def _tokens(pool: Rows | None, trees: dict) -> int:
+    def _tokens(pool: Rows | Packed | None, trees: dict) -> int:
         held = sum(c.width for t in trees.values() for c in t.ctx.values())
         return held + (pool.n * pool.width if pool is not None else 0)
 

@@ -137,6 +137,11 @@ class Stats:
     prompt_tokens: int = 0   # of which prompt prefills
     nodes_prefilled: int = 0
     peak_tokens: int = 0
+    # pool: KV columns each node's rows held when its search ended (left padding not counted), summed, and
+    # the most; over `nodes_searched`
+    node_kv_tokens: int = 0
+    node_kv_max: int = 0
+    nodes_searched: int = 0
 
     def host(self, t):
         """`t` (a device tensor) on the host, its bytes counted."""

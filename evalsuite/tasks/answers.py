@@ -150,6 +150,22 @@ def answer_items(ctx, items: list[dict], gen: GenConfig, data_id: str, task: str
     return records
 
 
+def scored_on_rank0(ctx, answers: list[dict] | None, score):
+    """`score(answers)` on rank 0 (the only rank `answer_items` gives the answers to), its RunFailure (a
+    judge failing, too many unparsable replies) raised on every rank or on none: a failure on rank 0 alone
+    would leave the others waiting at the next collective. Returns the result on rank 0, None elsewhere."""
+    from evalsuite.errors import RunFailure
+
+    result, failure = None, None
+    if answers is not None:
+        try:
+            result = score(answers)
+        except RunFailure as e:
+            failure = str(e)
+    fail_together(ctx.dist, failure)
+    return result
+
+
 def generate_answers(ctx, images: list[dict], prompt: str, gen: GenConfig, data_id: str,
                      task: str = "answers") -> list[dict] | None:
     """`answer_items` with one prompt for every image of `images` ({id, path}), in the shared cache."""

@@ -227,19 +227,9 @@ class MmhalTask:
         return answer_items(ctx, items, ctx.gen, plan.state["data_id"], self.name, namespace="mmhal")
 
     def run(self, ctx: RunContext, plan: Plan, inputs: dict) -> TaskResult | None:
-        from evalsuite.tasks.answers import fail_together
+        from evalsuite.tasks.answers import scored_on_rank0
 
-        answers = self.answers(ctx, plan)
-        result, failure = None, None
-        if answers is not None:   # rank 0 judges; the other ranks' answers went to it
-            try:
-                result = self.judged(ctx, plan, answers)
-            except RunFailure as e:
-                failure = str(e)
-        # every rank raises rank 0's judging failure here, or none does: a failure on rank 0 alone would
-        # leave the others waiting at the next collective
-        fail_together(ctx.dist, failure)
-        return result
+        return scored_on_rank0(ctx, self.answers(ctx, plan), lambda answers: self.judged(ctx, plan, answers))
 
     def judged(self, ctx: RunContext, plan: Plan, answers: list[dict]) -> TaskResult:
         items, judge = plan.state["items"], plan.state["judge"]

@@ -303,18 +303,9 @@ class ObjhalTask:
         return [{**{k: v for k, v in r.items() if k != "image"}, "line": line[r["key"]]} for r in records]
 
     def run(self, ctx: RunContext, plan: Plan, inputs: dict) -> TaskResult | None:
-        from evalsuite.tasks.answers import fail_together
+        from evalsuite.tasks.answers import scored_on_rank0
 
-        answers = self.answers(ctx, plan)
-        result, failure = None, None
-        if answers is not None:   # rank 0 scores; the other ranks' answers went to it
-            try:
-                result = self.scored(ctx, plan, answers)
-            except RunFailure as e:
-                failure = str(e)
-        # every rank raises rank 0's failure here, or none does (no rank left waiting at a collective)
-        fail_together(ctx.dist, failure)
-        return result
+        return scored_on_rank0(ctx, self.answers(ctx, plan), lambda answers: self.scored(ctx, plan, answers))
 
     def scored(self, ctx: RunContext, plan: Plan, answers: list[dict]) -> TaskResult:
         s = plan.state

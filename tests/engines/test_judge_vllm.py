@@ -196,8 +196,8 @@ def _lmms_rules():
 def test_llava_in_the_wild_with_a_local_judge(judges, judged_data, tiny_vlm_dir, tmp_path):  # noqa: F811
     """lmms-eval's llava_in_the_wild judged by a vLLM-served local judge: the server starts, every reply is
     cached, a recomputation asks nothing and starts no server. A random judge's first line need not hold two
-    numbers: lmms-eval's rules then score [-1, -1]; every stored score is what lmms-eval's own parser and
-    aggregation give on the recorded replies."""
+    numbers: lmms-eval's rules then score [-1, -1], averaged in (a judge that never follows the format scores
+    100.0); every stored score is what lmms-eval's own parser and aggregation give on the recorded replies."""
     store = tmp_path / "store"
     task = "llava_in_the_wild"
 
@@ -231,6 +231,8 @@ def test_llava_in_the_wild_with_a_local_judge(judges, judged_data, tiny_vlm_dir,
             assert metric not in got, metric
         else:
             assert got[metric] == pytest.approx(want), metric
+    if all(s["scores"] == [-1, -1] for s in samples):   # no reply followed the format: -1 / -1, stored as 100.0
+        assert got["gpt_eval_llava_all"] == 100.0
 
     again = run("b", "--rerun")
     assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]

@@ -1,6 +1,6 @@
 """`evalsuite run --engine vllm` end to end on the tiny world: a worker killed mid-run is one line and the
 same command resumes; the stored scores and answers are the HF engine's (caption, chair, pope; mmhal with
-a fake judge, amber_g, amber_d); the engine is part of every result's identity, so HF's answers and results
+a fake judge, hallusion, amber_g, amber_d); the engine is part of every result's identity, so HF's answers and results
 in the same store are neither reused nor mixed."""
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 from tests.conftest import REPO, run_cli
 from tests.integration.test_amber_run import PIPELINE as AMBER_PIPELINE
 from tests.integration.test_amber_run import amber_world  # noqa: F401  (fixture)
+from tests.integration.test_hallusion_run import _verdict, hb_data  # noqa: F401  (fixture)
 from tests.integration.test_mmhal_run import mmhal_data  # noqa: F401  (fixture)
 from tests.unit.test_amber import nltk_ready  # noqa: F401  (fixture)
 
@@ -115,33 +116,42 @@ def test_run_vllm_killed_resumes_and_stores_hf_scores(vllm_spec, vllm_ckpts, wor
     assert not any(t.get("reused") for t in summary.values())
 
 
-def test_mmhal_and_amber_on_vllm_equal_hf(vllm_spec, vllm_ckpts, mmhal_data, amber_world, nltk_ready, tmp_path):  # noqa: F811
-    """mmhal (judged by the fake judge) and amber_g/amber_d with --engine vllm for the model under test:
-    vLLM's answers, hence AMBER's scores and the judge's requests, are HF's; the judge is not asked again
-    (its replies are cached by request), and each result is the vLLM engine's own (another eval_key)."""
+def test_judged_tasks_and_amber_on_vllm_equal_hf(vllm_spec, vllm_ckpts, mmhal_data, hb_data, amber_world,  # noqa: F811
+                                                 nltk_ready, tmp_path):  # noqa: F811
+    """mmhal and hallusion (judged by the fake judge) and amber_g/amber_d with --engine vllm for the model
+    under test: vLLM's answers, hence AMBER's scores and the judge's requests, are HF's; the judge is not
+    asked again (its replies are cached by request), and each result is the vLLM engine's own (another
+    eval_key)."""
     import nltk
 
-    from tests.judge_fake import FakeJudge
+    from tests.judge_fake import FakeJudge, rating_reply
 
     ckpt, store = vllm_ckpts["llava"], tmp_path / "store"
     data, root = mmhal_data
-    tasks = ("mmhal", "amber_g", "amber_d")
+    hb, hb_root, hb_records = hb_data
+    tasks = ("mmhal", "hallusion", "amber_g", "amber_d")
     env = {"EVALSUITE_VLLM_PYTHON": vllm_spec.python, "NLTK_DATA": ":".join(nltk.data.path)}
-    with FakeJudge(models=("judge-a",)) as fake:
+
+    def reply(messages):   # hallusion's verdict by the answer's words, mmhal's rating likewise
+        return _verdict(messages) if "\nPrediction answer:" in messages[-1]["content"] else rating_reply(messages)
+
+    asked = 4 + sum(r["filename"] is not None for r in hb_records)   # mmhal's 4; hallusion's questions with an image
+    with FakeJudge(models=("judge-a",), reply=reply) as fake:
         def run(engine):
             return run_cli("run", "--ckpt", str(ckpt), "--tasks", ",".join(tasks), "--engine", engine,
                            "--store", str(store), "--output", str(tmp_path / engine), "--batch-size", "1",
                            "--max-new-tokens", "8", f"mmhal.data={data}", f"mmhal.image_root={root}", "mmhal.n_boot=0",
+                           f"hallusion.data={hb}", f"hallusion.image_root={hb_root}", "hallusion.n_boot=0",
                            "--judge", fake.url, "--judge-model", "judge-a", f"amber.data_root={amber_world}",
                            f"amber.image_root={amber_world / 'image'}", f"amber.spacy_model={AMBER_PIPELINE}",
                            "amber.n_boot=0", env=env, timeout=900)
 
         hf = run("hf")
         assert hf.returncode == 0, hf.stderr[-3000:]
-        assert len(fake.requests) == 4
+        assert len(fake.requests) == asked
         vllm = run("vllm")
         assert vllm.returncode == 0, vllm.stderr[-3000:]
-        assert len(fake.requests) == 4   # the same answers: the same judge requests, served from its cache
+        assert len(fake.requests) == asked   # the same answers: the same judge requests, served from its cache
 
     def results(out: Path) -> dict:
         summary = json.loads((out / "summary.json").read_text())
@@ -151,7 +161,7 @@ def test_mmhal_and_amber_on_vllm_equal_hf(vllm_spec, vllm_ckpts, mmhal_data, amb
                 for t in tasks}
 
     ours, ref = results(tmp_path / "vllm"), results(tmp_path / "hf")
-    assert [len(ref[t]["answers"]) for t in tasks] == [4, 3, 18]
+    assert [len(ref[t]["answers"]) for t in tasks] == [4, asked - 4, 3, 18]
     assert any(a.strip() for t in tasks for a in ref[t]["answers"])
     for t in tasks:
         assert ours[t]["answers"] == ref[t]["answers"], t
@@ -159,4 +169,7 @@ def test_mmhal_and_amber_on_vllm_equal_hf(vllm_spec, vllm_ckpts, mmhal_data, amb
         assert ours[t]["eval_key"] != ref[t]["eval_key"], t
         assert ours[t]["identity"]["engine"]["name"] == "vllm" and "engine" not in ref[t]["identity"], t
     assert ours["mmhal"]["extra"]["judge_requests"] == {"asked": 0, "cached": 4}
-    assert ours["mmhal"]["identity"]["judge"] == ref["mmhal"]["identity"]["judge"]
+    assert ours["hallusion"]["extra"]["judge_requests"] == {"asked": 0, "cached": asked - 4}
+    assert {"aAcc", "fAcc", "qAcc", "aAcc_VD", "aAcc_VS"} <= {m for m, _ in ref["hallusion"]["metrics"]}
+    for t in ("mmhal", "hallusion"):
+        assert ours[t]["identity"]["judge"] == ref[t]["identity"]["judge"], t

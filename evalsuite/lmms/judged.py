@@ -46,6 +46,7 @@ NETWORK_MARKERS = ("llm_judge", "get_server", "OpenAIVerifier", "verifiers.opena
                    "OPENAI_API", "api.openai.com", "boto3", "google.generativeai", "anthropic")
 
 PROMPT_VERSION = "lmms-eval-llm_judge"
+MAX_UNPARSABLE_SHARE = 0.5   # as evalsuite's own judged tasks (tasks/mmhal.py)
 MAX_SAME_REQUEST = 20   # mmvet repeats a request 3 times on an empty reply, twice on an unparsable one   # the prompts are lmms-eval's own (its version is in the identity)
 
 
@@ -137,13 +138,64 @@ def judge_identity(judge) -> dict:
     return {**ident, "prompt": PROMPT_VERSION, "lmms_eval": lmms_eval_version()}
 
 
+# ------------------------------------------------------------------------------------ unparsable replies
+# Whether lmms-eval 0.7.3's own rule reads a judge reply. The released scoring is untouched: these only count
+# what it scored without reading (docs/lmms-eval.md "Judged tasks").
+
+def _llava_rule(folder: str):
+    """llava_in_the_wild / llava_bench_coco: the task's own `_parse_comparative_scores` (in-the-wild: the first
+    two numbers of the first line; coco: a first line of exactly two values) did not give [-1, -1], the
+    pair it scores an unreadable review with."""
+    def parsable(text: str) -> bool:
+        import importlib
+
+        module = importlib.import_module(f"lmms_eval.tasks.{folder}.utils")
+        return module._parse_comparative_scores(text).metadata["scores"] != [-1, -1]
+
+    return parsable
+
+
+def _mmvet_parsable(text: str) -> bool:
+    """mmvet (`mmvet_process_results`): the reply's first space-separated word is a float in 0..1; an
+    empty reply, or anything else, ends in the score 0 it gives when no score was read."""
+    try:
+        return 0.0 <= float(text.strip().split(" ")[0].strip()) <= 1.0
+    except ValueError:
+        return False
+
+
+def _hallusion_parsable(text: str) -> bool:
+    """hallusion_bench_image (`evaluate_by_chatgpt`): "incorrect" / "correct" in the lower-cased reply, or the
+    judge's own "unclear"; a reply with none of them is scored "unclear" (2) without being read."""
+    low = (text or "").lower()
+    return "correct" in low or "unclear" in low
+
+
+PARSABLE = {"llava_in_the_wild": _llava_rule("llava-in-the-wild"), "llava_bench_coco": _llava_rule("llava-bench-coco"),
+            "mmvet": _mmvet_parsable, "hallusion_bench_image": _hallusion_parsable}
+# a judged task's request, told apart by lmms-eval's prompt when one name runs several judged tasks
+_PROMPT_MARK = {"mmvet": "Compare the ground truth and prediction from AI models",
+                "hallusion_bench_image": "Imagine you are an intelligent teacher",
+                "llava_in_the_wild": "[End of ", "llava_bench_coco": "[End of "}
+
+
+def unparsable_failure(task: str, counts: dict) -> str | None:
+    """The one-line failure of a judged lmms task with more than half its judgments unparsable, or None."""
+    bad, n = counts["unparsable"], counts["judged"]
+    if not n or bad <= MAX_UNPARSABLE_SHARE * n:
+        return None
+    return (f"{task}: {bad} of {n} judge replies are unparsable by lmms-eval's rule (more than "
+            f"{MAX_UNPARSABLE_SHARE:.0%}; it would score them as judged); nothing stored. Sample reply: "
+            f"{counts['sample'][:160]!r}")
+
+
 # ------------------------------------------------------------------------------------ the provider
 
 class _Binding:
     """The judge answering lmms-eval's provider now: a Judge, its reply cache, the server (started on the
     first request the cache cannot answer, stopped by `close`)."""
 
-    def __init__(self, judge, cache_root, task: str, log_dir, rank: int = 0):
+    def __init__(self, judge, cache_root, task: str, log_dir, rank: int = 0, judged: tuple = ()):
         from evalsuite.identity import digest
         from evalsuite.models.cache import ResponseCache
 
@@ -156,8 +208,46 @@ class _Binding:
         self._ctx = self._client = self._model = None
         self._lock = threading.Lock()
         self._times: dict[str, int] = {}
+        # per judged lmms task: judgment key -> (parsable, reply) of the reply lmms-eval scored it by
+        self.judged = tuple(judged)
+        self.judgments: dict[str, dict] = {t: {} for t in self.judged}
+
+    def _kind(self, body: dict) -> str | None:
+        if len(self.judged) == 1:
+            return self.judged[0]
+        text = " ".join(str(m.get("content", "")) for m in body.get("messages") or [])
+        return next((t for t in self.judged if _PROMPT_MARK.get(t, "\0") in text), None)
+
+    def _record(self, body: dict, reply: dict) -> None:
+        kind = self._kind(body)
+        if kind not in PARSABLE:
+            return
+        text = reply.get("content") or ""
+        ok = PARSABLE[kind](text)
+        if kind == "mmvet":
+            # mmvet asks again for the same prompt (higher temperature) until it reads a score; the last
+            # reply decides, and one asked at temperature >= 2 is scored 0 without being read
+            key = self._digest(body.get("messages"), 64)
+            ok = ok and (body.get("temperature") or 0) < 2
+        else:
+            key = str(len(self.judgments[kind]))
+        self.judgments[kind][key] = (ok, text)
+
+    def counts(self, kind: str) -> dict | None:
+        """{"unparsable", "judged", "sample" (an unparsable reply)} of judged task `kind`, None if not judged."""
+        if kind not in self.judgments:
+            return None
+        marks = list(self.judgments[kind].values())
+        bad = [text for ok, text in marks if not ok]
+        return {"unparsable": len(bad), "judged": len(marks), "sample": bad[0] if bad else ""}
 
     def chat(self, body: dict) -> dict:
+        reply = self._chat(body)
+        with self._lock:
+            self._record(body, reply)
+        return reply
+
+    def _chat(self, body: dict) -> dict:
         key = self._digest([self.key, body], 64)
         with self._lock:
             if self.failure:
@@ -200,8 +290,8 @@ _BOUND: _Binding | None = None
 class bound:
     """`with bound(judge, cache_root, task, log_dir) as b:` lmms-eval's judge requests go to `judge` inside."""
 
-    def __init__(self, judge, cache_root, task: str, log_dir=None, rank: int = 0):
-        self.binding = _Binding(judge, cache_root, task, log_dir, rank)
+    def __init__(self, judge, cache_root, task: str, log_dir=None, rank: int = 0, judged: tuple = ()):
+        self.binding = _Binding(judge, cache_root, task, log_dir, rank, judged)
 
     def __enter__(self) -> _Binding:
         global _BOUND

@@ -267,6 +267,7 @@ class LmmsRunner:
         fail_together(self.dist, None if parts is None else empty_answers_failure(spec, parts))
         if raw is None:  # ranks != 0
             return []
+        unparsable = self._unparsable(spec, binding) if judged else {}
         if self.results_json is not None:
             merge_layout(self.layout, raw, Path(self.results_json))
         results = to_task_results(spec, raw, dict(lm.counts), gen_kwargs=self.gen_kwargs, limit=self.limit,
@@ -277,7 +278,30 @@ class LmmsRunner:
                 if r.identity.get("judge"):
                     r.extra["judge"] = self.judge.describe()
                     r.extra["judge_replies"] = dict(binding.stats)   # of the whole name (one binding per name)
+                counts = unparsable.get(r.extra.get("lmms_task"))
+                if counts is not None:
+                    from evalsuite.types import MetricValue
+
+                    r.extra.update(unparsable=counts["unparsable"], judged=counts["judged"])
+                    r.metrics.append(MetricValue("unparsable_rate", counts["unparsable"] / counts["judged"],
+                                                 higher_is_better=False, n=counts["judged"]))
         return results
+
+    def _unparsable(self, spec: LmmsSpec, binding) -> dict:
+        """{lmms task: counts} of the judged leaves' unparsable judgments (judged.py); a leaf with more than
+        half unparsable fails the whole name in one line, before anything of it is written or stored."""
+        from evalsuite.lmms.judged import unparsable_failure
+
+        out = {}
+        for leaf in spec.leaves:
+            counts = binding.counts(leaf.lmms_task)
+            if counts is None or not counts["judged"]:
+                continue
+            message = unparsable_failure(leaf.name, counts)
+            if message:
+                raise LmmsRunError(message)
+            out[leaf.lmms_task] = counts
+        return out
 
     def _output_path(self, spec: LmmsSpec) -> str | None:
         """A fresh folder for lmms-eval's `--output_path`, for tasks whose aggregation keeps files there
@@ -301,7 +325,7 @@ class LmmsRunner:
 
         install(self.judge)
         return bound(self.judge, self.judge_root, f"lmms-{spec.name.replace('/', '.')}", self.judge_log_dir,
-                     self.dist.rank)
+                     self.dist.rank, judged=tuple(lf.lmms_task for lf in spec.leaves if lf.judge))
 
 
 def empty_answers_failure(spec: LmmsSpec, parts: list[dict]) -> str | None:

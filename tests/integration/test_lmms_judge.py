@@ -19,6 +19,9 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "lmms_judge"
 CASES = json.loads((DATA / "cases.json").read_text())
 REFERENCE = json.loads((DATA / "reference.json").read_text())
 TASKS = ("mmvet", "llava_in_the_wild", "llava_bench_coco", "hallusion_bench_image")
+# (unparsable, judged) per task on cases.json's replies: mmvet the empty reply (scored 0); llava_in_the_wild
+# LW-4 and LW-6, llava_bench_coco LC-4 (scored [-1, -1]); hallusion_bench HB-4, the empty reply (scored unclear)
+UNPARSABLE = {"mmvet": (1, 5), "llava_in_the_wild": (2, 6), "llava_bench_coco": (1, 4), "hallusion_bench_image": (1, 6)}
 FIELDS = {"mmvet": ("question_id", "question", "answer", "capability"),
           "llava_in_the_wild": ("question_id", "question", "category", "gpt_answer", "caption"),
           "llava_bench_coco": ("question_id", "question", "category", "answer", "gpt_answer", "caption"),
@@ -59,7 +62,7 @@ def _values(entry: dict) -> dict:
 def test_judged_tasks_equal_lmms_evals_own_scoring(tiny_vlm_dir, judged_data, tmp_path, capsys):
     store = tmp_path / "store"
     every = [c for task in TASKS for c in CASES[task]]
-    with FakeJudge(models=("judge-a", "judge-b", "judge-c"), reply_body=canned_replies(every)) as fake:
+    with FakeJudge(models=("judge-a", "judge-b", "judge-c", "judge-d"), reply_body=canned_replies(every)) as fake:
         def run(out: str, model: str, *extra: str, tasks=TASKS) -> int:
             return cli_main([*_base(tiny_vlm_dir, judged_data, store, tmp_path / out, tasks), "--judge", fake.url,
                              "--judge-model", model, *extra])
@@ -68,8 +71,12 @@ def test_judged_tasks_equal_lmms_evals_own_scoring(tiny_vlm_dir, judged_data, tm
         a = _summary(tmp_path / "a")
         for task in TASKS:
             got = _values(a[task])
+            rate = got.pop("unparsable_rate")
             want = {k: v for k, v in REFERENCE[task]["metrics"].items() if v is not None}
             assert got == pytest.approx(want), task   # lmms-eval's own numbers on the recorded replies
+            # the replies lmms-eval's own rule could not read, counted beside them (none above half here)
+            assert (a[task]["extra"]["unparsable"], a[task]["extra"]["judged"]) == UNPARSABLE[task], task
+            assert rate == pytest.approx(UNPARSABLE[task][0] / UNPARSABLE[task][1])
             assert a[task]["identity"]["judge"]["model"] == "judge-a"
             assert a[task]["extra"]["judge"]["model"] == "judge-a"
         # lmms-eval's requests as its own provider sends them (mmvet: max_tokens 128, temperature 0.5 after
@@ -107,8 +114,19 @@ def test_judged_tasks_equal_lmms_evals_own_scoring(tiny_vlm_dir, judged_data, tm
         assert b["eval_key"] != a["llava_bench_coco"]["eval_key"] and not b.get("reused")
         assert b["identity"]["judge"]["model"] == "judge-b"
 
-        # a judge that fails for good: lmms-eval would score the failure 0; evalsuite fails in one line
+        # a judge lmms-eval's rule cannot read (it would score every review [-1, -1]): more than half
+        # unparsable fails in one line, naming the count, and stores nothing
         stored = sorted((store / "metrics").glob("*.parquet"))
+        canned, fake.reply_body = fake.reply_body, (lambda body: '["dog", "rating: 4"]')
+        capsys.readouterr()
+        assert run("d", "judge-d", tasks=coco) == 1
+        err = [line for line in capsys.readouterr().err.splitlines() if "unparsable" in line]
+        assert len(err) == 1 and ("llava_bench_coco: 4 of 4 judge replies are unparsable by lmms-eval's rule (more "
+                                  "than 50%" in err[0]) and "nothing stored" in err[0], err
+        assert sorted((store / "metrics").glob("*.parquet")) == stored
+        fake.reply_body = canned
+
+        # a judge that fails for good: lmms-eval would score the failure 0; evalsuite fails in one line
         fake.fail_first = 1
         capsys.readouterr()
         assert run("c", "judge-c", "judge.retries=0") == 1

@@ -9,6 +9,8 @@ registers its own provider under the name "openai" before any task yaml is loade
 tasks goes to evalsuite's judge (`evalsuite/judge`, the same server as `mmhal`'s) through a reply cache,
 and nothing goes to api.openai.com. lmms-eval's prompts, its decoding settings per request (mmvet: max
 128 tokens, temperature raised on an unparsable reply) and its parsing and aggregation stay its own.
+Replies lmms-eval's own rule cannot read are counted per task (`PARSABLE`; extra.unparsable, unparsable_rate);
+more than half unparsable fails the task in one line and stores nothing (`unparsable_failure`).
 
 hallusion_bench_image posts to `OPENAI_API_URL` itself (`requests.post`, read when its utils module is first
 imported): evalsuite points it at a local endpoint of its own that answers through the same judge.

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from evalsuite.config import opt
+from evalsuite.config import check_fields, opt
 from evalsuite.errors import UserError
 
 API_KEY_ENV = "EVALSUITE_JUDGE_API_KEY"   # the only place a key is read from; never stored or logged
@@ -21,29 +21,23 @@ class JudgeConfig:
                                   "judge.url the model name the server serves (--judge-model)")
     url: str | None = opt(None, "an OpenAI-compatible server's base URL, e.g. http://127.0.0.1:8000/v1 (the key, "
                                 f"if any, from ${API_KEY_ENV}); null = serve judge.model locally")
-    max_concurrency: int = opt(8, "judge requests in flight at once", identity=False)
-    temperature: float = opt(0.0, "the judge's sampling temperature (0 = greedy, as the released scripts)")
-    max_tokens: int = opt(1024, "token cap of a judge reply")
+    max_concurrency: int = opt(8, "judge requests in flight at once (a thread pool)", identity=False, ge=1)
+    temperature: float = opt(0.0, "the judge's sampling temperature (0 = greedy, as the released scripts)",
+                              ge=0)
+    max_tokens: int = opt(1024, "token cap of a judge reply", ge=1)
     timeout_s: float = opt(120.0, "seconds a request may wait for the server (to connect, or for its next bytes) "
-                                  "before it is retried", identity=False)
-    retries: int = opt(3, "retries of a request after a timeout, a connection error or an HTTP 5xx/429",
-                       identity=False)
+                                  "before it is retried", identity=False, gt=0)
+    retries: int = opt(3, "retries of a request after a timeout, a connection error or an HTTP 5xx/429 "
+                          "(back-off 1, 2, 4 ... s, at most 30 s)", identity=False, ge=0)
     serve_args: list[str] = opt(help="extra arguments of `vllm serve` for a local judge, e.g. "
                                      "['--max-model-len', '4096'] (part of the judge's identity)", factory=list)
-    start_timeout_s: float = opt(900.0, "seconds a local judge server may take to answer its health check",
-                                 identity=False)
+    start_timeout_s: float = opt(900.0, "seconds a local judge server may take to answer its health check "
+                                        "(/health)", identity=False, gt=0)
 
     def __post_init__(self) -> None:
         if self.url is not None and not is_url(self.url):
             raise UserError(f"judge.url: {self.url!r} is not an http:// or https:// URL")
-        for name, low in (("max_concurrency", 1), ("max_tokens", 1), ("retries", 0)):
-            if getattr(self, name) < low:
-                raise UserError(f"judge.{name}: must be >= {low}, got {getattr(self, name)}")
-        if self.temperature < 0:
-            raise UserError(f"judge.temperature: must be >= 0, got {self.temperature}")
-        for name in ("timeout_s", "start_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise UserError(f"judge.{name}: must be > 0, got {getattr(self, name)}")
+        check_fields(self, "judge")
 
     def unread(self) -> list[tuple[str, str, object, object]]:
         """The local server's settings with a server URL (evalsuite/config.py report_unread)."""

@@ -25,8 +25,8 @@ given (YAML preset < command line, `--flag value`, `section.key=value`): README,
 Columns: **type** (the choices of a fixed list; `null` where the field may be unset), **default**,
 **range** (checked when the config loads), **identity** (`no`: declared `identity=False`, a setting of
 speed or scheduling that never changes a result, left out of the identity of the results that read it:
-evalsuite/identity.py; every other field of a section a result reads is part of it), **help** (what
-`--help` prints).
+evalsuite/identity.py; in a task's section, and in a CSR stage's, every other field is part of it),
+**help** (what `--help` prints).
 """
 
 

@@ -39,16 +39,16 @@ def test_world_in_amber_layout(amber_world):
 
 @pytest.mark.slow
 def test_evalsuite_run_amber(tiny_vlm_dir, amber_world, tmp_path, nltk_ready):  # noqa: F811
-    import nltk
-
-    from tests.conftest import run_cli
+    # in this process (conftest.cli_inprocess): spaCy, WordNet and the model's imports are this worker's,
+    # not a fresh interpreter's; the real `evalsuite run` process is tests/integration/test_eval_to_report.py's
+    from tests.conftest import cli_inprocess
 
     store = tmp_path / "store"
-    res = run_cli("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "amber_g,amber_d", "--engine", "hf",
-                  "--device", "cpu", "--store", str(store), "--output", str(tmp_path / "out"),
-                  "--max-new-tokens", "8", f"amber.data_root={amber_world}",
-                  f"amber.image_root={amber_world / 'image'}", f"amber.spacy_model={PIPELINE}", "amber.n_boot=20",
-                  env={"NLTK_DATA": ":".join(nltk.data.path)})
+    res = cli_inprocess("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "amber_g,amber_d", "--engine", "hf",
+                        "--device", "cpu", "--store", str(store), "--output", str(tmp_path / "out"),
+                        "--max-new-tokens", "8", f"amber.data_root={amber_world}",
+                        f"amber.image_root={amber_world / 'image'}", f"amber.spacy_model={PIPELINE}",
+                        "amber.n_boot=20")
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     g, d = summary["amber_g"], summary["amber_d"]

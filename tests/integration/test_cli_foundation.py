@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, cli_inprocess, run_cli
 
 
 # what would make --help slow (seconds each): none is imported to build the parser. The time itself is a
@@ -38,7 +38,8 @@ def test_tasks_lists_registered():
 def test_world_tinyckpt_run_caption(tmp_path):
     world, ckpt, out = tmp_path / "world", tmp_path / "tiny", tmp_path / "out"
     assert run_cli("world", "build", "--out", str(world), "--images", "24", "--seed", "3").returncode == 0
-    assert run_cli("tiny-ckpt", "--out", str(ckpt), "--seed", "0").returncode == 0
+    # in this process (its own process: tests/integration/test_families.py, tests/unit/test_output_folders.py)
+    assert cli_inprocess("tiny-ckpt", "--out", str(ckpt), "--seed", "0").returncode == 0
     res = run_cli("run", "--ckpt", str(ckpt), "--tasks", "caption", "--data-root", str(world),
                   "--output", str(out), "--store", str(tmp_path / "store"), "--limit", "5",
                   "--max-new-tokens", "8", "--batch-size", "4")

@@ -49,9 +49,14 @@ def test_preset_is_accepted_by_accelerates_deepspeed_plugin(preset, stage):
 
 PROBE = textwrap.dedent('''
     # training/train.py, recording which engine trained (the Trainer's wrapped model after train())
-    import json, os, sys
+    import importlib, json, os, sys
     from pathlib import Path
     import transformers
+
+    # DeepSpeed's CPU backend JIT-compiles a shared-memory allreduce op (g++ into ~/.cache/torch_extensions)
+    # when the process group starts: about a minute of CPU in a fresh HOME, for an op GPUs never use; without
+    # it the ranks reduce through gloo, as DeepSpeed does where the op is not available
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
 
     _train = transformers.Trainer.train
 

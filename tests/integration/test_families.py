@@ -205,13 +205,13 @@ def test_tiny_ckpt_cli_builds_any_family_deterministically(tmp_path):
 def test_eval_records_the_input_settings(tiny_vlm_dir, world_dir, tmp_path):
     """--system-prompt / --image-aspect reach every sample's prompt_text, run.json and the result identity
     (so results under other input settings are never compared with these)."""
-    from tests.conftest import run_cli
+    from tests.conftest import cli_inprocess
 
     system = "please describe the image in detail ."
     out = tmp_path / "run"
-    res = run_cli("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "caption", "--data-root", str(world_dir),
-                  "--limit", "2", "--max-new-tokens", "4", "--output", str(out), "--store", str(tmp_path / "s"),
-                  "--system-prompt", system, "--image-aspect", "pad", "--device", "cpu")
+    res = cli_inprocess("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "caption", "--data-root", str(world_dir),
+                        "--limit", "2", "--max-new-tokens", "4", "--output", str(out), "--store",
+                        str(tmp_path / "s"), "--system-prompt", system, "--image-aspect", "pad", "--device", "cpu")
     assert res.returncode == 0, res.stderr[-2000:]
     samples = [json.loads(x) for x in (out / "caption" / "samples.jsonl").read_text().splitlines()]
     assert [s["prompt_text"] for s in samples] == [f"{system} USER: <image>\n{s['prompt']} ASSISTANT:" for s in samples]

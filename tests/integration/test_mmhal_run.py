@@ -135,7 +135,7 @@ def test_mmhal_killed_while_judging_resumes(tiny_vlm_dir, mmhal_data, tmp_path):
     import sys
     import time
 
-    from tests.conftest import REPO
+    from tests.conftest import REPO, cli_inprocess
 
     data, root = mmhal_data
     store = tmp_path / "store"
@@ -160,7 +160,8 @@ def test_mmhal_killed_while_judging_resumes(tiny_vlm_dir, mmhal_data, tmp_path):
         assert 2 <= done < 4 and _stored(store) == 0
         fake.delay_s = 0
         asked = len(fake.requests)
-        res = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
+        # the same command again, in this process (conftest.cli_inprocess: a second interpreter's imports saved)
+        res = cli_inprocess(*argv[3:])
         assert res.returncode == 0, res.stderr[-2000:]
         assert len(fake.requests) - asked == 4 - done and _stored(store) == 1
         assert _summary(tmp_path / "out")["mmhal"]["extra"]["judge_requests"] == {"asked": 4 - done, "cached": done}

@@ -27,13 +27,15 @@ def _mute(src: Path, out: Path) -> Path:
 
 
 def test_all_empty_answers_fail_the_task_and_store_nothing(tiny_vlm_dir, world_dir, punkt_dir, tmp_path):
-    from tests.conftest import run_cli
+    # in this process (conftest.cli_inprocess; punkt_dir is on NLTK's path here): the lmms-eval case below
+    # and tests/integration/test_empty_answers_ranks.py run the real processes
+    from tests.conftest import cli_inprocess
 
     ckpt = _mute(tiny_vlm_dir, tmp_path / "mute")
     store, out = tmp_path / "store", tmp_path / "out"
-    res = run_cli("run", "--ckpt", str(ckpt), "--tasks", "chair", "--data-root", str(world_dir), "--limit", "4",
-                  "--max-new-tokens", "4", "--output", str(out), "--store", str(store), "--device", "cpu",
-                  "chair.n_images=4", "chair.n_boot=10", env={"NLTK_DATA": str(punkt_dir)})
+    res = cli_inprocess("run", "--ckpt", str(ckpt), "--tasks", "chair", "--data-root", str(world_dir), "--limit",
+                        "4", "--max-new-tokens", "4", "--output", str(out), "--store", str(store), "--device", "cpu",
+                        "chair.n_images=4", "chair.n_boot=10")
     assert res.returncode != 0, res.stderr[-2000:]
     last = res.stderr.strip().splitlines()[-1]
     assert "chair: 4 of 4 answers are empty" in last and "Sample: image" in last, res.stderr[-2000:]

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli_inprocess, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +97,9 @@ def test_pairs_errors_are_one_line_exit_2(case, message, tiny_clip_dir, tmp_path
 @pytest.mark.slow
 def test_run_caption_then_relevance(tiny_vlm_dir, tiny_clip_dir, world_dir, tmp_path):
     out = tmp_path / "run"
-    r = run_cli("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "caption,relevance", "--clip", str(tiny_clip_dir),
-                "--data-root", str(world_dir), "--limit", "3", "--max-new-tokens", "8", "--device", "cpu",
-                "--output", str(out), "--store", str(tmp_path / "store"))
+    r = cli_inprocess("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "caption,relevance", "--clip",
+                      str(tiny_clip_dir), "--data-root", str(world_dir), "--limit", "3", "--max-new-tokens", "8",
+                      "--device", "cpu", "--output", str(out), "--store", str(tmp_path / "store"))
     assert r.returncode == 0, r.stderr[-3000:]
     caption = [json.loads(x) for x in (out / "caption" / "samples.jsonl").read_text().splitlines()]
     rel = [json.loads(x) for x in (out / "relevance" / "samples.jsonl").read_text().splitlines()]

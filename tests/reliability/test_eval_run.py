@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, cli_inprocess
 from tests.reliability.helpers import _PROGRESS
 
 _LOG = re.compile(r"^(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(,\d+)? (DEBUG|INFO|WARNING) ")
@@ -120,10 +120,10 @@ def test_no_data_root_is_refused_naming_both_flags(capsys, tiny_vlm_dir, tmp_pat
 
 
 @pytest.mark.slow
-def test_world_is_the_opt_in_synthetic_data(tiny_vlm_dir, tmp_path):
-    res = run_cli("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "caption", "--world", "--limit", "2",
-                  "--max-new-tokens", "4", "--store", str(tmp_path / "s"), "--output", str(tmp_path / "o"),
-                  env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+def test_world_is_the_opt_in_synthetic_data(tiny_vlm_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    res = cli_inprocess("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "caption", "--world", "--limit", "2",
+                        "--max-new-tokens", "4", "--store", str(tmp_path / "s"), "--output", str(tmp_path / "o"))
     assert res.returncode == 0, res.stderr[-2000:]
     run = json.loads((tmp_path / "o" / "run.json").read_text())
     assert run["config"]["world"] is True and run["data_root"] == str(tmp_path / "cache" / "evalsuite" / "world-seed0-600")
@@ -199,7 +199,7 @@ def test_kill_9_mid_task_then_rerun_regenerates_and_duplicates_nothing(tiny_vlm_
     assert 10 <= len(kept) < 16
     assert [p.name.split("-")[-1] for p in (store / "metrics").iterdir()] == ["caption.parquet"]
 
-    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    again = cli_inprocess(*cmd[3:])   # the same command, in this process (a second interpreter's imports saved)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "caption: already in the store" in again.stderr
     after = _lines(cache)

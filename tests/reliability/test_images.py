@@ -14,7 +14,7 @@ from evalsuite.errors import UserError
 from evalsuite.images import open_rgb
 from evalsuite.store import Store
 from evalsuite.types import MetricValue, TaskResult
-from tests.conftest import run_cli
+from tests.conftest import cli_inprocess, run_cli
 from tests.reliability.helpers import bomb_png, one_error, snapshot
 
 
@@ -48,8 +48,8 @@ def test_run_with_a_bomb_image_is_one_line_and_stores_nothing(tiny_vlm_dir, worl
     for png in (world / "images" / "val").glob("*.png"):
         bomb_png(png)
     store, out = tmp_path / "store", tmp_path / "out"
-    res = run_cli("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "caption", "--data-root", str(world),
-                  "--limit", "2", "--max-new-tokens", "4", "--store", str(store), "--output", str(out))
+    res = cli_inprocess("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "caption", "--data-root", str(world),
+                        "--limit", "2", "--max-new-tokens", "4", "--store", str(store), "--output", str(out))
     line = one_error(res)
     assert "images/val/" in line and ".png: image too large to decode" in line
     assert snapshot(store / "metrics", store / "samples") == {}      # nothing stored

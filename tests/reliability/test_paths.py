@@ -16,7 +16,7 @@ import pytest
 
 from evalsuite.errors import UserError
 from evalsuite.files import ensure_writable_dir
-from tests.conftest import run_cli
+from tests.conftest import cli_inprocess, run_cli
 from tests.reliability.helpers import error_lines, one_error, snapshot
 
 
@@ -52,8 +52,9 @@ def test_run_with_output_or_store_under_a_file_fails_first(flag, tiny_vlm_dir, w
     paths = {"--output": str(tmp_path / "out"), "--store": str(tmp_path / "store")}
     paths[flag] = str(a_file / "sub")
     t0 = time.monotonic()
-    res = run_cli("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "caption", "--data-root", str(world_dir),
-                  "--limit", "2", "--output", paths["--output"], "--store", paths["--store"])
+    # in this process (conftest.cli_inprocess; a real process's refusal: tests/integration/test_cli_foundation.py)
+    res = cli_inprocess("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "caption", "--data-root", str(world_dir),
+                        "--limit", "2", "--output", paths["--output"], "--store", paths["--store"])
     line = one_error(res)
     assert line == f"evalsuite: error: {flag} {a_file}/sub: is not a directory (a parent is a file)"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["world.json"]     # no out/, no store/

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from tests.conftest import REPO, train_inprocess
 from tests.reliability.helpers import one_error
 
 PREFIX = "train.py: error: "
@@ -68,16 +68,15 @@ def test_a_bad_value_is_refused_at_load_without_a_model_library():
 
 def test_training_arguments_own_check_is_one_line_before_the_model_loads(tmp_path):
     """A combination only TrainingArguments refuses (best-model loading with mismatched strategies): a real
-    run stops with one line naming the preset, before the checkpoint (a bare config.json) is read."""
+    run stops with one line naming the preset, before the checkpoint (a bare config.json) is read. In this process
+    (conftest.train_inprocess, as the other one-line-error tests; train.py's real exit code: test_train_config)."""
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
     (tmp_path / "d.json").write_text("[]")
     preset = tmp_path / "p.yaml"
     preset.write_text("method: dpo\nload_best_model_at_end: true\neval_strategy: steps\nsave_strategy: epoch\n")
-    res = subprocess.run([sys.executable, str(REPO / "training" / "train.py"), "--config", str(preset),
-                          "--model_name_or_path", str(tmp_path / "m"), "--data_path", str(tmp_path / "d.json"),
-                          "--output_dir", str(tmp_path / "o")], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False)
+    res = train_inprocess("--config", str(preset), "--model_name_or_path", str(tmp_path / "m"),
+                          "--data_path", str(tmp_path / "d.json"), "--output_dir", str(tmp_path / "o"))
     line = one_error(res, prefix=PREFIX)
     assert line.startswith(f"{PREFIX}{preset}: TrainingArguments: ") and "load_best_model_at_end" in line, line
     assert not (tmp_path / "o").exists()

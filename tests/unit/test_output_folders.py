@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import run_cli
+from tests.conftest import cli_inprocess, run_cli
 
 
 def _one_line_refusal(res, *needles) -> None:
@@ -34,7 +34,7 @@ def test_tiny_ckpt_refuses_a_non_empty_out(tmp_path):
 def test_tiny_ckpt_writes_into_an_empty_out(tmp_path):
     out = tmp_path / "empty"
     out.mkdir()
-    res = run_cli("tiny-ckpt", "--kind", "clip", "--out", str(out))
+    res = cli_inprocess("tiny-ckpt", "--kind", "clip", "--out", str(out))  # the refusals above: real processes
     assert res.returncode == 0, res.stderr[-2000:]
     assert (out / "model.safetensors").is_file()
 

@@ -105,8 +105,9 @@ def measure_eval(arch, vlm, counter, s: Sizes, images, clock, peak) -> list[dict
     import torch
     from PIL import Image
 
+    from evalsuite.gen_settings import GenConfig
     from evalsuite.models.vlm import encode_batch, generate
-    from evalsuite.types import GenConfig, GenRequest
+    from evalsuite.types import GenRequest
 
     pics = [Image.open(p).convert("RGB") for p in images]
     reqs = [GenRequest(key=str(i), image=pics[i % len(pics)], prompt=QUESTION)

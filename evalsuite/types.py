@@ -8,8 +8,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from evalsuite.gen_settings import GenConfig  # noqa: F401  (declared with the other generation settings)
-
 
 @dataclass(frozen=True)
 class GenRequest:

@@ -55,9 +55,9 @@ def compute(world: Path, clip: Path) -> dict[str, dict]:
 
 def _compute(world: Path, clip: Path) -> dict[str, dict]:
     from evalsuite.config import build
+    from evalsuite.gen_settings import GenConfig
     from evalsuite.tasks.base import RunContext
     from evalsuite.tasks.registry import load_task
-    from evalsuite.types import GenConfig
 
     out = {}
     for label, name, options, context in CASES:

@@ -22,9 +22,10 @@ import os
 from dataclasses import dataclass, field
 
 from evalsuite.dist import Dist
+from evalsuite.gen_settings import GenConfig
 from evalsuite.lmms import YAML_DIR
 from evalsuite.models.cache import ResponseCache, request_key
-from evalsuite.types import GenConfig, GenRequest
+from evalsuite.types import GenRequest
 
 log = logging.getLogger(__name__)
 

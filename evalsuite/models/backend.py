@@ -10,7 +10,8 @@ device type and dtype) keys every cached answer. Any object with `generate`,
 """
 from __future__ import annotations
 
-from evalsuite.types import GenConfig, GenRequest
+from evalsuite.gen_settings import GenConfig
+from evalsuite.types import GenRequest
 
 
 class VLMBackend:

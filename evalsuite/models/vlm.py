@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from evalsuite.errors import UserError
+from evalsuite.gen_settings import GenConfig
 from evalsuite.models.inputs import InputConfig
-from evalsuite.types import GenConfig, GenRequest
+from evalsuite.types import GenRequest
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,9 @@ def check_checkpoint(path: Path, trust_remote_code: bool = False):
     if getattr(config, "vision_config", None) is None:
         raise UserError(f"{path}: model_type {config.model_type!r} is not a vision-language model "
                         "(no vision_config)")
-    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+    )
 
     if config.model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES and not trust_remote_code:
         raise UserError(f"{path}: not a loadable vision-language checkpoint (model_type {config.model_type!r} "

@@ -31,7 +31,8 @@ import json
 import logging
 from pathlib import Path
 
-from evalsuite.types import GenConfig, GenRequest
+from evalsuite.gen_settings import GenConfig
+from evalsuite.types import GenRequest
 
 log = logging.getLogger(__name__)
 

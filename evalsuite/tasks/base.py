@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from evalsuite.dist import Dist
+from evalsuite.gen_settings import GenConfig
 from evalsuite.models.inputs import InputConfig
-from evalsuite.types import GenConfig, GenRequest, TaskResult, eval_key
+from evalsuite.types import GenRequest, TaskResult, eval_key
 
 
 class ModelLoader:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from evalsuite.types import GenConfig, GenRequest
+from evalsuite.gen_settings import GenConfig
+from evalsuite.types import GenRequest
 
 QUESTION = "Please describe this image in detail."
 N_NEW = 24

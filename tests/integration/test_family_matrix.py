@@ -48,8 +48,9 @@ def _check_eval(vlm, real, grey, arch: str) -> None:
     (at answer level) the greedy answer for the real image is not the grey image's."""
     import torch
 
+    from evalsuite.gen_settings import GenConfig
     from evalsuite.models.vlm import encode_batch, generate, suppressed_token_ids
-    from evalsuite.types import GenConfig, GenRequest
+    from evalsuite.types import GenRequest
 
     answers = generate(vlm, [GenRequest(key="r", image=str(real), prompt=QUESTION)], GenConfig(max_new_tokens=4),
                        progress=False)
@@ -74,7 +75,13 @@ def _check_eval(vlm, real, grey, arch: str) -> None:
 def _check_search(vlm, real, grey) -> None:
     """The CSR search (one group, penalty-free beams) and its teacher-forced reward pass follow the image."""
     from evalsuite.models.vlm import suppressed_token_ids
-    from training.csr.generate import Node, Tree, encode_prompt, response_fill, sentence_end_ids
+    from training.csr.generate import (
+        Node,
+        Tree,
+        encode_prompt,
+        response_fill,
+        sentence_end_ids,
+    )
     from training.csr.reward import language_scores
     from training.csr.search import SearchSpec, group_beam_search
 
@@ -211,6 +218,7 @@ def test_encoder_decoder_is_refused_in_one_line_before_loading(world_dir, tmp_pa
     """Florence-2 (transformers-native, encoder-decoder): eval, training and CSR (which loads through eval's
     `load_vlm`) refuse it before reading weights, in one line naming config.is_encoder_decoder: its answers
     would otherwise be cut at the prompt length, all empty."""
+    import torch
     from safetensors.torch import save_file
     from transformers import Florence2Config
 
@@ -218,8 +226,6 @@ def test_encoder_decoder_is_refused_in_one_line_before_loading(world_dir, tmp_pa
     from evalsuite.models.vlm import load_vlm
     from tests.conftest import run_cli
     from training.trainers.model import _check_checkpoint
-
-    import torch
 
     ckpt = tmp_path / "florence2"
     Florence2Config().save_pretrained(ckpt)
@@ -240,8 +246,9 @@ def test_floating_inputs_reach_the_model_in_its_dtype(tiny_vlm_dir):
     import torch
     from PIL import Image
 
+    from evalsuite.gen_settings import GenConfig
     from evalsuite.models.vlm import generate, load_vlm
-    from evalsuite.types import GenConfig, GenRequest
+    from evalsuite.types import GenRequest
     from training.trainers.model import cast_floating_inputs
 
     vlm = load_vlm(tiny_vlm_dir, device="cpu")

@@ -9,10 +9,15 @@ from evalsuite.errors import UserError
 
 def test_tiny_vlm_roundtrips_and_generates(tiny_vlm_dir, world_dir):
     import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor, LlavaForConditionalGeneration
+    from transformers import (
+        AutoModelForImageTextToText,
+        AutoProcessor,
+        LlavaForConditionalGeneration,
+    )
 
+    from evalsuite.gen_settings import GenConfig
     from evalsuite.models.vlm import build_prompt, generate, load_vlm
-    from evalsuite.types import GenConfig, GenRequest
+    from evalsuite.types import GenRequest
 
     assert (tiny_vlm_dir / "model.safetensors").exists() and (tiny_vlm_dir / "evalsuite.json").exists()
     model = AutoModelForImageTextToText.from_pretrained(tiny_vlm_dir, local_files_only=True)

@@ -135,7 +135,6 @@ def _mme_yes_expectation(parquet: Path) -> tuple[float, float]:
     """MME's definition for an always-Yes model: per category, the mean over images of
     acc (share of the image's questions whose truth is Yes, x100) + acc+ (100 if all are Yes)."""
     import pyarrow.parquet as pq
-
     from lmms_eval.tasks.mme.utils import eval_type_dict
 
     rows = pq.read_table(parquet, columns=["question_id", "answer", "category"]).to_pylist()
@@ -317,8 +316,8 @@ def test_shipped_yamls_equal_the_builtin_tasks_except_data(adapter):
 def test_entry_point_registers_the_evalsuite_model(adapter):
     """pyproject's `lmms_eval.models` entry point (what `pip install` registers) resolves `--model evalsuite`."""
     import importlib
-    import tomllib
 
+    import tomllib
     from lmms_eval.models import MODEL_REGISTRY_V2, get_model
 
     pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
@@ -354,9 +353,10 @@ def test_tiny_checkpoint_end_to_end(adapter, tiny_vlm_dir, world_dir, tmp_path):
 def test_tiny_checkpoint_loglikelihood_matches_its_greedy_answer(adapter, tiny_vlm_dir, world_dir):
     """The greedy 1-token answer of the tiny model must be reported as greedy, with the log-prob
     of its argmax token (< 0); another continuation is less likely and not greedy."""
+    from evalsuite.gen_settings import GenConfig
     from evalsuite.models.loglik import loglikelihood
     from evalsuite.models.vlm import generate, load_vlm
-    from evalsuite.types import GenConfig, GenRequest
+    from evalsuite.types import GenRequest
 
     vlm = load_vlm(tiny_vlm_dir, device="cpu")
     image = next((world_dir / "images" / "val").glob("*.png"))

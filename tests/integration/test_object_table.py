@@ -31,10 +31,10 @@ def _scenes(world: Path) -> dict:
 
 
 def demo_like_store(tmp: Path, world: Path, n_images: int):
+    from evalsuite.gen_settings import GenConfig
     from evalsuite.store import Store
     from evalsuite.tasks.base import RunContext
     from evalsuite.tasks.registry import load_task
-    from evalsuite.types import GenConfig
     from evalsuite.world.captions import absent_partner, caption_for
 
     scenes = _scenes(world)

@@ -69,8 +69,9 @@ def test_dpo_each_loss(loss, tiny_vlm_dir, world_dir, data, tmp_path):
 def test_every_lora_parameter_changes_and_merge_reloads(tiny_vlm_dir, world_dir, data, tmp_path):
     import torch
 
+    from evalsuite.gen_settings import GenConfig
     from evalsuite.models.vlm import generate, load_vlm
-    from evalsuite.types import GenConfig, GenRequest
+    from evalsuite.types import GenRequest
     from training.config import load_config
     from training.data import load_examples
     from training.trainers.common import finish_training

@@ -100,10 +100,10 @@ def test_tasks_store_the_released_numbers(scored, tmp_path, monkeypatch):
     """amber_g then amber_d through the tasks' plan/run with the reference responses as the answers: every
     stored value is the released printout, the AMBER score (100 - CHAIR + F1) / 2 comes with amber_d, and
     each per-sample row is kept for the CIs."""
+    from evalsuite.gen_settings import GenConfig
     from evalsuite.tasks import amber as task_mod
     from evalsuite.tasks import answers as answers_mod
     from evalsuite.tasks.base import RunContext
-    from evalsuite.types import GenConfig
 
     responses = {r["id"]: r["response"] for r in json.loads((DATA / "inference_a.json").read_text())}
     images = tmp_path / "images"

@@ -14,7 +14,7 @@ import pytest
 
 from evalsuite.dist import Dist
 from evalsuite.errors import RunFailure
-from evalsuite.types import GenConfig
+from evalsuite.gen_settings import GenConfig
 from tests.unit.test_empty_answers_ranks import _on_ranks
 
 CKPT = "ck0123"

@@ -13,7 +13,7 @@ import pytest
 
 from evalsuite.dist import Dist
 from evalsuite.errors import RunFailure
-from evalsuite.types import GenConfig
+from evalsuite.gen_settings import GenConfig
 
 
 class ThreadDist:

@@ -69,10 +69,11 @@ def test_vllm_compatible_kit_llava(tmp_path):
 
     from safetensors import safe_open
 
+    from evalsuite.gen_settings import GenConfig
     from evalsuite.kit.families import build_tiny_family
     from evalsuite.kit.tiny import build_tiny_vlm
     from evalsuite.models.vlm import generate, load_vlm
-    from evalsuite.types import GenConfig, GenRequest
+    from evalsuite.types import GenRequest
 
     ck = build_tiny_family("llava", tmp_path / "v", vllm_compatible=True)
     plain = build_tiny_vlm(tmp_path / "p", hidden=128)

@@ -14,8 +14,8 @@ from evalsuite.identity import (
     options_identity,
     prompt_files_id,
 )
-from evalsuite.run_config import load_eval_config
 from evalsuite.lmms.results import leaf_identity
+from evalsuite.run_config import load_eval_config
 from evalsuite.types import eval_key
 
 
@@ -100,9 +100,9 @@ def test_model_id_covers_the_prompt_files(tmp_path):
 def test_chair_n_boot_changes_no_eval_key(tiny_clip_dir, world_dir, punkt_dir, tmp_path):
     """Two chair plans differing only in chair.n_boot share one eval_key, and so do the relevance plans
     scoring their answers; chair.n_images still changes it."""
+    from evalsuite.gen_settings import GenConfig
     from evalsuite.tasks.base import RunContext
     from evalsuite.tasks.registry import load_task
-    from evalsuite.types import GenConfig
 
     ctx = RunContext(ckpt=str(tmp_path), data_root=Path(world_dir), gen=GenConfig(max_new_tokens=8))
     chair, relevance = load_task("chair"), load_task("relevance")

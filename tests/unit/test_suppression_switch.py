@@ -8,7 +8,8 @@ import types
 
 import pytest
 
-from evalsuite.types import GenConfig, GenRequest
+from evalsuite.gen_settings import GenConfig
+from evalsuite.types import GenRequest
 
 
 @pytest.fixture(scope="module")
@@ -92,11 +93,9 @@ def test_tree_search_bans_nothing_unless_switched(vlm, image_root):
     """Released default: the search's logits are untouched, so its candidates are HF's without
     `suppress_tokens` (the reference test in test_csr_groupbeam_reference.py); on this model they
     contain banned tokens. The switch bans them."""
-    from evalsuite.models.vlm import suppressed_token_ids
+    from evalsuite.models.vlm import placeholder_token_ids, suppressed_token_ids
     from training.csr.config import TreeConfig
     from training.csr.generate import TreeGenerator
-
-    from evalsuite.models.vlm import placeholder_token_ids
 
     banned = set(suppressed_token_ids(vlm.processor, vlm.model.config, vlm.model.generation_config)) - {vlm.tokenizer.eos_token_id}
     placeholders = set(placeholder_token_ids(vlm.processor, vlm.model.config))

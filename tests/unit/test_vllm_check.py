@@ -129,8 +129,9 @@ def test_hf_stops_at_the_model_context_like_vllm(vlm, monkeypatch):
     row at prompt (unpadded, image tokens included) + answer = context, in a left-padded batch too."""
     from PIL import Image
 
+    from evalsuite.gen_settings import GenConfig
     from evalsuite.models.vlm import encode_batch, generate
-    from evalsuite.types import GenConfig, GenRequest
+    from evalsuite.types import GenRequest
 
     img = Image.new("RGB", (32, 32), (120, 40, 200))
     reqs = [GenRequest("a", img, "Describe the image."), GenRequest("b", img, "What is in this picture in detail?")]

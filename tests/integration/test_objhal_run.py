@@ -149,7 +149,7 @@ def test_objhal_two_ranks(tiny_vlm_dir, world_dir, objhal_data, tmp_path):
     import sys
 
     pytest.importorskip("spacy")
-    from tests.conftest import REPO, launch
+    from tests.conftest import REPO, launch, run_cli
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     common = ["--tasks", "objhal", "--data-root", str(world_dir), f"objhal.data={objhal_data}",
@@ -167,8 +167,11 @@ def test_objhal_two_ranks(tiny_vlm_dir, world_dir, objhal_data, tmp_path):
         assert res.returncode == 0, res.stderr[-3000:]
         two = _summary(tmp_path / "two")["objhal"]
         assert len(fake.requests) == two["extra"]["judged"] and _stored(tmp_path / "s2") == 1
-        assert cli_main(["run", "--ckpt", str(tiny_vlm_dir), *common, "--judge", fake.url, "--judge-model", "judge-a",
-                         "--store", str(tmp_path / "s1"), "--output", str(tmp_path / "one")]) == 0
+        # one process, started as the ranks are (a fresh interpreter: the NLTK resources in the identity are
+        # the ones its search path finds, which a pytest worker's other tests may have extended)
+        res = run_cli("run", "--ckpt", str(tiny_vlm_dir), *common, "--judge", fake.url, "--judge-model", "judge-a",
+                      "--store", str(tmp_path / "s1"), "--output", str(tmp_path / "one"), env=env, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr[-3000:]
         one = _summary(tmp_path / "one")["objhal"]
-        assert one["eval_key"] == two["eval_key"]
+        assert one["eval_key"] == two["eval_key"], (one["identity"], two["identity"])
         assert {m["metric"]: m["value"] for m in one["metrics"]} == {m["metric"]: m["value"] for m in two["metrics"]}

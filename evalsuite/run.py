@@ -3,7 +3,8 @@
     evalsuite run --ckpt runs/demo/iter_1/model --tasks chair,pope,mme,relevance --clip CLIP --data-root W
     run_eval(load_eval_config([...])[0])          # the same from Python (training/csr/loop.py)
 
-1. Checks, all before any model loads: the checkpoint directory, the task names, the output directory
+1. Checks, all before any model loads: the task names, the options each own task declares required (one
+   line naming section.key and what to pass), the checkpoint directory, the output directory
    (see below), every own task's plan (options, annotations, NLTK data, CLIP dir, image sample: each
    plan states the task's identity, hence its eval_key), the lmms tasks' data.
 2. Rank, world size and device are resolved once (evalsuite/dist.py) into a frozen RunContext.
@@ -149,27 +150,39 @@ class Step:
     stored: bool
 
 
-def plan_own_tasks(ctx: RunContext, cfg: EvalConfig, own: list[str]) -> list[Step]:
-    """Every own task planned (no model), tasks a task requires first; a required task not asked for
-    is added as a dependency whose answers are used and whose result is not stored."""
-    from evalsuite.tasks.registry import load_task, section_of
+def own_tasks_of_run(cfg: EvalConfig, own: list[str], within: str = "") -> dict[str, tuple]:
+    """{name: (task, options, requires)} of every own task a run of `own` plans, the tasks each requires
+    first (a required task not asked for included). Each task's declared required options are checked
+    here (registry.check_required; `within`: the section holding `cfg`, the CSR loop's "eval"), so a run
+    missing one is refused before anything is planned."""
+    from evalsuite.tasks.registry import check_required, load_task, section_of
 
-    steps: dict[str, Step] = {}
+    out: dict[str, tuple] = {}
 
     def add(name: str) -> None:
-        if name in steps:
+        if name in out:
             return
         task = load_task(name)
         # a task's options section (amber_g and amber_d share `amber`); a task without one: its defaults
         opts = getattr(cfg, section_of(name), None) or task.Options()
+        check_required(name, opts, within)
         requires = tuple(task.requires(opts, cfg.tasks))
         for dep in requires:
             add(dep)
-        plan = task.plan(ctx, opts, {d: steps[d].plan for d in requires})
-        steps[name] = Step(name, task, plan, requires, stored=name in own)
+        out[name] = (task, opts, requires)
 
     for name in own:
         add(name)
+    return out
+
+
+def plan_own_tasks(ctx: RunContext, cfg: EvalConfig, own: list[str]) -> list[Step]:
+    """Every own task planned (no model), tasks a task requires first; a required task not asked for
+    is added as a dependency whose answers are used and whose result is not stored."""
+    steps: dict[str, Step] = {}
+    for name, (task, opts, requires) in own_tasks_of_run(cfg, own).items():
+        plan = task.plan(ctx, opts, {d: steps[d].plan for d in requires})
+        steps[name] = Step(name, task, plan, requires, stored=name in own)
     for step in steps.values():
         if not step.stored:
             log.info("%s: runs for the answers other tasks require; its own result is not stored (not in tasks)",
@@ -213,6 +226,7 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
 
     dist = dist or Dist.current()
     check_task_names(cfg.tasks, quick=True)  # a misspelled name: refused in about a second, before torch loads
+    own_tasks_of_run(cfg, split_tasks(cfg.tasks)[0])  # a required task option not given: before the checkpoint
     check_before_claim(cfg)     # checkpoint, text encodings, free space: before any work (evalsuite/precheck.py)
     check_task_names(cfg.tasks)
     # a bad --store/--output must fail now, not after hours of generation

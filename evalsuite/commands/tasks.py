@@ -2,7 +2,7 @@
 
 A task's needs come from the registry, never from a list kept here: `--data-root` when it reads it (an
 own task's `reads_data_root`, default True; every lmms-eval local task), its Options fields declared
-`required=True` (`section.field`, with the field's convenience flag), and `judge` when it reads the
+`required` (`section.field`, with the field's convenience flag), and `judge` when it reads the
 `judge:` section (`uses_judge`). The README's task table is checked against `needs` (tests/unit).
 """
 from __future__ import annotations
@@ -22,28 +22,28 @@ def register(sub) -> None:
     p.set_defaults(func=main)
 
 
-def required_fields(options_cls, section: str) -> list[str]:
-    """`section.field` (and its flag, `--alias`) of every Options field declared `required=True`."""
-    import dataclasses
+def required_fields(name: str) -> list[str]:
+    """`section.field` (and its flag, `--alias`) of every Options field own task `name` declares `required`
+    (the fields a run of it is refused without: evalsuite/tasks/registry.py `check_required`)."""
+    from evalsuite.tasks.registry import required_options, section_of
 
     out = []
-    for f in dataclasses.fields(options_cls):
-        if f.metadata.get("required"):
-            alias = f.metadata.get("alias")
-            out.append(f"{section}.{f.name}" + (f" (--{alias.replace('_', '-')})" if alias else ""))
+    for f in required_options(name):
+        alias = f.metadata.get("alias")
+        out.append(f"{section_of(name)}.{f.name}" + (f" (--{alias.replace('_', '-')})" if alias else ""))
     return out
 
 
 def needs(name: str) -> list[str]:
     """What a run of task `name` needs (module doc), in the order: --data-root, options, judge."""
-    from evalsuite.tasks.registry import LMMS_LOCAL_TASKS, section_of, task_class
+    from evalsuite.tasks.registry import LMMS_LOCAL_TASKS, task_class
 
     if name in LMMS_LOCAL_TASKS:
         local = LMMS_LOCAL_TASKS[name]
         return [DATA_ROOT] + ([JUDGE] if getattr(local, "uses_judge", False) else [])
     cls = task_class(name)
     out = [DATA_ROOT] if getattr(cls, "reads_data_root", True) else []
-    out += required_fields(cls.Options, section_of(name))
+    out += required_fields(name)
     return out + ([JUDGE] if getattr(cls, "uses_judge", False) else [])
 
 

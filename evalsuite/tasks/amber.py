@@ -143,9 +143,6 @@ def _plan_common(name: str, ctx: RunContext, opts: AmberOptions, need: tuple[str
     from evalsuite.identity import file_fingerprint
     from evalsuite.metrics import amber
 
-    for field in ("data_root", "image_root"):
-        if getattr(opts, field) is None:
-            raise UserError(f"amber.{field}: required by {name} (amber.{field}=DIR; docs/amber.md)")
     data = amber.load_data(opts.data_root, need + (query_file,))
     amber.check_queries(data, query_file, generative)
     items = _items(opts, data, query_file, ctx.limit)

@@ -8,7 +8,8 @@
     run(ctx, plan, inputs) -> TaskResult    the work; None on data-parallel ranks other than 0 (an
                                             lmms-eval name, evalsuite/lmms/task.py: a list, [] there)
 
-`opts` is the task's own typed options dataclass (`Task.Options`, a section of the eval config). A task
+`opts` is the task's own typed options dataclass (`Task.Options`, a section of the eval config), its fields
+declared `required` already given (evalsuite/tasks/registry.py `check_required`, before any plan). A task
 that consumes another task's answers names it in `requires(opts, tasks)`; it gets that task's Plan in
 `plan(..., sources)` and its answer records in `run(..., inputs)`. Nothing in the context changes while
 tasks run: rank, world size and device are resolved once by `run_eval`.

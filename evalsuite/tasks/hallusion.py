@@ -176,11 +176,6 @@ class HallusionTask:
         from evalsuite.identity import digest, file_sha256, gen_identity, inputs_identity
         from evalsuite.judge.judge import Judge
 
-        if not opts.data:
-            raise UserError("hallusion.data: not given; pass hallusion.data=HallusionBench.json (the released file)")
-        if not opts.image_root:
-            raise UserError("hallusion.image_root: not given; pass hallusion.image_root=DIR (the folder holding "
-                            "hallusion_bench/)")
         root = Path(opts.image_root)
         if not root.is_dir():
             raise UserError(f"hallusion.image_root: {root}: no such directory")

@@ -194,10 +194,6 @@ class MmhalTask:
         from evalsuite.identity import digest, file_sha256, gen_identity, inputs_identity
         from evalsuite.judge.judge import Judge
 
-        if not opts.data:
-            raise UserError("mmhal.data: not given; pass mmhal.data=response_template.json (MMHal-Bench's)")
-        if not opts.image_root:
-            raise UserError("mmhal.image_root: not given; pass mmhal.image_root=DIR (its images)")
         root = Path(opts.image_root)
         if not root.is_dir():
             raise UserError(f"mmhal.image_root: {root}: no such directory")

@@ -235,8 +235,6 @@ class ObjhalTask:
         from evalsuite.metrics.chair_io import coco_annotation_files
         from evalsuite.metrics.chair_tokenize import Tokenizer, get_tokenizer
 
-        if not opts.data:
-            raise UserError("objhal.data: not given; pass objhal.data=obj_halbench_300_with_image.jsonl (RLAIF-V's)")
         if not opts.synonyms:   # the released file (its content, not its path, is in the identity)
             opts = dataclasses.replace(opts, synonyms=str(RELEASED_SYNONYMS))
         if ctx.data_root is None:

@@ -4,8 +4,10 @@ tasks evalsuite ships local-data yamls for. Listing tasks never imports torch.
 An own task is its file plus its line in `TASKS`. The class's `Options` dataclass is the task's section
 of the eval config (`name:` in a preset, `name.key=value` on the command line), its fields' `alias`
 metadata its convenience flags and their `help` its `evalsuite run --help` lines
-(evalsuite/run_config.py builds all three from here), and `required=True` metadata marks an option a run
-cannot do without (`evalsuite tasks` and the README's task table list them, with --data-root and judge);
+(evalsuite/run_config.py builds all three from here), and `required` metadata (True, or a short hint of what
+to pass; else its help says it) marks an option a run cannot do without: `evalsuite tasks` and the README's
+task table list them, with --data-root and judge, and `check_required` refuses a run of the task without it,
+before anything is planned (evalsuite/run.py `own_tasks_of_run`), so a task's plan() does not check it again;
 `requires` says which other tasks' answers (and so sections) it reads. Optional class attributes: `section` (a section shared by several tasks, e.g.
 amber_g and amber_d read `amber`), `reads_data_root = False` (a task with its own data options needs no
 --data-root), `uses_judge = True` (it reads the `judge:` section; or a function of its options) and `unread(tasks)` (the section's fields that the tasks of this run never read).
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+
+from evalsuite.errors import UserError
 
 # evalsuite's own tasks
 TASKS: dict[str, str] = {
@@ -100,3 +104,32 @@ def task_unread(tasks: list[str]) -> list[tuple]:
 
 def is_own_task(name: str) -> bool:
     return name in TASKS
+
+
+def required_options(name: str) -> list:
+    """The Options fields own task `name` declares it cannot run without (`required` metadata: True, or a
+    short hint of what to pass)."""
+    import dataclasses
+
+    return [f for f in dataclasses.fields(task_class(name).Options) if f.metadata.get("required")]
+
+
+def _empty(value) -> bool:
+    return value is None or (isinstance(value, (str, list, tuple, dict)) and not
+                             (value.strip() if isinstance(value, str) else value))
+
+
+def check_required(name: str, opts, within: str = "") -> None:
+    """Refuse, in one line, the first option own task `name` declares `required` that `opts` leaves None or
+    empty: `section.key`, what to pass (the field's flag when it has one) and the task that needs it.
+    `within`: the config section holding the eval config (the CSR loop's "eval"), which has no flags."""
+    key = f"{within}.{section_of(name)}" if within else section_of(name)
+    for f in required_options(name):
+        if not _empty(getattr(opts, f.name, None)):
+            continue
+        value = {"file": "FILE", "dir": "DIR"}.get(f.metadata.get("path"), "VALUE")
+        alias = None if within else f.metadata.get("alias")
+        how = f"--{alias.replace('_', '-')} {value}" if alias else f"{key}.{f.name}={value}"
+        hint = f.metadata["required"] if isinstance(f.metadata["required"], str) else f.metadata.get("help", "")
+        raise UserError(f"{key}.{f.name}: not given (task {name} needs it); pass {how}"
+                        + (f": {' '.join(hint.split())}" if hint else ""))

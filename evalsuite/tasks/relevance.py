@@ -19,7 +19,6 @@ from typing import Literal
 import numpy as np
 
 from evalsuite.config import check_fields, opt
-from evalsuite.errors import UserError
 from evalsuite.tasks.base import Plan, RunContext
 from evalsuite.tasks.metric_spec import MetricSpec, score
 from evalsuite.types import MetricValue, TaskResult
@@ -32,7 +31,7 @@ class RelevanceOptions:
     # identity False: the judge enters by its weights' hash, the source by its eval_key; batching
     # does not change a score
     clip: str | None = opt(None, "a local CLIP/SigLIP checkpoint directory (required)", path="dir", identity=False,
-                           alias="clip", required=True)
+                           alias="clip", required="a local CLIP/SigLIP checkpoint directory")
     batch_size: int = opt(32, "CLIP batch size", identity=False, ge=1)
     source: Literal["caption", "chair"] | None = opt(
         None, "the task whose answers are scored (null = caption if in the run, else chair if it is, else caption)",
@@ -93,8 +92,6 @@ class RelevanceTask:
     def plan(self, ctx: RunContext, opts: RelevanceOptions, sources: dict[str, Plan]) -> Plan:
         from evalsuite.metrics.relevance import RESPONSE_SCORE, clip_family
 
-        if not opts.clip:
-            raise UserError("relevance.clip: needs --clip DIR (a local CLIP/SigLIP checkpoint directory)")
         family = clip_family(Path(opts.clip))   # a bad --clip fails now, not after minutes of generation
         (source,) = sources.values()
         clip_hash = _clip_hash(opts.clip)

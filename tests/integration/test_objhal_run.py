@@ -104,7 +104,7 @@ def test_objhal_refusals_before_generation(tiny_vlm_dir, world_dir, objhal_data,
     good = objhal_data.read_text().splitlines()
     bad = tmp_path / "bad.jsonl"
     cases = [
-        ([syn], "objhal.data: not given"),
+        ([syn], "objhal.data: not given (task objhal needs it); pass objhal.data=FILE: RLAIF-V's Object HalBench"),
         ([f"objhal.data={objhal_data}", f"objhal.synonyms={tmp_path / 'none.txt'}"], "objhal.synonyms"),
         ([syn, f"objhal.data={objhal_data}", "objhal.spacy_model=x"], "only read with objhal.extractor=judge"),
         ([syn, f"objhal.data={objhal_data}", "--judge", "http://127.0.0.1:9/v1", "--judge-model", "x"],

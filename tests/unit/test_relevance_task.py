@@ -1,6 +1,8 @@
 """Task `relevance`: scores this run's answers, never generates twice, reports hand-checkable metrics."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -62,9 +64,14 @@ def test_requires_names_its_source():
 
 
 def test_needs_clip(world_dir, tmp_path):
-    ctx = RunContext(ckpt="unused", data_root=world_dir, output_dir=tmp_path)
-    with pytest.raises(UserError, match="--clip"):
-        RelevanceTask().plan(ctx, RelevanceOptions(), {"caption": _caption_plan(ctx)})
+    """Refused from the declaration of `clip`, naming its flag, before caption (its source) is planned."""
+    from evalsuite.run import own_tasks_of_run
+    from evalsuite.run_config import load_eval_config
+
+    cfg, _ = load_eval_config(["--ckpt", "unused", "--tasks", "relevance", "--data-root", str(world_dir)])
+    with pytest.raises(UserError, match=re.escape("relevance.clip: not given (task relevance needs it); pass --clip "
+                                                  "DIR: a local CLIP/SigLIP checkpoint directory")):
+        own_tasks_of_run(cfg, ["relevance"])
 
 
 def _caption_plan(ctx):

@@ -1,6 +1,6 @@
 """`evalsuite tasks` lists every task with what it needs, derived from the registry (reads_data_root,
-uses_judge, Options fields declared required=True), and the declarations are true: a task planned without a
-required field refuses in one line naming it. The README's task table is checked against the same."""
+uses_judge, Options fields declared `required`), and the declarations are true: a run without a required
+field is refused, from the declaration alone, in one line naming it. The README's task table is checked against the same."""
 from __future__ import annotations
 
 import argparse
@@ -63,21 +63,29 @@ def _required(name: str) -> list[str]:
 
 @pytest.mark.parametrize("name", [n for n in registry.TASKS if _required(n)])
 def test_a_declared_required_field_is_refused_when_missing(name, tmp_path):
-    """Each required field left out, the others given (an existing file or folder): planning refuses with
-    one line naming `section.field` (a task that reads --data-root may refuse the empty data root first)."""
-    from evalsuite.tasks.base import RunContext
+    """Each required field left out of an `evalsuite run` config, the others given: the run's own tasks are
+    refused, before any is planned, in one line naming `section.field`, what to pass and the task: the
+    declaration alone refuses (the task's plan() is never asked)."""
+    from evalsuite.run import own_tasks_of_run
+    from evalsuite.run_config import load_eval_config
 
     cls, section = registry.task_class(name), registry.section_of(name)
     (tmp_path / "f.json").write_text("[]")
     paths = {f.name: str(tmp_path / "f.json") if f.metadata.get("path") == "file" else str(tmp_path)
              for f in dataclasses.fields(cls.Options)}
+    root = ["--data-root", str(tmp_path)] if getattr(cls, "reads_data_root", True) else []
     for missing in _required(name):
-        opts = cls.Options(**{f: paths[f] for f in _required(name) if f != missing})
-        ctx = RunContext(ckpt=str(tmp_path / "ckpt"), data_root=tmp_path / "empty")
+        given = [f"{section}.{f}={paths[f]}" for f in _required(name) if f != missing]
+        cfg, _ = load_eval_config(["--ckpt", str(tmp_path / "ckpt"), "--tasks", name, *root, *given])
         with pytest.raises(UserError) as e:
-            cls().plan(ctx, opts, {})
-        named = str(e.value).startswith(f"{section}.{missing}")
-        assert named or (getattr(cls, "reads_data_root", True) and "data-root" in str(e.value)), str(e.value)
+            own_tasks_of_run(cfg, [name])
+        message = str(e.value)
+        assert message.startswith(f"{section}.{missing}: not given (task {name} needs it); pass ") and \
+            "\n" not in message, message
+        field = next(f for f in dataclasses.fields(cls.Options) if f.name == missing)
+        placeholder = {"file": "FILE", "dir": "DIR"}[field.metadata["path"]]
+        alias = field.metadata.get("alias")
+        assert (f"pass --{alias} {placeholder}: " if alias else f"pass {section}.{missing}={placeholder}: ") in message
 
 
 def test_a_task_without_the_data_root_declares_where_its_data_come_from():

@@ -279,7 +279,8 @@ class CSRConfig:
         return dataclasses.replace(self.inputs, image_aspect=self.tree.image_aspect or self.inputs.image_aspect)
 
     def check_ready(self) -> None:
-        """Before the loop starts: the inputs exist and the train section fits this machine."""
+        """Before the loop starts: the inputs exist, the evaluated tasks' required options are given and the
+        train section fits this machine."""
         from evalsuite.config import missing_paths
 
         missing = missing_paths(self)
@@ -287,6 +288,10 @@ class CSRConfig:
             raise UserError(missing[0])
         if not (Path(self.model) / "config.json").is_file():
             raise UserError(f"model: no config.json in {self.model} (not a Hugging Face checkpoint directory)")
+        if self.evaluates:  # an evaluated task's required option: now, not at the first evaluation
+            from evalsuite.run import own_tasks_of_run, split_tasks
+
+            own_tasks_of_run(self.eval, split_tasks(self.eval.tasks)[0], within="eval")
         self.train_config(self.model, 1, self.run_dir / "iter_1").check_training_arguments("csr.train")
 
     @property

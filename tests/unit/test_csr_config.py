@@ -163,6 +163,21 @@ def test_eval_section_without_a_data_root_names_eval_data_root():
         load_config(CONFIGS / "csr.yaml", ["eval.tasks=[chair]"])
 
 
+def test_an_evaluated_tasks_required_option_is_refused_before_the_loop(tmp_path):
+    """The loop's eval: section goes through the same declaration check as `evalsuite run`, at check_ready
+    (before the base evaluation or any stage), naming the key under eval (the loop has no --clip flag)."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    (tmp_path / "p.json").write_text("[]")
+    cfg = load_config(CONFIGS / "csr.yaml", [f"model={tmp_path / 'm'}", f"prompts={tmp_path / 'p.json'}",
+                                             f"image_root={tmp_path}", f"clip={tmp_path}", f"eval.data_root={tmp_path}",
+                                             "eval.tasks=[caption,relevance]"])
+    with pytest.raises(UserError) as e:
+        cfg.check_ready()
+    assert str(e.value) == ("eval.relevance.clip: not given (task relevance needs it); pass eval.relevance.clip=DIR: "
+                            "a local CLIP/SigLIP checkpoint directory")
+
+
 def test_eval_section_carries_the_judge_of_judged_tasks(tmp_path):
     """The loop's eval: is an evalsuite run config, its judge: section included (the one of `evalsuite
     run`): a preset evaluating mmhal names its judge there, every evaluation gets it, and a bad judge or

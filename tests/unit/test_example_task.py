@@ -123,3 +123,56 @@ def test_example_task_with_options_runs_and_reaches_help_table_and_report(tiny_v
     page = html.unescape((out / "index.html").read_text(encoding="utf-8"))
     assert "short_answer_rate" in page
     assert "max_words=2" in page and "max_words=3" in page
+
+
+PLANNED: list = []
+
+
+@dataclass
+class NeedsFileOptions:
+    answers: str | None = opt(None, "a file of reference answers", path="file", required=True)
+    words: str | None = opt(None, "a word list", path="file", alias="word_list",
+                            required="words.txt, one word a line")
+
+
+class NeedsFileTask:
+    """A throwaway task with two required options and no check of its own: its plan() takes them as given."""
+    name = "needs_file"
+    version = "1"
+    Options = NeedsFileOptions
+    metrics = METRICS
+    reads_data_root = False
+
+    def requires(self, opts: NeedsFileOptions, tasks: list[str]) -> tuple[str, ...]:
+        return ()
+
+    def plan(self, ctx: RunContext, opts: NeedsFileOptions, sources: dict) -> Plan:
+        PLANNED.append(opts)
+        return Plan.of(self, opts, {"answers": opts.answers, "words": opts.words}, {})
+
+
+def test_a_required_option_is_refused_from_its_declaration(tiny_vlm_dir, tmp_path, monkeypatch, capsys):
+    """`evalsuite run` of a task whose plan() checks nothing: each required option not given (or given
+    empty) is one line, exit 2, naming section.key, what to pass (the flag where the field has one, the
+    hint its `required` carries, else its help) and the task; nothing is planned or written."""
+    from evalsuite import cli
+    from evalsuite.tasks import registry
+
+    monkeypatch.setitem(registry.TASKS, "needs_file", "tests.unit.test_example_task:NeedsFileTask")
+    PLANNED.clear()
+    (tmp_path / "a.txt").write_text("a\n")
+    out, store = tmp_path / "out", tmp_path / "store"
+    base = ["run", "--ckpt", str(tiny_vlm_dir), "--tasks", "needs_file", "--output", str(out), "--store", str(store)]
+    missing_answers = ("needs_file.answers: not given (task needs_file needs it); pass needs_file.answers=FILE: a "
+                       "file of reference answers")
+    cases = [
+        ([], missing_answers),
+        (["needs_file.answers="], missing_answers),     # empty is not given
+        ([f"needs_file.answers={tmp_path / 'a.txt'}"],
+         "needs_file.words: not given (task needs_file needs it); pass --word-list FILE: words.txt, one word a line"),
+    ]
+    for extra, message in cases:
+        capsys.readouterr()
+        assert cli.main([*base, *extra]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"evalsuite: error: {message}"]
+    assert PLANNED == [] and not out.exists() and not store.exists()

@@ -18,7 +18,7 @@ mixes both kinds.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from evalsuite.errors import UserError
 
@@ -109,9 +109,7 @@ def is_own_task(name: str) -> bool:
 def required_options(name: str) -> list:
     """The Options fields own task `name` declares it cannot run without (`required` metadata: True, or a
     short hint of what to pass)."""
-    import dataclasses
-
-    return [f for f in dataclasses.fields(task_class(name).Options) if f.metadata.get("required")]
+    return [f for f in fields(task_class(name).Options) if f.metadata.get("required")]
 
 
 def _empty(value) -> bool:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evalsuite.errors import UserError
+from evalsuite.metrics import spacy_pipeline
 
 # The released extraction prompt (RLAIF-V eval/eval_gpt_obj_halbench.py `prompt_template`, commit 83d917b),
 # verbatim: the judge is asked exactly what the published numbers asked. It is judge input data.
@@ -183,6 +184,26 @@ def noun_runs(doc) -> list[str]:
     if run != "":
         out.append(run.strip())
     return out
+
+
+def needs_tags_and_lemmas(nlp) -> str | None:
+    """What the released rules miss in a pipeline: part-of-speech tags and lemmas."""
+    doc = nlp("a dog")
+    if not any(t.tag_ for t in doc) or not any(t.lemma_ for t in doc):
+        return ("the pipeline sets no part-of-speech tags or lemmas (on 'a dog'); the released rules read both "
+                "(en_core_web_trf as released)")
+    return None
+
+
+def load_pipeline(name: str):
+    """An installed spaCy pipeline by name, or a pipeline directory, that tags and lemmatises."""
+    return spacy_pipeline.load_pipeline(name, "objhal.spacy_model", needs_tags_and_lemmas,
+                                        " (objhal.extractor=judge reads it; or objhal.extractor=chair)")
+
+
+def pipeline_identity(nlp) -> dict:
+    """The pipeline's identity with a digest of all its files."""
+    return spacy_pipeline.pipeline_identity(nlp, "files")
 
 
 def refine_objects(extracted: list, nlp, vocab: Vocab) -> list[str]:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evalsuite.errors import UserError
+from evalsuite.metrics import spacy_pipeline
 
 # the released layout under amber.data_root
 FILES = {
@@ -53,8 +54,6 @@ ATTRIBUTE_TYPES = {"discriminative-attribute-state": "state", "discriminative-at
 EXISTENCE_TYPE = "discriminative-hallucination"
 DIMENSIONS = ("existence", "attribute", "state", "number", "action", "relation")
 ANSWER_RULES = ("released", "first_word")
-INSTALL_HINT = ("on a connected machine: `python -m spacy download {name}` (or pip install its wheel from "
-                "github.com/explosion/spacy-models), or pass a local pipeline directory")
 
 
 def dimension_of(ann_type: str) -> str:
@@ -229,43 +228,22 @@ def extract_nouns(text: str) -> list[str]:
     return [lemma(w) for w, tag in nltk.pos_tag(nltk.word_tokenize(text)) if tag.startswith("NN")]
 
 
+def needs_vectors(nlp) -> str | None:
+    """What AMBER's synonym check misses in a pipeline: word vectors."""
+    if nlp.vocab.vectors.n_keys == 0 or nlp.vocab.vectors.shape[0] == 0:
+        return "the pipeline has no word vectors; AMBER's synonym check needs vectors (en_core_web_lg as released)"
+    return None
+
+
 def load_pipeline(name: str):
     """An installed spaCy pipeline by name, or a pipeline directory; it must have word vectors."""
-    try:
-        import spacy
-    except ImportError:
-        raise UserError("amber: needs spaCy, which is not installed: pip install 'evalsuite[amber]' "
-                        "(README, task list)") from None
-    path = Path(name)
-    if path.is_dir():
-        try:
-            nlp = spacy.load(path)
-        except (OSError, ValueError) as e:
-            raise UserError(f"amber.spacy_model: {name}: not a spaCy pipeline directory "
-                            f"({str(e).splitlines()[0][:200]})") from None
-    elif spacy.util.is_package(name):
-        nlp = spacy.load(name)
-    else:
-        raise UserError(f"amber.spacy_model: {name!r} is neither an installed spaCy pipeline nor a directory; "
-                        f"{INSTALL_HINT.format(name=name)}")
-    if nlp.vocab.vectors.n_keys == 0 or nlp.vocab.vectors.shape[0] == 0:
-        raise UserError(f"amber.spacy_model: {name}: the pipeline has no word vectors; AMBER's synonym check needs "
-                        "vectors (en_core_web_lg as released)")
-    return nlp
+    return spacy_pipeline.load_pipeline(name, "amber.spacy_model", needs_vectors, " (README, task list)")
 
 
 def pipeline_identity(nlp) -> dict:
-    """The pipeline's name and version, spaCy's version, and a digest of its vocab folder (vectors, their
-    key table, strings): another vectors table is another result."""
-    import spacy
-
-    from evalsuite.metrics.nltk_resources import tree_sha256
-
-    meta = nlp.meta
-    if nlp.path is None:
-        raise UserError("amber.spacy_model: the pipeline was not loaded from disk; its vectors have no digest")
-    return {"pipeline": f"{meta.get('lang')}_{meta.get('name')}", "version": meta.get("version"),
-            "spacy": spacy.__version__, "vectors": tree_sha256(Path(nlp.path) / "vocab")[:16],
+    """The pipeline's identity with a digest of its vocab folder (vectors, their key table, strings): another
+    vectors table is another result."""
+    return {**spacy_pipeline.pipeline_identity(nlp, "vectors", "vocab"),
             "vectors_shape": list(nlp.vocab.vectors.shape)}
 
 

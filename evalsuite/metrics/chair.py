@@ -14,7 +14,7 @@ Variants (`VARIANTS`):
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 
 from evalsuite.metrics.chair_vocab import ChairVocab, load_vocab
@@ -46,17 +46,25 @@ def get_variant(name: str) -> Variant:
     return VARIANTS[name]
 
 
-def merge_pairs(tokens: list[str], vocab: ChairVocab) -> list[str]:
-    """The reference's left-to-right 2-gram merge: where `tokens[i] + " " + tokens[i + 1]` is in the
-    pair table, emit its value and skip both tokens; else emit `tokens[i]`."""
-    pairs, firsts, n = vocab.pairs, vocab.pair_firsts, len(tokens)
+def merge_pairs(tokens: list[str], pairs: Mapping[str, str], keep_single: bool = True,
+                firsts: Container[str] | None = None) -> list[str]:
+    """The released left-to-right two-word merge (CHAIR's and RLAIF-V's `caption_to_words`, RLAIF-V's
+    `get_double_words_only` with keep_single=False): where `" ".join(tokens[i:i + 2])` is a key of `pairs`,
+    emit its value and skip both tokens; else emit `tokens[i]` (nothing with keep_single=False).
+    `firsts` (the keys' text before their first space) only skips lookups that cannot match, where every
+    key holds a space and no token does (CHAIR's tokens): a speed hint, never another result."""
+    n = len(tokens)
     out: list[str] = []
     i = 0
     while i < n:
         tok = tokens[i]
-        merged = pairs.get(tok + " " + tokens[i + 1]) if tok in firsts and i + 1 < n else None
+        if firsts is not None and tok not in firsts:
+            merged = None
+        else:
+            merged = pairs.get(tok + " " + tokens[i + 1] if i + 1 < n else tok)
         if merged is None:
-            out.append(tok)
+            if keep_single:
+                out.append(tok)
             i += 1
         else:
             out.append(merged)
@@ -201,7 +209,7 @@ class ChairScorer:
 
     def mentions(self, caption: str) -> tuple[list[tuple[str, str, int]], int]:
         """`find_mentions(merged)` and `len(merged)`, `merged` = `merge_pairs(normalize(tokenize(caption)))`."""
-        merged = merge_pairs(self.normalize(self.tokenize(caption)), self.vocab)
+        merged = merge_pairs(self.normalize(self.tokenize(caption)), self.vocab.pairs, firsts=self.vocab.pair_firsts)
         return find_mentions(merged, self.vocab), len(merged)
 
     def score(self, caption: str, gt: Iterable[str], where: str = "caption") -> dict:

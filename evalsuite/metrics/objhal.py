@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evalsuite.errors import UserError
+from evalsuite.metrics import spacy_pipeline
+from evalsuite.metrics.chair import merge_pairs
 
 # The released extraction prompt (RLAIF-V eval/eval_gpt_obj_halbench.py `prompt_template`, commit 83d917b),
 # verbatim: the judge is asked exactly what the published numbers asked. It is judge input data.
@@ -143,21 +145,6 @@ class Vocab:
                             "eval/data/synonyms_refine.txt)")
         return vocab
 
-    def merge(self, words: list[str], keep_single: bool = True) -> list[str]:
-        """Left to right: where word i and i+1 joined by a space are a two-word name, its value and skip
-        both; else word i (or nothing, keep_single=False: the released `get_double_words_only`)."""
-        out, i = [], 0
-        while i < len(words):
-            pair = " ".join(words[i:i + 2])
-            if pair in self.double_words:
-                out.append(self.double_words[pair])
-                i += 2
-            else:
-                if keep_single:
-                    out.append(words[i])
-                i += 1
-        return out
-
     def mentions(self, words: list[str]) -> list[tuple[str, str]]:
         """(word, category) of every COCO word, in order, duplicates kept; with both "toilet" and "seat"
         present every "seat" goes first."""
@@ -167,7 +154,7 @@ class Vocab:
 
     def caption_words(self, tokens: list[str], lemmatize) -> tuple[list[str], list[tuple[str, str]]]:
         """(merged words, mentions) of a tokenized lower-cased caption, each token lemmatized first."""
-        merged = self.merge([lemmatize(t) for t in tokens])
+        merged = merge_pairs([lemmatize(t) for t in tokens], self.double_words)
         return merged, self.mentions(merged)
 
 
@@ -185,12 +172,32 @@ def noun_runs(doc) -> list[str]:
     return out
 
 
+def needs_tags_and_lemmas(nlp) -> str | None:
+    """What the released rules miss in a pipeline: part-of-speech tags and lemmas."""
+    doc = nlp("a dog")
+    if not any(t.tag_ for t in doc) or not any(t.lemma_ for t in doc):
+        return ("the pipeline sets no part-of-speech tags or lemmas (on 'a dog'); the released rules read both "
+                "(en_core_web_trf as released)")
+    return None
+
+
+def load_pipeline(name: str):
+    """An installed spaCy pipeline by name, or a pipeline directory, that tags and lemmatises."""
+    return spacy_pipeline.load_pipeline(name, "objhal.spacy_model", needs_tags_and_lemmas,
+                                        " (objhal.extractor=judge reads it; or objhal.extractor=chair)")
+
+
+def pipeline_identity(nlp) -> dict:
+    """The pipeline's identity with a digest of all its files."""
+    return spacy_pipeline.pipeline_identity(nlp, "files")
+
+
 def refine_objects(extracted: list, nlp, vocab: Vocab) -> list[str]:
     """The object phrases of one response from the judge's list (deduplicated, in order)."""
     found: list[str] = []
     for item in extracted:
         doc = nlp(f"a {item}")
-        doubles = vocab.merge([t.lemma_ for t in doc], keep_single=False)
+        doubles = merge_pairs([t.lemma_ for t in doc], vocab.double_words, keep_single=False)
         found += doubles if doubles else noun_runs(doc)
     return list(dict.fromkeys(found))
 

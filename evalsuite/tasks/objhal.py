@@ -50,8 +50,6 @@ PROMPT_VERSION = "objhal-rlaif-v-1"
 # RLAIF-V eval/data/synonyms_refine.txt (commit 83d917b; Apache-2.0, evalsuite/data/README.md), byte-identical
 RELEASED_SYNONYMS = Path(__file__).resolve().parents[1] / "data" / "objhal_synonyms_refine.txt"
 MAX_UNPARSABLE_SHARE = 0.5
-SPACY_HINT = ("on a connected machine: `python -m spacy download {name}` (or pip install its wheel from "
-              "github.com/explosion/spacy-models), or pass a local pipeline directory")
 
 
 @dataclass
@@ -146,45 +144,6 @@ def check_image(rec: dict, where: str) -> str:
     return hashlib.sha256(rec["image"]).hexdigest()[:16]
 
 
-def load_pipeline(name: str):
-    """An installed spaCy pipeline by name, or a pipeline directory, that tags and lemmatises."""
-    try:
-        import spacy
-    except ImportError:
-        raise UserError("objhal: extractor judge needs spaCy, which is not installed: pip install 'evalsuite[amber]' "
-                        "(or objhal.extractor=chair)") from None
-    path = Path(name)
-    try:
-        if path.is_dir():
-            nlp = spacy.load(path)
-        elif spacy.util.is_package(name):
-            nlp = spacy.load(name)
-        else:
-            raise UserError(f"objhal.spacy_model: {name!r} is neither an installed spaCy pipeline nor a directory; "
-                            f"{SPACY_HINT.format(name=name)}")
-    except (OSError, ValueError, ImportError) as e:
-        raise UserError(f"objhal.spacy_model: {name}: cannot load this spaCy pipeline "
-                        f"({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})") from None
-    doc = nlp("a dog")
-    if not any(t.tag_ for t in doc) or not any(t.lemma_ for t in doc):
-        raise UserError(f"objhal.spacy_model: {name}: the pipeline sets no part-of-speech tags or lemmas (on 'a dog'); "
-                        "the released rules read both (en_core_web_trf as released)")
-    if nlp.path is None:
-        raise UserError(f"objhal.spacy_model: {name}: the pipeline was not loaded from disk; it has no digest")
-    return nlp
-
-
-def pipeline_identity(nlp) -> dict:
-    """The pipeline's name, version, spaCy's version and a digest of all its files."""
-    import spacy
-
-    from evalsuite.metrics.nltk_resources import tree_sha256
-
-    meta = nlp.meta
-    return {"pipeline": f"{meta.get('lang')}_{meta.get('name')}", "version": meta.get("version"),
-            "spacy": spacy.__version__, "files": tree_sha256(Path(nlp.path))[:16]}
-
-
 def _cached_gt(cache_dir: str | None, key: str, build) -> tuple[dict[int, list[str]], set[int]]:
     """The ground truth of these images from the cache (keyed by the annotation files', synonyms' and NLTK
     data's content, the tokenizer and the image ids), else built and cached: COCO 2014's train annotations
@@ -276,8 +235,8 @@ class ObjhalTask:
             from evalsuite.judge.judge import Judge
 
             judge = Judge.resolve(ctx.judge, "objhal")
-            nlp = load_pipeline(opts.spacy_model)
-            spacy_id = pipeline_identity(nlp)
+            nlp = rules.load_pipeline(opts.spacy_model)
+            spacy_id = rules.pipeline_identity(nlp)
             identity.update(spacy=spacy_id, judge={**judge.identity, "prompt": PROMPT_VERSION})
             resolved.update(judge=judge.describe(), judge_prompt=PROMPT_VERSION)
             extra.update(spacy=spacy_id, judge=judge.describe(), judge_prompt=PROMPT_VERSION)

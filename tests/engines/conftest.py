@@ -34,3 +34,19 @@ def vllm_ckpts(tmp_path_factory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("vllm-kit")
     return {arch: build_tiny_family(arch, root / arch, seed=0, vllm_compatible=True) for arch in ("llava", "qwen2_vl")}
+
+
+@pytest.fixture(scope="session")
+def objhal_prompts(world_dir, tmp_path_factory) -> Path:
+    """An Object HalBench prompt file (the released fields) over the world's first 4 val images, each inline
+    as base64. Paths are not in objhal's identity, so every engine test may share it."""
+    import base64
+    import json
+
+    coco = json.loads((world_dir / "annotations" / "instances_val.json").read_text())
+    images = sorted(coco["images"], key=lambda im: im["id"])[:4]
+    path = tmp_path_factory.mktemp("objhal-prompts") / "obj_halbench.jsonl"
+    path.write_text("".join(json.dumps({"image_id": im["id"], "question": "Describe this image in detail.",
+                                        "image": base64.b64encode((world_dir / "images" / "val" / im["file_name"])
+                                                                  .read_bytes()).decode()}) + "\n" for im in images))
+    return path

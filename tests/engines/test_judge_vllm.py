@@ -125,25 +125,17 @@ def test_mmhal_run_with_a_local_judge(judges, local_mmhal, mmhal_world, tiny_vlm
     assert summary(tmp_path / "c")["eval_key"] != a["eval_key"] and score(tmp_path / "c") == 2.0
 
 
-def test_objhal_run_with_a_local_judge(judges, world_dir, tiny_vlm_dir, tmp_path):
+def test_objhal_run_with_a_local_judge(judges, world_dir, objhal_prompts, tiny_vlm_dir, tmp_path):
     """`--tasks objhal` with a local judge: the released extraction prompt goes to vLLM as one system message;
     a random judge lists no JSON, so more than half is unparsable (one line, nothing stored); the replies are
     cached (a second run starts no server) and the other judge is asked anew."""
-    import base64
-
     pytest.importorskip("spacy")
     data_dir = Path(__file__).resolve().parents[1] / "data" / "objhal"
-    coco = json.loads((world_dir / "annotations" / "instances_val.json").read_text())
-    images = sorted(coco["images"], key=lambda im: im["id"])[:4]
-    prompts = tmp_path / "obj_halbench.jsonl"
-    prompts.write_text("".join(json.dumps({"image_id": im["id"], "question": "Describe this image in detail.",
-                                           "image": base64.b64encode((world_dir / "images" / "val" / im["file_name"])
-                                                                     .read_bytes()).decode()}) + "\n" for im in images))
     store = tmp_path / "store"
 
     def run(out: str, judge: Path):
         return run_cli("run", "--ckpt", str(tiny_vlm_dir), "--tasks", "objhal", "--data-root", str(world_dir),
-                       f"objhal.data={prompts}", f"objhal.synonyms={data_dir / 'synonyms_refine.txt'}",
+                       f"objhal.data={objhal_prompts}", f"objhal.synonyms={data_dir / 'synonyms_refine.txt'}",
                        f"objhal.spacy_model={data_dir / 'pipeline'}", f"objhal.cache_dir={tmp_path / 'gt'}",
                        "--judge", str(judge), SERVE, "judge.max_tokens=16", "--max-new-tokens", "24",
                        "--device", "cpu", "--store", str(store), "--output", str(tmp_path / out), timeout=900)

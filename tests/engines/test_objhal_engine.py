@@ -2,7 +2,6 @@
 as bytes, and the answers and values equal the HF engine's (objhal.extractor=chair: no judge needed)."""
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
@@ -11,18 +10,12 @@ from tests.conftest import run_cli
 DATA = Path(__file__).resolve().parents[1] / "data" / "objhal"
 
 
-def test_objhal_vllm_engine_equals_hf(vllm_spec, vllm_ckpts, world_dir, tmp_path):
+def test_objhal_vllm_engine_equals_hf(vllm_spec, vllm_ckpts, world_dir, objhal_prompts, tmp_path):
     ckpt = vllm_ckpts["llava"]
-    coco = json.loads((world_dir / "annotations" / "instances_val.json").read_text())
-    images = sorted(coco["images"], key=lambda im: im["id"])[:4]
-    prompts = tmp_path / "obj_halbench.jsonl"
-    prompts.write_text("".join(json.dumps({"image_id": im["id"], "question": "Describe this image in detail.",
-                                           "image": base64.b64encode((world_dir / "images" / "val" / im["file_name"])
-                                                                     .read_bytes()).decode()}) + "\n" for im in images))
 
     def run(engine: str):
         res = run_cli("run", "--ckpt", str(ckpt), "--tasks", "objhal", "--data-root", str(world_dir),
-                      f"objhal.data={prompts}", f"objhal.synonyms={DATA / 'synonyms_refine.txt'}",
+                      f"objhal.data={objhal_prompts}", f"objhal.synonyms={DATA / 'synonyms_refine.txt'}",
                       "objhal.extractor=chair", f"objhal.cache_dir={tmp_path / 'gt'}", "--engine", engine,
                       "--batch-size", "2", "--max-new-tokens", "16", "--store", str(tmp_path / engine),
                       "--output", str(tmp_path / f"out_{engine}"), env={"EVALSUITE_VLLM_PYTHON": vllm_spec.python}, timeout=900)

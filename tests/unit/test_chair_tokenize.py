@@ -173,7 +173,7 @@ def test_evalsuite_chair_gives_that_nltk_versions_token_counts(tmp_path, punkt_d
     assert cli_main(["chair", "--captions", str(caps), "--gt", str(gt), "--output", str(out), "--n-boot", "5",
                      *flag]) == 0
     normalize, vocab = PatternNormalizer(), load_vocab()
-    want = [len(merge_pairs(normalize(tokens), vocab)) for tokens in doc["tokens"]]
+    want = [len(merge_pairs(normalize(tokens), vocab.pairs)) for tokens in doc["tokens"]]
     rows = [json.loads(line) for line in (out / "per_caption.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [r["n_tokens"] for r in rows] == want
     summary = json.loads((out / "summary.json").read_text())

@@ -58,8 +58,9 @@ def test_vocab_and_double_words(vocab):
     d = vocab.double_words
     assert d["teddy bear"] == "teddy bear" and d["baby elephant"] == "elephant" and d["passenger train"] == "train"
     assert d["bow tie"] == "tie" and d["toilet seat"] == "toilet" and d["home plate"] == "home plate"
-    assert vocab.merge(["a", "teddy", "bear", "on", "a", "toilet", "seat"]) == ["a", "teddy bear", "on", "a", "toilet"]
-    assert vocab.merge(["a", "teddy", "bear", "dog"], keep_single=False) == ["teddy bear"]
+    d_merge = rules.merge_pairs   # CHAIR's merge over objhal's table
+    assert d_merge(["a", "teddy", "bear", "on", "a", "toilet", "seat"], d) == ["a", "teddy bear", "on", "a", "toilet"]
+    assert d_merge(["a", "teddy", "bear", "dog"], d, keep_single=False) == ["teddy bear"]
     # toilet and seat both present: every seat goes; home plate is a double word but no COCO word
     assert vocab.mentions(["seat", "toilet", "seat", "home plate", "dog", "dog"]) == \
         [("toilet", "toilet"), ("dog", "dog"), ("dog", "dog")]

@@ -59,8 +59,24 @@ def _values(entry: dict) -> dict:
     return {m["metric"]: m["value"] for m in entry["metrics"] if m.get("variant") is None}
 
 
-def test_judged_tasks_equal_lmms_evals_own_scoring(tiny_vlm_dir, judged_data, tmp_path, capsys):
+def _skip_mmvet_backoff(monkeypatch) -> None:
+    """mmvet's scoring sleeps 5 s before asking again after an unparsable reply (a rate-limit backoff): not
+    here, where the judge answers at once; every other sleep is real."""
+    import sys
+    import time
+
+    real = time.sleep
+
+    def sleep(seconds):
+        if not sys._getframe(1).f_code.co_filename.replace("\\", "/").endswith("lmms_eval/tasks/mmvet/utils.py"):
+            real(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+
+
+def test_judged_tasks_equal_lmms_evals_own_scoring(tiny_vlm_dir, judged_data, tmp_path, capsys, monkeypatch):
     store = tmp_path / "store"
+    _skip_mmvet_backoff(monkeypatch)
     every = [c for task in TASKS for c in CASES[task]]
     with FakeJudge(models=("judge-a", "judge-b", "judge-c", "judge-d"), reply_body=canned_replies(every)) as fake:
         def run(out: str, model: str, *extra: str, tasks=TASKS) -> int:
@@ -107,7 +123,7 @@ def test_judged_tasks_equal_lmms_evals_own_scoring(tiny_vlm_dir, judged_data, tm
         assert len(fake.requests) == n
         assert _summary(tmp_path / "a3")["mmvet"]["extra"]["judge_replies"]["asked"] == 0
 
-        coco = ("llava_bench_coco",)     # (mmvet sleeps 5 s on each unparsable reply, as lmms-eval does)
+        coco = ("llava_bench_coco",)
         assert run("b", "judge-b", tasks=coco) == 0      # another judge: another identity, asked again
         b = _summary(tmp_path / "b")["llava_bench_coco"]
         assert len(fake.requests) == n + len(CASES["llava_bench_coco"])

@@ -2,7 +2,8 @@
 objects present in / absent from synthetic-world images, a fake OpenAI-compatible judge (tests/judge_fake.py)
 judges. Judge mode and rule mode are two results (two identities); each is stored once and served from the
 store on a second run; records without an image are not asked; a judge that ignores the format fails in
-one line and stores nothing; bad data is one line before any model loads."""
+one line and stores nothing; bad data is one line before any model loads.
+Under two ranks: tests/integration/test_judged_two_ranks.py."""
 from __future__ import annotations
 
 import json
@@ -166,36 +167,3 @@ def test_hallusion_bad_data_refused_before_generation(tiny_vlm_dir, hb_data, tmp
     assert cli_main([*base, f"hallusion.data={data}", "hallusion.mode=exact"]) == 2
     assert "hallusion.mode" in capsys.readouterr().err
     assert not (tmp_path / "store" / "metrics").exists()
-
-
-@pytest.mark.slow
-def test_hallusion_two_ranks(tiny_vlm_dir, hb_data, tmp_path):
-    """torchrun --nproc_per_node 2 (CPU, gloo), rule mode: the ranks share the answering, rank 0 alone asks
-    the judge and stores once, with the same numbers as one process."""
-    import os
-    import sys
-
-    from tests.conftest import REPO, launch
-
-    data, root, _ = hb_data
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    common = ["--tasks", "hallusion", f"hallusion.data={data}", f"hallusion.image_root={root}", "hallusion.n_boot=0",
-              "hallusion.mode=rule", "--judge-model", "judge-a", "--batch-size", "1", "--max-new-tokens", "4",
-              "--device", "cpu"]
-
-    with FakeJudge(reply=lambda messages: "No") as fake:
-        def cmd(port):
-            return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-                    "-m", "evalsuite", "run", "--ckpt", str(tiny_vlm_dir), *common, "--judge", fake.url,
-                    "--store", str(tmp_path / "s2"), "--output", str(tmp_path / "two")]
-
-        two = launch(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
-        assert two.returncode == 0, two.stderr[-3000:]
-        asked_two = len(fake.requests)
-        assert _stored(tmp_path / "s2") == 1
-        assert cli_main(["run", "--ckpt", str(tiny_vlm_dir), *common, "--judge", fake.url, "--store",
-                         str(tmp_path / "s1"), "--output", str(tmp_path / "one")]) == 0
-    one = _summary(tmp_path / "one")["hallusion"]
-    two_res = _summary(tmp_path / "two")["hallusion"]
-    assert asked_two == one["extra"]["judged"] == two_res["extra"]["judged"]
-    assert {m["metric"]: m["value"] for m in two_res["metrics"]} == {m["metric"]: m["value"] for m in one["metrics"]}

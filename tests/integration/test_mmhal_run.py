@@ -1,7 +1,8 @@
 """`evalsuite run --tasks mmhal` end to end (in process): the tiny kit VLM answers, a fake OpenAI-compatible
 judge (tests/judge_fake.py) judges. Stored with the judge in the identity; a second run is served from the
 store; another judge model recomputes (the answers from the resume cache); a run stopped mid-judging
-stores nothing and resumes with the judgments it had; a judge that ignores the format fails in one line."""
+stores nothing and resumes with the judgments it had; a judge that ignores the format fails in one line.
+Under two ranks: tests/integration/test_judged_two_ranks.py."""
 from __future__ import annotations
 
 import json
@@ -10,10 +11,7 @@ from pathlib import Path
 import pytest
 
 from evalsuite.cli import main as cli_main
-from tests.integration.test_amber_run import PIPELINE as AMBER_PIPELINE
-from tests.integration.test_amber_run import amber_world  # noqa: F401  (fixture)
 from tests.judge_fake import FakeJudge
-from tests.unit.test_amber import nltk_ready  # noqa: F401  (fixture)
 
 TYPES = ["attribute", "adversarial", "comparison", "counting"]
 
@@ -165,54 +163,6 @@ def test_mmhal_killed_while_judging_resumes(tiny_vlm_dir, mmhal_data, tmp_path):
         assert res.returncode == 0, res.stderr[-2000:]
         assert len(fake.requests) - asked == 4 - done and _stored(store) == 1
         assert _summary(tmp_path / "out")["mmhal"]["extra"]["judge_requests"] == {"asked": 4 - done, "cached": done}
-
-
-@pytest.mark.slow
-def test_mmhal_two_ranks(tiny_vlm_dir, mmhal_data, amber_world, nltk_ready, tmp_path):  # noqa: F811
-    """torchrun --nproc_per_node 2 (CPU, gloo), mmhal with amber_g and amber_d in the same run: the ranks
-    share every task's answering (each rank's own resume cache file), rank 0 alone asks the judge (4
-    requests, not 8) and stores each task once, the records back in query order; a judge that ignores the
-    format fails on both ranks with one line."""
-    import os
-    import re
-    import sys
-
-    import nltk
-
-    from tests.conftest import REPO, launch
-
-    data, root = mmhal_data
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "NLTK_DATA": ":".join(nltk.data.path)}
-    amber = [f"amber.data_root={amber_world}", f"amber.image_root={amber_world / 'image'}",
-             f"amber.spacy_model={AMBER_PIPELINE}", "amber.n_boot=0"]
-
-    def run(fake, model, out, tasks="mmhal", extra=()):
-        def cmd(port):
-            return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-                    "-m", "evalsuite", "run", "--ckpt", str(tiny_vlm_dir), "--tasks", tasks, f"mmhal.data={data}",
-                    f"mmhal.image_root={root}", "mmhal.n_boot=0", "--judge", fake.url, "--judge-model", model,
-                    "--batch-size", "1", "--max-new-tokens", "3", "--device", "cpu", "--store", str(tmp_path / "s"),
-                    "--output", str(tmp_path / out), *extra]
-        return launch(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
-
-    with FakeJudge(models=("judge-a", "judge-b")) as fake:
-        ok = run(fake, "judge-a", "a", "mmhal,amber_g,amber_d", amber)
-        assert ok.returncode == 0, ok.stderr[-3000:]
-        assert len(fake.requests) == 4 and _stored(tmp_path / "s") == 3
-        assert _summary(tmp_path / "a")["mmhal"]["extra"]["judged"] == 4
-        for task, ids in (("mmhal", range(4)), ("amber_g", range(1, 4)), ("amber_d", range(4, 22))):
-            samples = [json.loads(line) for line in (tmp_path / "a" / task / "samples.jsonl").read_text().splitlines()]
-            assert [s["key"] for s in samples] == [str(i) for i in ids], task
-        own = tmp_path / "s" / ".resume" / "own"
-        for name in ("answers", "mmhal_answers"):   # amber's entries in the shared cache, mmhal's in its own
-            assert sorted(p.name for p in own.glob(f"*/{name}.rank*.jsonl")) == [f"{name}.rank0.jsonl",
-                                                                                  f"{name}.rank1.jsonl"]
-        fake.reply = lambda messages: "no score"
-        bad = run(fake, "judge-b", "b")
-        assert bad.returncode == 1, bad.stderr[-3000:]
-        lines = re.findall(r"evalsuite: failed: [^\n\r]*", bad.stderr)
-        assert len(lines) == 2 and lines[0] == lines[1] and "mmhal: 4 of 4 judge replies" in lines[0], bad.stderr[-3000:]
-        assert _stored(tmp_path / "s") == 3
 
 
 def test_csr_loop_eval_section_runs_mmhal_with_its_judge(tiny_vlm_dir, mmhal_data, tmp_path):

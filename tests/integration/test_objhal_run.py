@@ -2,7 +2,8 @@
 world's images (inline base64, RLAIF-V's prompt file format), a fake OpenAI-compatible judge (tests/judge_fake.py)
 lists objects. Stored with the judge and the spaCy pipeline in the identity; a second run is served from the
 store; `objhal.extractor=chair` is another identity and needs no judge; a judge that ignores the format fails in
-one line and stores nothing; bad prompt lines are one line naming the file, line and field."""
+one line and stores nothing; bad prompt lines are one line naming the file, line and field.
+Under two ranks: tests/integration/test_judged_two_ranks.py."""
 from __future__ import annotations
 
 import base64
@@ -139,39 +140,3 @@ def test_objhal_refusals_before_generation(tiny_vlm_dir, world_dir, objhal_data,
             in capsys.readouterr().err
         assert not fake.requests
     assert not (tmp_path / "store" / "metrics").exists()
-
-
-@pytest.mark.slow
-def test_objhal_two_ranks(tiny_vlm_dir, world_dir, objhal_data, tmp_path):
-    """torchrun --nproc_per_node 2 (CPU, gloo): the ranks share the answering, rank 0 alone asks the judge (once
-    per judged answer) and stores once, with the answers of a one-process run."""
-    import os
-    import sys
-
-    pytest.importorskip("spacy")
-    from tests.conftest import REPO, launch, run_cli
-
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    common = ["--tasks", "objhal", "--data-root", str(world_dir), f"objhal.data={objhal_data}",
-              f"objhal.synonyms={DATA / 'synonyms_refine.txt'}", f"objhal.spacy_model={DATA / 'pipeline'}",
-              f"objhal.cache_dir={tmp_path / 'gt'}", "objhal.n_boot=0", "--batch-size", "1", "--max-new-tokens", "24",
-              "--device", "cpu"]
-
-    with FakeJudge(reply=_reply) as fake:
-        def cmd(port):
-            return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-                    "-m", "evalsuite", "run", "--ckpt", str(tiny_vlm_dir), *common, "--judge", fake.url,
-                    "--judge-model", "judge-a", "--store", str(tmp_path / "s2"), "--output", str(tmp_path / "two")]
-
-        res = launch(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
-        assert res.returncode == 0, res.stderr[-3000:]
-        two = _summary(tmp_path / "two")["objhal"]
-        assert len(fake.requests) == two["extra"]["judged"] and _stored(tmp_path / "s2") == 1
-        # one process, started as the ranks are (a fresh interpreter: the NLTK resources in the identity are
-        # the ones its search path finds, which a pytest worker's other tests may have extended)
-        res = run_cli("run", "--ckpt", str(tiny_vlm_dir), *common, "--judge", fake.url, "--judge-model", "judge-a",
-                      "--store", str(tmp_path / "s1"), "--output", str(tmp_path / "one"), env=env, cwd=tmp_path)
-        assert res.returncode == 0, res.stderr[-3000:]
-        one = _summary(tmp_path / "one")["objhal"]
-        assert one["eval_key"] == two["eval_key"], (one["identity"], two["identity"])
-        assert {m["metric"]: m["value"] for m in one["metrics"]} == {m["metric"]: m["value"] for m in two["metrics"]}

@@ -28,6 +28,27 @@ REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "data" / "golden"
 
 
+# A pytest worker holds every library the suite imports (torch, transformers, lmms-eval, ...: over half a
+# million objects the cycle collector tracks), so each full collection costs ~0.35 s there, and the libraries
+# and evalsuite call gc.collect() whenever they free a model (accelerate at every Trainer, lmms-eval after
+# each evaluation, the CSR loop between stages): a third of a family test's time. After a test that left
+# many more tracked objects (an import, a session fixture), what survives a collection is frozen
+# (gc.freeze: ignored by later collections; a test's own objects stay collectable).
+FREEZE_AFTER = 100_000
+_unfrozen = {"at": 0}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    import gc
+
+    yield
+    if len(gc.get_objects()) - _unfrozen["at"] > FREEZE_AFTER:
+        gc.collect()
+        gc.freeze()
+        _unfrozen["at"] = len(gc.get_objects())
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _torch_threads():
     import torch

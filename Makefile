@@ -38,11 +38,11 @@ nltk-data: $(VENV)/.installed
 	  $(BIN)/python -m evalsuite.metrics.nltk_setup --out $(NLTK) --tagger-from tests/data/golden/nltk_data; \
 	else echo "note: no WordNet 3.0 in /usr/share/wordnet: skipping $(NLTK) (CHAIR opera variants need it)"; fi
 
-# the time is said before the install starts (the first `make demo` installs for ~5 minutes); the demo's
+# the time is said before the install starts (the first `make demo` installs for ~2-3 minutes); the demo's
 # expected time has one source, configs/demo.yaml's expected_minutes (train.py prints it too)
 DEMO_MINUTES := $(shell sed -n 's/^expected_minutes: *\([0-9.]*\).*/\1/p' configs/demo.yaml)
 demo:
-	@echo "evalsuite demo: about $(DEMO_MINUTES) minutes on a 2-core CPU, plus about 5 minutes of install on the first run"
+	@echo "evalsuite demo: about $(DEMO_MINUTES) minutes on a 2-core CPU, plus about 3 minutes of install on the first run"
 	@$(MAKE) --no-print-directory setup
 	NLTK_DATA=$(NLTK) $(BIN)/python training/train.py
 

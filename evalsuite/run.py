@@ -176,11 +176,11 @@ def own_tasks_of_run(cfg: EvalConfig, own: list[str], within: str = "") -> dict[
     return out
 
 
-def plan_own_tasks(ctx: RunContext, cfg: EvalConfig, own: list[str]) -> list[Step]:
-    """Every own task planned (no model), tasks a task requires first; a required task not asked for
-    is added as a dependency whose answers are used and whose result is not stored."""
+def plan_own_tasks(ctx: RunContext, tasks: dict[str, tuple], own: list[str]) -> list[Step]:
+    """Every own task of `tasks` (own_tasks_of_run's) planned (no model), tasks a task requires first; a
+    required task not in `own` is a dependency whose answers are used and whose result is not stored."""
     steps: dict[str, Step] = {}
-    for name, (task, opts, requires) in own_tasks_of_run(cfg, own).items():
+    for name, (task, opts, requires) in tasks.items():
         plan = task.plan(ctx, opts, {d: steps[d].plan for d in requires})
         steps[name] = Step(name, task, plan, requires, stored=name in own)
     for step in steps.values():
@@ -226,7 +226,8 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
 
     dist = dist or Dist.current()
     check_task_names(cfg.tasks, quick=True)  # a misspelled name: refused in about a second, before torch loads
-    own_tasks_of_run(cfg, split_tasks(cfg.tasks)[0])  # a required task option not given: before the checkpoint
+    own, lmms = split_tasks(cfg.tasks)
+    own_tasks = own_tasks_of_run(cfg, own)  # a required task option not given: refused before the checkpoint
     check_before_claim(cfg)     # checkpoint, text encodings, free space: before any work (evalsuite/precheck.py)
     check_task_names(cfg.tasks)
     # a bad --store/--output must fail now, not after hours of generation
@@ -261,9 +262,8 @@ def run_eval(cfg: EvalConfig, dist: Dist | None = None) -> dict:
     ctx = dataclasses.replace(ctx, output_dir=out, ckpt_id=model.key(), engine=ctx.engine.writing_to(out))
     # the prompt format now: a checkpoint without one fails before any generation (docs/inputs.md)
     prompt_record = ctx.loader.prompts().describe()
-    own, lmms = split_tasks(cfg.tasks)
     # fail on bad options or missing data before any generation
-    steps = plan_own_tasks(ctx, cfg, own) + plan_lmms_tasks(ctx, cfg, lmms)
+    steps = plan_own_tasks(ctx, own_tasks, own) + plan_lmms_tasks(ctx, cfg, lmms)
 
     # every check passed. A rerun the store serves entirely, with no --output asked for, writes no run folder
     reused = _stored_already(ctx, steps, store, ckpt_hash, cfg, dist)
